@@ -1,0 +1,72 @@
+# gradfabric: two commands get everything going: `make run` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+SYSTEM_PY   := /usr/bin/python3
+TOPO        ?= leafspine
+TARGET      ?= embedded
+PYTEST_ARGS ?=
+# Debian packages the fabric needs: Mininet (and its Python module, imported from the venv),
+# iproute2 for namespaces and veths, tcpdump for pcaps, ethtool to turn off TX checksum
+# offload, iperf3 for background traffic, python3-venv to build .venv from the system Python.
+DEB_PACKAGES := mininet iproute2 tcpdump ethtool iperf3 iputils-ping procps psmisc \
+                python3-venv python3-dev gcc
+DEB_STAMP    := $(VENV)/.debs-ok
+PIP_STAMP    := $(VENV)/.installed
+
+.PHONY: help install run test bench stop clean p4
+
+help:
+	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET))"
+	@echo "make test    set up what is missing, then run the test suite"
+	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
+	@echo "make p4      compile p4src/ with the embedded front end (and p4c when on PATH) into build/"
+	@echo "make stop    stop the fabric: every switch process, namespace and interface it made"
+	@echo "make clean   stop, then remove .venv, build/, logs/, pcaps/ and caches"
+	@echo "make install Debian packages and the virtual environment only"
+
+install: $(PIP_STAMP)
+
+$(DEB_STAMP):
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "install: missing Debian packages:$$missing (run as root, or apt-get install them)" >&2; exit 1; fi; \
+	  echo "install: apt-get install$$missing"; \
+	  apt-get update -qq || { echo "install: apt-get update failed" >&2; exit 1; }; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    || { echo "install: apt-get install$$missing failed" >&2; exit 1; }; \
+	fi
+	@test -x $(SYSTEM_PY) || { echo "install: $(SYSTEM_PY) not found (Debian's python3)" >&2; exit 1; }
+	@test -x $(PY) || $(SYSTEM_PY) -m venv --system-site-packages $(VENV) \
+	  || { echo "install: could not create $(VENV) from $(SYSTEM_PY)" >&2; exit 1; }
+	@$(PY) -c "import mininet.net" || { echo "install: the venv cannot import Debian's mininet module" >&2; exit 1; }
+	@touch $@
+
+$(PIP_STAMP): $(DEB_STAMP) pyproject.toml
+	@echo "install: pip install -e .[dev] into $(VENV)"
+	@$(PY) -m pip install -q --upgrade "pip>=24" || { echo "install: pip upgrade failed" >&2; exit 1; }
+	@$(PY) -m pip install -q -e '.[dev]' || { echo "install: pip install -e .[dev] failed" >&2; exit 1; }
+	@touch $@
+
+run: install
+	@$(VENV)/bin/gradfabric run --topo $(TOPO) --target $(TARGET)
+
+test: install
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	@$(PY) -m tests.benchmarks
+
+p4: install
+	@$(VENV)/bin/gradfabric compile
+
+stop:
+	@if [ -x $(VENV)/bin/gradfabric ]; then $(VENV)/bin/gradfabric stop; else echo "stop: nothing installed, nothing running"; fi
+
+clean: stop
+	rm -rf $(VENV) build logs pcaps .pytest_cache .hypothesis *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

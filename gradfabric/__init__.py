@@ -1,0 +1,3 @@
+"""gradfabric: in-network handling of distributed-training gradient traffic."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,53 @@
+"""The `gradfabric` command: one entry point for fabric, controller, agents and simulator.
+
+Each part of the project contributes its subcommands through a module with
+``add_commands(subparsers)``; handlers import their heavy dependencies lazily so that
+``gradfabric --help`` stays fast. A handler returns an exit code; a
+:class:`GradfabricError` (or any part's own error type derived from it) becomes a one-line
+message on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from gradfabric import __version__
+from gradfabric.errors import GradfabricError
+
+#: Modules that add subcommands, in the order they appear in --help.
+COMMAND_MODULES: tuple[str, ...] = (
+    "gradfabric.lifecycle",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradfabric",
+        description="Gradient-aware fabric: boot it, drive its switches, run agents and simulations.",
+    )
+    parser.add_argument("--version", action="version", version=f"gradfabric {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except GradfabricError as exc:
+        print(f"gradfabric {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"gradfabric {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Host agents: DLCP wire format, bounded-loss transport, gradient schedulers."""

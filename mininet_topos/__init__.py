@@ -1,0 +1,1 @@
+"""Emulated fabrics: declarative topologies and the Mininet launcher."""

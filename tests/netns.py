@@ -1,0 +1,105 @@
+"""Network namespaces and veth pairs for tests, always removed afterwards.
+
+Every namespace and interface made here carries a per-run prefix, so a crashed run
+can be cleaned with :func:`remove_leftovers` and tests never touch anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+PREFIX = "gft"
+
+
+def sh(*cmd: str, check: bool = True, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """Run a command, raising with its stderr when it fails."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def in_ns(ns: str, *cmd: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return sh("ip", "netns", "exec", ns, *cmd, **kw)  # type: ignore[arg-type]
+
+
+@dataclass
+class Host:
+    """A namespace with one interface, `iface`, addressed `ip`/24."""
+
+    ns: str
+    iface: str
+    ip: str
+    mac: str
+
+
+@dataclass
+class Lab:
+    """Namespaces and root-namespace veth ends made by one test."""
+
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:5])
+    namespaces: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+
+    def name(self, kind: str, i: int) -> str:
+        # Interface names are limited to 15 characters.
+        return f"{PREFIX}{self.tag}{kind}{i}"
+
+    def add_host(self, i: int, ip: str, *, root_side: bool = True) -> tuple[Host, str]:
+        """A namespace host whose veth peer stays in the root namespace.
+
+        Returns the host and the name of the root-side interface (to give to a switch).
+        """
+        ns = self.name("n", i)
+        sh("ip", "netns", "add", ns)
+        self.namespaces.append(ns)
+        inner, outer = self.name("h", i), self.name("s", i)
+        sh("ip", "link", "add", inner, "type", "veth", "peer", "name", outer)
+        self.links.append(outer)
+        sh("ip", "link", "set", inner, "netns", ns)
+        mac = f"02:00:00:00:{i // 256:02x}:{i % 256:02x}"
+        in_ns(ns, "ip", "link", "set", inner, "address", mac)
+        in_ns(ns, "ip", "addr", "add", f"{ip}/24", "dev", inner)
+        in_ns(ns, "ip", "link", "set", inner, "up")
+        in_ns(ns, "ip", "link", "set", "lo", "up")
+        # A software switch never fills checksums left to offload (see MISSION.md section 6).
+        in_ns(ns, "ethtool", "-K", inner, "tx", "off", check=False)
+        sh("ip", "link", "set", outer, "up")
+        sh("ethtool", "-K", outer, "tx", "off", check=False)
+        return Host(ns=ns, iface=inner, ip=ip, mac=mac), outer
+
+    def close(self) -> None:
+        for link in self.links:
+            sh("ip", "link", "del", link, check=False)
+        for ns in self.namespaces:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+@contextmanager
+def lab() -> Iterator[Lab]:
+    """A :class:`Lab` that is torn down whatever happens in the test."""
+    made = Lab()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def remove_leftovers() -> None:
+    """Delete every namespace and interface with the test prefix (after a crash)."""
+    for ns in sh("ip", "netns", "list").stdout.split():
+        if ns.startswith(PREFIX):
+            sh("ip", "netns", "del", ns, check=False)
+    for line in sh("ip", "-o", "link").stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(PREFIX):
+            sh("ip", "link", "del", name, check=False)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
