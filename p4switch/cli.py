@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from p4switch import __version__
 from p4switch.errors import P4SwitchError
+
+#: Modules that add subcommands through ``add_commands(subparsers)``.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"p4switch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_commands(sub)
     return parser
 
 
