@@ -20,6 +20,10 @@ from gradfabric.errors import GradfabricError
 #: Modules that add subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
     "gradfabric.lifecycle",
+    "gradfabric.p4build",
+    "controller.cli",
+    "simulator.cli",
+    "hosts.cli",
 )
 
 

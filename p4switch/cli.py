@@ -11,7 +11,9 @@ from p4switch import __version__
 from p4switch.errors import P4SwitchError
 
 #: Modules that add subcommands through ``add_commands(subparsers)``.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "p4switch.run_commands",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,102 @@
+"""Counter snapshots of the DLCP program, gathered per switch and rendered as tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from controller.switch import SwitchSession
+
+PORT_TX = "DlcpEgress.port_tx"
+INGRESS_DROPS = "DlcpIngress.ingress_drops"
+EGRESS_DROPS = "DlcpEgress.egress_drops"
+ECN_MARKS = "DlcpEgress.ecn_marks"
+JOB_RX = "DlcpIngress.job_rx"
+ECMP_MEMBER_COUNTER = "DlcpIngress.ecmp_member_counter"
+DROP_REASONS = {
+    (INGRESS_DROPS, 1): "no_route",
+    (INGRESS_DROPS, 2): "ttl_expired",
+    (INGRESS_DROPS, 3): "parser_error",
+    (EGRESS_DROPS, 1): "magnitude_threshold",
+}
+PRIORITIES = 8
+
+
+@dataclass
+class SwitchCounters:
+    """Non-zero counters of one switch: (packets, bytes) by what they count."""
+
+    port_prio: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    drops: dict[str, tuple[int, int]] = field(default_factory=dict)
+    ecn_marks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    job_rx: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ecmp: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+
+    def minus(self, before: SwitchCounters) -> SwitchCounters:
+        def sub(now: dict, old: dict) -> dict:
+            out = {}
+            for k, (p, b) in now.items():
+                op, ob = old.get(k, (0, 0))
+                if p - op or b - ob:
+                    out[k] = (p - op, b - ob)
+            return out
+
+        return SwitchCounters(
+            sub(self.port_prio, before.port_prio),
+            sub(self.drops, before.drops),
+            sub(self.ecn_marks, before.ecn_marks),
+            sub(self.job_rx, before.job_rx),
+            sub(self.ecmp, before.ecmp),
+        )
+
+
+def gather(session: SwitchSession) -> SwitchCounters:
+    out = SwitchCounters()
+    for c in session.read_counter(PORT_TX):
+        if c.packets or c.bytes:
+            out.port_prio[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
+    for name in (INGRESS_DROPS, EGRESS_DROPS):
+        for c in session.read_counter(name):
+            reason = DROP_REASONS.get((name, c.index), f"{name.split('.')[-1]}[{c.index}]")
+            if c.packets or c.bytes or (name, c.index) in DROP_REASONS:
+                out.drops[reason] = (c.packets, c.bytes)
+    for name, target in ((ECN_MARKS, out.ecn_marks), (JOB_RX, out.job_rx)):
+        for c in session.read_counter(name):
+            if c.packets or c.bytes:
+                target[c.index] = (c.packets, c.bytes)
+    for d in session.read_direct_counters(ECMP_MEMBER_COUNTER):
+        assert d.entry is not None
+        match = {name: m.value for name, m in d.entry.match}  # type: ignore[union-attr]
+        out.ecmp[(match.get("meta.ecmp_group_id", 0), match.get("meta.ecmp_member", 0))] = (d.packets, d.bytes)
+    return out
+
+
+def render(counters: dict[str, SwitchCounters], title_suffix: str = "") -> list[Table]:
+    """Readable tables: per port and priority, drops by reason, spraying balance, per job."""
+    ports = Table(title=f"transmitted per port and priority{title_suffix}")
+    for col in ("switch", "port", "priority", "packets", "bytes"):
+        ports.add_column(col, justify="right" if col in ("packets", "bytes", "port", "priority") else "left")
+    drops = Table(title=f"drops by reason{title_suffix}")
+    for col in ("switch", "reason", "packets", "bytes"):
+        drops.add_column(col)
+    ecmp = Table(title=f"spraying balance per ECMP group{title_suffix}")
+    for col in ("switch", "group", "member", "packets", "share"):
+        ecmp.add_column(col)
+    jobs = Table(title=f"per job{title_suffix}")
+    for col in ("switch", "job", "received packets", "ECN-marked packets"):
+        jobs.add_column(col)
+    for name, c in counters.items():
+        for (port, prio), (p, b) in sorted(c.port_prio.items()):
+            ports.add_row(name, str(port), str(prio), f"{p:,}", f"{b:,}")
+        for reason, (p, b) in c.drops.items():
+            drops.add_row(name, reason, f"{p:,}", f"{b:,}")
+        totals: dict[int, int] = {}
+        for (group, _), (p, _) in c.ecmp.items():
+            totals[group] = totals.get(group, 0) + p
+        for (group, member), (p, _) in sorted(c.ecmp.items()):
+            share = f"{100 * p / totals[group]:.1f}%" if totals[group] else "-"
+            ecmp.add_row(name, str(group), str(member), f"{p:,}", share)
+        for job in sorted(set(c.job_rx) | set(c.ecn_marks)):
+            jobs.add_row(name, str(job), f"{c.job_rx.get(job, (0, 0))[0]:,}", f"{c.ecn_marks.get(job, (0, 0))[0]:,}")
+    return [ports, drops, ecmp, jobs]

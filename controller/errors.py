@@ -1,0 +1,47 @@
+"""Errors of the control plane; each names the switch, entity or key it is about."""
+
+from __future__ import annotations
+
+from gradfabric.errors import GradfabricError
+
+
+class ControllerError(GradfabricError):
+    """Base of every control-plane error."""
+
+
+class SchemaError(ControllerError):
+    """A name that the P4Info does not define, or defines more than once."""
+
+
+class EncodingError(ControllerError):
+    """A value that does not parse or does not fit its field."""
+
+
+class ConnectionFailed(ControllerError):
+    """A switch that cannot be reached, or that did not make us primary."""
+
+
+class RpcError(ControllerError):
+    """A P4Runtime call that the switch answered with an error."""
+
+
+class WriteRefused(RpcError):
+    """A Write that the switch refused; ``failures`` names each refused update."""
+
+    def __init__(self, switch: str, failures: list[str]) -> None:
+        self.switch = switch
+        self.failures = failures
+        shown = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3 else "")
+        super().__init__(f"{switch} refused {len(failures)} update(s): {shown}")
+
+
+class PolicyError(ControllerError):
+    """A policy file that does not validate; ``problems`` are 'key.path: reason' lines."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class FabricRoutingError(ControllerError):
+    """A fabric whose routes cannot be computed (disconnected switch, clashing address)."""

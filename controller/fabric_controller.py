@@ -1,0 +1,126 @@
+"""Many switches at once: connect, read, and apply desired state all or nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.arbitration import ElectionId
+from controller.diff import compute_diff
+from controller.entities import Entity, Update
+from controller.errors import ControllerError
+from controller.pipeline import Pipeline
+from controller.switch import SwitchSession, SwitchStatus
+from gradfabric.fabric import Fabric
+
+
+class ApplyFailed(ControllerError):
+    """A write refused on one switch; what had been written was rolled back."""
+
+    def __init__(self, cause: ControllerError, rolled_back: list[str], rollback_errors: list[str]) -> None:
+        self.cause = cause
+        self.rolled_back = rolled_back
+        self.rollback_errors = rollback_errors
+        text = f"{cause}; nothing applied (rolled back: {', '.join(rolled_back) or 'nothing to undo'})"
+        if rollback_errors:
+            text = f"{cause}; ROLLBACK INCOMPLETE: " + "; ".join(rollback_errors)
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """Updates written per switch (empty lists when the fabric already matched)."""
+
+    updates: dict[str, list[Update]]
+
+    @property
+    def total(self) -> int:
+        return sum(len(u) for u in self.updates.values())
+
+
+class FabricController:
+    """Sessions with every switch of a fabric; one election id for the whole controller."""
+
+    def __init__(self, sessions: Iterable[SwitchSession]) -> None:
+        self.sessions: dict[str, SwitchSession] = {s.name: s for s in sessions}
+
+    @classmethod
+    def for_fabric(
+        cls, fabric: Fabric, pipeline: Pipeline, *, connect_timeout: float = 5.0, request_logs: bool = True
+    ) -> FabricController:
+        election_id = ElectionId.new()
+        return cls(
+            SwitchSession(
+                sw.name,
+                sw.grpc_addr,
+                sw.device_id,
+                pipeline,
+                election_id=election_id,
+                request_log=str(fabric.path(sw.request_log)) if request_logs and sw.request_log else None,
+                connect_timeout=connect_timeout,
+            )
+            for sw in fabric.switches
+        )
+
+    def __getitem__(self, name: str) -> SwitchSession:
+        try:
+            return self.sessions[name]
+        except KeyError:
+            raise ControllerError(f"no switch named {name!r} (fabric has: {', '.join(self.sessions)})") from None
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+
+    def __enter__(self) -> FabricController:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def status(self) -> list[SwitchStatus]:
+        return [s.status() for s in self.sessions.values()]
+
+    def apply(self, desired: Mapping[str, list[Entity]], tables: frozenset[str]) -> ApplyResult:
+        """Make ``tables`` on every listed switch hold exactly ``desired``, or change nothing.
+
+        Each switch is read first (a snapshot); the diffs are written switch by switch; when
+        a switch refuses, every switch touched so far is written back to its snapshot.
+        """
+        snapshots: dict[str, list[Entity]] = {}
+        plans: dict[str, list[Update]] = {}
+        for name, entities in desired.items():
+            session = self[name]
+            snapshot = session.snapshot(tables, entities)
+            snapshots[name] = snapshot
+            plans[name] = compute_diff(entities, snapshot, tables)
+        touched: list[str] = []
+        for name, updates in plans.items():
+            if not updates:
+                continue
+            touched.append(name)
+            try:
+                self[name].write(updates)
+            except ControllerError as exc:
+                raise self._rollback(exc, touched, snapshots, tables) from exc
+        for name, entities in desired.items():
+            owned = self[name].owned
+            for key in [k for k, e in owned.items() if getattr(e, "table", None) in tables]:
+                del owned[key]
+            owned.update((e.key, e) for e in entities)
+        return ApplyResult(plans)
+
+    def _rollback(
+        self, cause: ControllerError, touched: list[str], snapshots: dict[str, list[Entity]], tables: frozenset[str]
+    ) -> ApplyFailed:
+        rolled_back, errors = [], []
+        for name in reversed(touched):
+            session = self[name]
+            try:
+                now = session.snapshot(tables, snapshots[name])
+                undo = compute_diff(snapshots[name], now, tables)
+                session.write(undo)
+                rolled_back.append(f"{name} ({len(undo)} update(s))")
+            except ControllerError as exc:
+                errors.append(f"{name}: {exc}")
+        return ApplyFailed(cause, rolled_back, errors)

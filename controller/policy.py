@@ -1,0 +1,318 @@
+"""DLCP policies: the YAML model, its validation (errors carry key paths) and its table entries.
+
+A policy lists jobs. Each job maps its layers (tensor ids, 0 = the input-side layer) to a
+queue priority 0..7 (7 most urgent), either as explicit ranges (first matching rule wins)
+or derived from a model trace (front layers first), sets magnitude and queue thresholds
+per priority class, and turns per-packet spraying on or off. See policies/default.yaml.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.entities import TableEntry
+from controller.errors import PolicyError
+from controller.schema import P4Schema
+
+SPRAY_MODE = "DlcpIngress.spray_mode"
+LAYER_PRIORITY = "DlcpIngress.layer_priority"
+DROP_THRESHOLD = "DlcpEgress.drop_threshold"
+POLICY_TABLES = frozenset({SPRAY_MODE, LAYER_PRIORITY, DROP_THRESHOLD})
+SPRAY_ACTIONS = {"random": "DlcpIngress.spray_random", "round_robin": "DlcpIngress.spray_round_robin"}
+MAX_JOB_ID = 1023
+MAX_QUEUE_THRESHOLD = (1 << 19) - 1
+
+
+@dataclass(frozen=True)
+class LayerRule:
+    tensors: tuple[int, int]
+    priority: int
+    dscp: int = 0
+    mag_class: tuple[int, int] = (0, 255)
+
+
+@dataclass(frozen=True)
+class ThresholdRule:
+    priority: int | None  # None: every priority of the job
+    mag_threshold: int
+    queue_threshold: int
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    name: str
+    workers: tuple[str, ...]
+    spraying: str  # "random", "round_robin" or "off"
+    layers: tuple[LayerRule, ...]
+    thresholds: tuple[ThresholdRule, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    jobs: tuple[Job, ...]
+    default_priority: int | None = None
+
+
+# -- validation ------------------------------------------------------------------------------
+class _Validator:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def fail(self, path: str, reason: str) -> None:
+        self.problems.append(f"{path}: {reason}")
+
+    def keys(self, obj: Any, path: str, allowed: set[str], required: set[str]) -> bool:
+        if not isinstance(obj, dict):
+            self.fail(path, f"must be a mapping, got {type(obj).__name__}")
+            return False
+        for key in obj:
+            if key not in allowed:
+                self.fail(f"{path}.{key}" if path else str(key), f"unknown key (known: {', '.join(sorted(allowed))})")
+        for key in sorted(required - set(obj)):
+            self.fail(f"{path}.{key}" if path else key, "is required")
+        return True
+
+    def int_in(self, value: Any, path: str, low: int, high: int) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"must be an integer {low}..{high}, got {value!r}")
+            return None
+        if not low <= value <= high:
+            self.fail(path, f"must be {low}..{high}, got {value}")
+            return None
+        return value
+
+    def range_in(self, value: Any, path: str, low: int, high: int) -> tuple[int, int] | None:
+        """A range written 'lo..hi' or a single integer."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            v = self.int_in(value, path, low, high)
+            return None if v is None else (v, v)
+        if isinstance(value, str) and ".." in value:
+            lo_text, _, hi_text = value.partition("..")
+            try:
+                lo, hi = int(lo_text), int(hi_text)
+            except ValueError:
+                self.fail(path, f"must be lo..hi with integers, got {value!r}")
+                return None
+            if not (low <= lo <= hi <= high):
+                self.fail(path, f"must be lo..hi with {low} <= lo <= hi <= {high}, got {value!r}")
+                return None
+            return lo, hi
+        self.fail(path, f"must be an integer or a range lo..hi, got {value!r}")
+        return None
+
+
+def _layers_from_trace(v: _Validator, spec: Any, path: str, base: Path) -> tuple[LayerRule, ...]:
+    if not v.keys(spec, path, {"file", "priorities"}, {"file", "priorities"}):
+        return ()
+    priorities = spec.get("priorities")
+    if not isinstance(priorities, list) or not priorities:
+        v.fail(f"{path}.priorities", "must be a non-empty list of priorities, most urgent (front layers) first")
+        return ()
+    prios = [v.int_in(p, f"{path}.priorities[{i}]", 0, 7) for i, p in enumerate(priorities)]
+    if not isinstance(spec.get("file"), str):
+        v.fail(f"{path}.file", "must be a path to a trace CSV")
+        return ()
+    file = Path(spec["file"])
+    file = file if file.is_absolute() else base / file
+    try:
+        sizes = trace_sizes(file)
+    except (OSError, ValueError) as exc:
+        v.fail(f"{path}.file", f"cannot use trace {file}: {exc}")
+        return ()
+    if None in prios:
+        return ()
+    return layers_by_volume(sizes, [p for p in prios if p is not None])
+
+
+def trace_sizes(path: Path) -> list[float]:
+    """Per-tensor sizes (elements) in forward order from a trace CSV (numel or *bytes column)."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError("no rows")
+    columns = rows[0].keys()
+    if "numel" in columns:
+        return [float(r["numel"]) for r in rows]
+    byte_columns = [c for c in columns if c.endswith("bytes")]
+    if byte_columns:
+        return [float(r[byte_columns[0]]) / 4 for r in rows]
+    raise ValueError(f"needs a 'numel' or '*bytes' column (has: {', '.join(columns)})")
+
+
+def layers_by_volume(sizes: list[float], priorities: list[int]) -> tuple[LayerRule, ...]:
+    """Split tensors, in forward order, into len(priorities) classes of about equal volume.
+
+    Class k (tensors whose preceding volume lies in the k-th share of the total) gets
+    priorities[k], so the front layers get the first (most urgent) priority.
+    """
+    total = sum(sizes) or 1.0
+    classes, before = [], 0.0
+    for size in sizes:
+        classes.append(min(int(before / total * len(priorities)), len(priorities) - 1))
+        before += size
+    rules: list[LayerRule] = []
+    start = 0
+    for i in range(1, len(classes) + 1):
+        if i == len(classes) or classes[i] != classes[start]:
+            rules.append(LayerRule((start, i - 1), priorities[classes[start]]))
+            start = i
+    last = rules[-1]
+    rules[-1] = LayerRule((last.tensors[0], 0xFFFF), last.priority)  # tensors past the trace
+    return tuple(rules)
+
+
+def parse_policy(data: Any, source: str = "policy", *, base: Path | None = None, hosts: set[str] | None = None) -> Policy:
+    """A validated Policy; raises PolicyError listing every problem as 'key.path: reason'."""
+    v = _Validator()
+    base = base or Path.cwd()
+    if data is None:
+        data = {}
+    if not v.keys(data, "", {"version", "default_priority", "jobs"}, {"jobs"}):
+        raise PolicyError(source, v.problems)
+    if "version" in data and data["version"] != 1:
+        v.fail("version", f"must be 1, got {data['version']!r}")
+    default_priority = None
+    if data.get("default_priority") is not None:
+        default_priority = v.int_in(data["default_priority"], "default_priority", 0, 7)
+    jobs: list[Job] = []
+    seen: dict[int, str] = {}
+    raw_jobs = data.get("jobs")
+    if not isinstance(raw_jobs, list):
+        v.fail("jobs", f"must be a list of jobs, got {raw_jobs!r}")
+        raw_jobs = []
+    for i, raw in enumerate(raw_jobs):
+        path = f"jobs[{i}]"
+        allowed = {"id", "name", "workers", "spraying", "layers", "layers_from_trace", "thresholds"}
+        if not v.keys(raw, path, allowed, {"id"}):
+            continue
+        job_id = v.int_in(raw.get("id"), f"{path}.id", 0, MAX_JOB_ID) if "id" in raw else None
+        if job_id is not None:
+            if job_id in seen:
+                v.fail(f"{path}.id", f"{job_id} is already used by {seen[job_id]}")
+            seen.setdefault(job_id, path)
+        name = raw.get("name", f"job{job_id}")
+        if not isinstance(name, str):
+            v.fail(f"{path}.name", f"must be a string, got {name!r}")
+        workers = raw.get("workers", [])
+        if not isinstance(workers, list) or not all(isinstance(w, str) for w in workers):
+            v.fail(f"{path}.workers", "must be a list of host names")
+            workers = []
+        for j, w in enumerate(workers):
+            if hosts is not None and w not in hosts:
+                v.fail(f"{path}.workers[{j}]", f"no host named {w!r} in the fabric")
+        spraying = raw.get("spraying", "off")
+        spraying = {True: "random", False: "off"}.get(spraying, spraying) if isinstance(spraying, bool) else spraying
+        if spraying not in ("random", "round_robin", "off"):
+            v.fail(f"{path}.spraying", f"must be random, round_robin or off, got {spraying!r}")
+        if "layers" in raw and "layers_from_trace" in raw:
+            v.fail(path, "give either layers or layers_from_trace, not both")
+        layers: list[LayerRule] = []
+        if "layers_from_trace" in raw:
+            layers = list(_layers_from_trace(v, raw["layers_from_trace"], f"{path}.layers_from_trace", base))
+        raw_layers = raw.get("layers", [])
+        if not isinstance(raw_layers, list):
+            v.fail(f"{path}.layers", "must be a list of layer rules")
+            raw_layers = []
+        for j, rule in enumerate(raw_layers):
+            lpath = f"{path}.layers[{j}]"
+            if not v.keys(rule, lpath, {"tensors", "priority", "dscp", "mag_class"}, {"tensors", "priority"}):
+                continue
+            tensors = v.range_in(rule["tensors"], f"{lpath}.tensors", 0, 0xFFFF) if "tensors" in rule else None
+            prio = v.int_in(rule["priority"], f"{lpath}.priority", 0, 7) if "priority" in rule else None
+            dscp = v.int_in(rule.get("dscp", 0), f"{lpath}.dscp", 0, 63)
+            mag = v.range_in(rule.get("mag_class", "0..255"), f"{lpath}.mag_class", 0, 255)
+            if tensors and prio is not None and dscp is not None and mag:
+                layers.append(LayerRule(tensors, prio, dscp, mag))
+        thresholds: list[ThresholdRule] = []
+        seen_prio: dict[int | None, str] = {}
+        raw_thresholds = raw.get("thresholds", [])
+        if not isinstance(raw_thresholds, list):
+            v.fail(f"{path}.thresholds", "must be a list of threshold rules")
+            raw_thresholds = []
+        for j, rule in enumerate(raw_thresholds):
+            tpath = f"{path}.thresholds[{j}]"
+            if not v.keys(rule, tpath, {"priority", "mag_threshold", "queue_threshold"}, {"mag_threshold", "queue_threshold"}):
+                continue
+            prio_spec = rule.get("priority", "any")
+            prio = None if prio_spec == "any" else v.int_in(prio_spec, f"{tpath}.priority", 0, 7)
+            if prio is None and prio_spec != "any":
+                continue
+            if prio in seen_prio:
+                v.fail(f"{tpath}.priority", f"{prio_spec} is already set by {seen_prio[prio]}")
+            seen_prio.setdefault(prio, tpath)
+            mag = v.int_in(rule.get("mag_threshold"), f"{tpath}.mag_threshold", 0, 255) if "mag_threshold" in rule else None
+            queue = (
+                v.int_in(rule.get("queue_threshold"), f"{tpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
+                if "queue_threshold" in rule
+                else None
+            )
+            if mag is not None and queue is not None:
+                thresholds.append(ThresholdRule(prio, mag, queue))
+        if job_id is not None:
+            jobs.append(Job(job_id, str(name), tuple(workers), str(spraying), tuple(layers), tuple(thresholds)))
+    if v.problems:
+        raise PolicyError(source, v.problems)
+    return Policy(tuple(jobs), default_priority)
+
+
+def load_policy(path: str | Path, *, hosts: set[str] | None = None) -> Policy:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise PolicyError(str(path), ["no such file"]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise PolicyError(str(path), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    return parse_policy(data, str(path), base=path.parent, hosts=hosts)
+
+
+# -- table entries ---------------------------------------------------------------------------
+def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
+    """The spray_mode, layer_priority and drop_threshold entries a policy means (same on every switch)."""
+    entries: list[TableEntry] = []
+    if policy.default_priority is not None:
+        entries.append(
+            TableEntry.build(
+                schema, LAYER_PRIORITY, action="DlcpIngress.set_priority",
+                params={"prio": policy.default_priority, "dscp": 0}, is_default=True,
+            )
+        )
+    for job in policy.jobs:
+        if job.spraying in SPRAY_ACTIONS:
+            entries.append(TableEntry.build(schema, SPRAY_MODE, {"hdr.dlcp.job_id": job.id}, SPRAY_ACTIONS[job.spraying]))
+        for index, rule in enumerate(job.layers):
+            entries.append(
+                TableEntry.build(
+                    schema,
+                    LAYER_PRIORITY,
+                    {
+                        "hdr.dlcp.job_id": job.id,
+                        "hdr.dlcp.tensor_id": f"{rule.tensors[0]}..{rule.tensors[1]}",
+                        "hdr.dlcp.mag_class": f"{rule.mag_class[0]}..{rule.mag_class[1]}",
+                    },
+                    "DlcpIngress.set_priority",
+                    {"prio": rule.priority, "dscp": rule.dscp},
+                    priority=len(job.layers) - index,  # the first matching rule wins
+                )
+            )
+        for rule in job.thresholds:
+            prio = "0&&&0" if rule.priority is None else f"{rule.priority}&&&7"
+            entries.append(
+                TableEntry.build(
+                    schema,
+                    DROP_THRESHOLD,
+                    {"hdr.dlcp.job_id": job.id, "meta.dlcp_prio": prio},
+                    "DlcpEgress.set_thresholds",
+                    {"mag_threshold": rule.mag_threshold, "queue_threshold": rule.queue_threshold},
+                    priority=1 if rule.priority is None else 2,  # a class's own rule beats "any"
+                )
+            )
+    return entries

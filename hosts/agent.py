@@ -1,0 +1,167 @@
+"""The worker agent: drives a scheduler in real time and moves its transfers over DLCP.
+
+One iteration: the forward pass (the model's forward time), then the backward pass, during
+which layer gradients become ready from the back layer to the front one at the model's
+backward times. After every event the agent asks the scheduler what to send; each
+:class:`~hosts.schedulers.Transfer` is one collective operation:
+
+* parameter server: every segment is pushed as a part of its layer's tensor (tensor id =
+  layer index, offsets inside the layer), and the layers are pulled once all are pushed;
+* ring all-reduce: the segments are concatenated and all-reduced as one message, then put
+  back into their layers (every rank must hand out the same transfers: the schedulers are
+  deterministic for a given model).
+
+Compute is emulated by waiting (``time_scale`` stretches or shrinks it); the gradients are
+whatever the caller passes (numpy arrays or torch tensors, via ``.numpy()``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from hosts.endpoint import SendReport
+from hosts.errors import TransportError
+from hosts.packetize import as_float32
+from hosts.ps import PsClient
+from hosts.ring import RingAllReduce
+from hosts.schedulers import Layer, Scheduler, Transfer, Wait
+
+
+@dataclass
+class IterationReport:
+    """Per-iteration figures, printed and written as one JSON line."""
+
+    iteration: int
+    rank: int
+    scheduler: str
+    collective: str
+    iteration_s: float
+    compute_s: float
+    transfers: int
+    bytes: int
+    packets: int
+    retransmissions: int
+    loss_rate: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+class WorkerAgent:
+    """See the module doc."""
+
+    def __init__(
+        self,
+        layers: Sequence[Layer],
+        scheduler: Scheduler,
+        collective: PsClient | RingAllReduce,
+        *,
+        rank: int,
+        time_scale: float = 1.0,
+        timeout: float = 30.0,
+    ) -> None:
+        if not layers:
+            raise TransportError("the model has no layers")
+        self.layers = tuple(layers)
+        self.scheduler = scheduler
+        self.collective = collective
+        self.rank = rank
+        self.time_scale = time_scale
+        self.timeout = timeout
+        self._origin = time.monotonic()
+
+    def _now(self) -> float:
+        return time.monotonic() - self._origin
+
+    def run_iteration(self, iteration: int, gradients: Sequence[Any]) -> tuple[list[np.ndarray], IterationReport]:
+        """Send this iteration's gradients; return the aggregated ones and the figures."""
+        grads = [as_float32(g) for g in gradients]
+        if len(grads) != len(self.layers):
+            raise TransportError(f"{len(grads)} gradients for a model of {len(self.layers)} layers")
+        for layer, g in zip(self.layers, grads):
+            if g.size != layer.numel:
+                raise TransportError(f"layer {layer.index} ({layer.name}): gradient of {g.size} "
+                                     f"elements, the model says {layer.numel}")
+        started = self._now()
+        time.sleep(sum(l.forward_s for l in self.layers) * self.time_scale)
+        backward_start = self._now()
+        ready_at = np.cumsum([l.backward_s * self.time_scale for l in reversed(self.layers)])[::-1] + backward_start
+        results = [np.zeros(l.numel, np.float32) for l in self.layers]
+        sends: list[SendReport] = []
+        lost = received = transfers = 0
+        self.scheduler.start_iteration(self.layers, backward_start)
+        next_ready = len(self.layers) - 1
+        while True:
+            now = self._now()
+            while next_ready >= 0 and ready_at[next_ready] <= now:
+                self.scheduler.on_gradient_ready(next_ready, float(ready_at[next_ready]))
+                next_ready -= 1
+            decision = self.scheduler.next_transfer(now, True)
+            if isinstance(decision, Transfer):
+                began = self._now()
+                new_sends, l, r = self._transfer(iteration, transfers, decision, grads, results)
+                sends += new_sends
+                lost, received, transfers = lost + l, received + r, transfers + 1
+                took = max(self._now() - began, 1e-9)
+                self.scheduler.on_transfer_done(decision, self._now(), decision.nbytes / took)
+                continue
+            if decision is None:
+                if next_ready >= 0:
+                    raise TransportError(f"scheduler {self.scheduler.name!r} finished before layer "
+                                         f"{next_ready} was ready")
+                break
+            assert isinstance(decision, Wait)
+            wake = min(decision.until if decision.until is not None else float("inf"),
+                       float(ready_at[next_ready]) if next_ready >= 0 else float("inf"))
+            if wake == float("inf"):
+                raise TransportError(f"scheduler {self.scheduler.name!r} waits with nothing left to happen")
+            time.sleep(max(0.0, wake - self._now()))
+        if isinstance(self.collective, PsClient):
+            for layer in self.layers:
+                if layer.numel:
+                    got = self.collective.pull(iteration, layer.index, timeout=self.timeout)
+                    results[layer.index] = got.values
+                    lost += got.values.size - got.received
+                    received += got.values.size
+        finished = self._now()
+        report = IterationReport(
+            iteration=iteration, rank=self.rank, scheduler=self.scheduler.name,
+            collective="ps" if isinstance(self.collective, PsClient) else "ring",
+            iteration_s=finished - started, compute_s=float(ready_at[0]) - started,
+            transfers=transfers, bytes=sum(s.payload_bytes for s in sends),
+            packets=sum(s.packets for s in sends), retransmissions=sum(s.retransmitted for s in sends),
+            loss_rate=lost / received if received else 0.0,
+        )
+        return results, report
+
+    def _transfer(self, iteration: int, ordinal: int, transfer: Transfer, grads: list[np.ndarray],
+                  results: list[np.ndarray]) -> tuple[list[SendReport], int, int]:
+        options: dict[str, Any] = {"prio_hint": transfer.priority, "num_layers": len(self.layers),
+                                   "drop_eligible": transfer.loss is not None}
+        if transfer.loss is not None:
+            options["eligible_share"] = transfer.loss.drop_eligible_share
+        segments = [s for s in transfer.segments if s.numel > 0]
+        if not segments:
+            return [], 0, 0
+        if isinstance(self.collective, PsClient):
+            reports = [
+                self.collective.push(iteration, s.layer_index, grads[s.layer_index][s.start:s.stop],
+                                     start=s.start, tensor_len=self.layers[s.layer_index].numel, **options)
+                for s in segments
+            ]
+            return reports, 0, 0
+        values = np.concatenate([grads[s.layer_index][s.start:s.stop] for s in segments])
+        out, ring = self.collective.allreduce(
+            values, iteration=iteration, tensor_id=min(s.layer_index for s in segments), part=ordinal,
+            timeout=self.timeout, **options)
+        at = 0
+        for s in segments:
+            results[s.layer_index][s.start:s.stop] = out[at:at + s.numel]
+            at += s.numel
+        return ring.sends, ring.lost_elements, ring.received_elements

@@ -1,0 +1,243 @@
+"""The receiving side of the bounded-loss transport, free of sockets.
+
+:class:`Reassembler` takes raw DLCP datagrams and returns the replies to send back and the
+messages that completed. Values are placed by offset in any order; duplicates are ignored;
+a probe is answered with bitmaps of the data packets it covers; a message completes when
+every element arrived, or at a probe once at least (1 - bound) of its elements arrived; a
+completed message answers every later probe with a full bitmap (it needs nothing more).
+A tensor may be sent in parts (each part its own probe); sequence numbers are unique per
+tensor, so the parts share one assembly. Lost
+gradient values are zero; lost parameter values keep what ``prior(key)`` returned (the
+previous iteration's values). Anything malformed or unexpected is counted by reason and
+dropped: nothing in a packet can make it write outside a tensor or allocate without limit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
+from hosts.wire import HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, MsgType, pack_bitmap
+
+#: Bits per bitmap reply packet (1024 payload bytes).
+BITMAP_BITS_PER_PACKET = 8192
+
+Address = tuple[str, int]
+
+
+class DropReason(str, Enum):
+    TRUNCATED = "truncated"
+    BAD_VERSION = "bad_version"
+    BAD_TYPE = "bad_type"
+    BAD_FLAGS = "bad_flags"
+    WRONG_JOB = "wrong_job"
+    TOO_LARGE = "too_large"
+    OUT_OF_BOUNDS = "out_of_bounds"
+    BAD_PAYLOAD = "bad_payload"
+    INCONSISTENT = "inconsistent"
+    LATE = "late"
+    TOO_MANY_OPEN = "too_many_open"
+    UNEXPECTED = "unexpected"
+
+
+@dataclass
+class ReceiverStats:
+    data_packets: int = 0
+    duplicates: int = 0
+    probes: int = 0
+    bitmaps_sent: int = 0
+    completed: int = 0
+    drops: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+
+class Assembly:
+    """A message being rebuilt."""
+
+    __slots__ = ("key", "values", "have", "seqs", "received", "source")
+
+    def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address) -> None:
+        self.key = key
+        if initial is not None and initial.size == tensor_len:
+            self.values = np.array(initial, dtype=np.float32, copy=True).reshape(-1)
+        else:
+            self.values = np.zeros(tensor_len, dtype=np.float32)
+        self.have = np.zeros(tensor_len, dtype=bool)
+        self.seqs = np.zeros(tensor_len, dtype=bool)  # a packet holds >= 1 element
+        self.received = 0
+        self.source = source
+
+
+
+class Reassembler:
+    """Rebuilds DLCP messages from datagrams (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        job_id: int | None = None,
+        bounds: dict[MsgType, float] | None = None,
+        max_tensor_len: int = 1 << 26,
+        max_open: int = 4096,
+        done_memory: int = 65536,
+        prior: Callable[[MessageKey], np.ndarray | None] | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.bounds = dict(DEFAULT_BOUNDS if bounds is None else bounds)
+        self.max_tensor_len = max_tensor_len
+        self.max_open = max_open
+        self.done_memory = done_memory
+        self.prior = prior
+        self.stats = ReceiverStats()
+        self._open: dict[MessageKey, Assembly] = {}
+        self._done: OrderedDict[MessageKey, int] = OrderedDict()  # key -> tensor_len
+
+    @property
+    def open_messages(self) -> int:
+        return len(self._open)
+
+    def handle(self, data: bytes | memoryview, source: Address) -> tuple[list[bytes], list[Delivered]]:
+        """Process one datagram: (replies to send to `source`, completed messages)."""
+        if len(data) < HEADER_LEN:
+            return self._drop(DropReason.TRUNCATED)
+        vt, flags, job, worker, tensor, iteration, offset, tensor_len, count, mag, _prio, seq = (
+            HEADER_STRUCT.unpack_from(data)
+        )
+        if vt >> 4 != VERSION:
+            return self._drop(DropReason.BAD_VERSION)
+        if flags & RESERVED_FLAGS:
+            return self._drop(DropReason.BAD_FLAGS)
+        if self.job_id is not None and job != self.job_id:
+            return self._drop(DropReason.WRONG_JOB)
+        msg_type = vt & 0x0F
+        if msg_type in (MsgType.GRADIENT, MsgType.PARAMETER):
+            key = MessageKey(job, worker, iteration, tensor, MsgType(msg_type))
+            return self._data(key, data, offset, tensor_len, count, seq, source)
+        if msg_type == MsgType.PROBE:
+            if mag not in (MsgType.GRADIENT, MsgType.PARAMETER):
+                return self._drop(DropReason.BAD_TYPE)
+            key = MessageKey(job, worker, iteration, tensor, MsgType(mag))
+            return self._probe(key, tensor_len, offset, seq, source)
+        if msg_type == MsgType.BITMAP:
+            return self._drop(DropReason.UNEXPECTED)
+        return self._drop(DropReason.BAD_TYPE)
+
+    # -- data -------------------------------------------------------------------------------
+
+    def _data(self, key: MessageKey, data: bytes | memoryview, offset: int, tensor_len: int,
+              count: int, seq: int, source: Address) -> tuple[list[bytes], list[Delivered]]:
+        if tensor_len == 0 or tensor_len > self.max_tensor_len:
+            return self._drop(DropReason.TOO_LARGE)
+        if count == 0 or offset + count > tensor_len or seq >= tensor_len:
+            return self._drop(DropReason.OUT_OF_BOUNDS)
+        if len(data) != HEADER_LEN + 4 * count:
+            return self._drop(DropReason.BAD_PAYLOAD)
+        if key in self._done:
+            self.stats.duplicates += 1
+            return self._drop(DropReason.LATE)
+        asm = self._assembly(key, tensor_len, source)
+        if asm is None:
+            return [], []
+        if asm.values.size != tensor_len:
+            return self._drop(DropReason.INCONSISTENT)
+        self.stats.data_packets += 1
+        if asm.seqs[seq]:
+            self.stats.duplicates += 1
+            return [], []
+        asm.seqs[seq] = True
+        values = np.frombuffer(data, dtype="<f4", count=count, offset=HEADER_LEN)
+        end = offset + count
+        have = asm.have[offset:end]
+        if have.any():
+            fresh = ~have
+            asm.values[offset:end][fresh] = values[fresh]
+            asm.received += int(fresh.sum())
+        else:
+            asm.values[offset:end] = values
+            asm.received += count
+        have[:] = True
+        if asm.received == tensor_len:
+            return [], [self._complete(asm)]
+        return [], []
+
+    def _assembly(self, key: MessageKey, tensor_len: int, source: Address) -> Assembly | None:
+        asm = self._open.get(key)
+        if asm is not None:
+            return asm
+        if len(self._open) >= self.max_open:
+            self._drop(DropReason.TOO_MANY_OPEN)
+            return None
+        initial = self.prior(key) if (self.prior is not None and key.kind == MsgType.PARAMETER) else None
+        asm = Assembly(key, tensor_len, initial, source)
+        self._open[key] = asm
+        return asm
+
+    # -- probes -----------------------------------------------------------------------------
+
+    def _probe(self, key: MessageKey, tensor_len: int, first: int, n_packets: int,
+               source: Address) -> tuple[list[bytes], list[Delivered]]:
+        if tensor_len == 0 or tensor_len > self.max_tensor_len:
+            return self._drop(DropReason.TOO_LARGE)
+        if n_packets == 0 or first + n_packets > tensor_len:
+            return self._drop(DropReason.OUT_OF_BOUNDS)
+        done = self._done.get(key)
+        if done is not None:
+            if done != tensor_len:
+                return self._drop(DropReason.INCONSISTENT)
+            self.stats.probes += 1
+            # A completed message needs nothing more: every probe gets a full bitmap.
+            return self._bitmaps(key, tensor_len, first, np.ones(n_packets, dtype=bool)), []
+        asm = self._assembly(key, tensor_len, source)
+        if asm is None:
+            return [], []
+        if asm.values.size != tensor_len:
+            return self._drop(DropReason.INCONSISTENT)
+        self.stats.probes += 1
+        bits = asm.seqs[first:first + n_packets].copy()
+        delivered: list[Delivered] = []
+        if within_bound(tensor_len - asm.received, tensor_len, self.bounds.get(key.kind, 0.0)):
+            delivered.append(self._complete(asm))
+        return self._bitmaps(key, tensor_len, first, bits), delivered
+
+    def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray) -> list[bytes]:
+        replies = []
+        for start in range(0, bits.size, BITMAP_BITS_PER_PACKET):
+            chunk = bits[start:start + BITMAP_BITS_PER_PACKET]
+            header = HEADER_STRUCT.pack(
+                (VERSION << 4) | MsgType.BITMAP, 0, key.job_id, key.worker_id, key.tensor_id,
+                key.iteration, first + start, tensor_len, chunk.size, int(key.kind), 7,
+                start // BITMAP_BITS_PER_PACKET,
+            )
+            replies.append(header + pack_bitmap(chunk))
+        self.stats.bitmaps_sent += len(replies)
+        return replies
+
+    # -- completion -------------------------------------------------------------------------
+
+    def _complete(self, asm: Assembly) -> Delivered:
+        del self._open[asm.key]
+        self._done[asm.key] = asm.values.size
+        while len(self._done) > self.done_memory:
+            self._done.popitem(last=False)
+        self.stats.completed += 1
+        return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source)
+
+    def expire(self, key: MessageKey) -> Delivered | None:
+        """Give up waiting on an open message: deliver what arrived (e.g. after a timeout)."""
+        asm = self._open.get(key)
+        if asm is None:
+            return None
+        return self._complete(asm)
+
+    def _drop(self, reason: DropReason) -> tuple[list[bytes], list[Delivered]]:
+        self.stats.drops[reason.value] += 1
+        return [], []
+

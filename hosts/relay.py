@@ -1,0 +1,131 @@
+"""A UDP relay that loses, duplicates or reorders DLCP packets on purpose (for experiments).
+
+It sits between one sender and one receiver on loopback: the sender talks to the relay's
+address, the relay forwards to the receiver through its own socket and carries the replies
+back. A `verdict(header, data)` function decides per forwarded datagram how many copies to
+send (0 drops it); `hold` reverses the order of every group of that many forwarded data
+packets (a probe first flushes the group, so it never overtakes data).
+"""
+
+from __future__ import annotations
+
+import random
+import select
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hosts.endpoint import SOCKET_BUFFER, set_buffer
+from hosts.receiver import Address
+from hosts.wire import HEADER_LEN, Header, unpack_header
+
+Verdict = Callable[[Header, bytes], int]
+
+
+@dataclass
+class RelayStats:
+    forwarded: int = 0
+    dropped: int = 0
+    duplicated: int = 0
+    replies: int = 0
+    seen: list[Header] = field(default_factory=list)
+
+
+class Relay:
+    """See the module doc. Use as a context manager."""
+
+    def __init__(self, target: Address, verdict: Verdict | None = None, hold: int = 1,
+                 listen: Address = ("127.0.0.1", 0), record: bool = True) -> None:
+        self.target = target
+        self.verdict = verdict or (lambda header, data: 1)
+        self.hold = max(1, hold)
+        self.stats = RelayStats()
+        self.record = record  # keep every header seen in stats.seen
+        self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for sock, where in ((self._front, listen), (self._back, (listen[0], 0))):
+            set_buffer(sock, getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF, SOCKET_BUFFER)
+            sock.bind(where)
+        self._client: Address | None = None
+        self._held: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dlcp-relay", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> Address:
+        return self._front.getsockname()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._front.close()
+        self._back.close()
+
+    def __enter__(self) -> Relay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _loop(self) -> None:
+        poller = select.poll()
+        poller.register(self._front, select.POLLIN)
+        poller.register(self._back, select.POLLIN)
+        front, back = self._front.fileno(), self._back.fileno()
+        while not self._stop.is_set():
+            events = poller.poll(50)
+            if not events and self._held:
+                self._flush()
+            for fd, _ in events:
+                if fd == front:
+                    data, self._client = self._front.recvfrom(65536)
+                    self._forward(data)
+                elif fd == back:
+                    data, _ = self._back.recvfrom(65536)
+                    if self._client is not None:
+                        self.stats.replies += 1
+                        self._front.sendto(data, self._client)
+
+    def _forward(self, data: bytes) -> None:
+        if len(data) < HEADER_LEN:
+            copies = 1
+        else:
+            header = unpack_header(data)
+            if self.record:
+                self.stats.seen.append(header)
+            copies = self.verdict(header, data)
+            if header.msg_type > 1 and copies > 0:
+                self._flush()  # control packets never overtake the data held back
+                self.stats.forwarded += 1
+                self._back.sendto(data, self.target)
+                return
+        if copies <= 0:
+            self.stats.dropped += 1
+            return
+        self.stats.forwarded += 1
+        self.stats.duplicated += copies - 1
+        self._held.extend([data] * copies)
+        if len(self._held) >= self.hold:
+            self._flush()
+
+    def _flush(self) -> None:
+        for data in reversed(self._held):
+            self._back.sendto(data, self.target)
+        self._held.clear()
+
+
+def random_impairment(*, loss: float, duplicate: float, seed: int | None = None) -> Verdict:
+    """Drop each data packet with probability `loss`, send it twice with `duplicate`
+    (control packets are never touched: lose them with a real link when needed)."""
+    rng = random.Random(seed)
+
+    def verdict(header: Header, data: bytes) -> int:
+        if header.msg_type > 1:
+            return 1
+        if rng.random() < loss:
+            return 0
+        return 2 if rng.random() < duplicate else 1
+
+    return verdict

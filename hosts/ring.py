@@ -1,0 +1,111 @@
+"""Ring all-reduce over the DLCP transport.
+
+N ranks in a ring; each tensor is cut into N chunks. Reduce-scatter: in N-1 steps each rank
+sends one chunk to its right neighbour and adds the chunk arriving from its left one;
+all-gather: in N-1 more steps the fully reduced chunks travel round the ring. Reduce-scatter
+chunks are gradient messages (zero-filled where lost); all-gather chunks are parameter
+messages (stricter bound; lost values keep the previous all-reduce's result).
+
+Each step is a message of its own: the header's ``iteration`` field carries
+``(iteration * MAX_PARTS + part) * 2 * (N - 1) + step`` (``part`` numbers the all-reduces of
+one iteration that share a tensor id) so that no two chunks share a message identity (the
+switch does not look at this field).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hosts.endpoint import Endpoint, SendReport
+from hosts.errors import TransportError
+from hosts.messages import MessageKey
+from hosts.packetize import as_float32
+from hosts.receiver import Address
+from hosts.wire import MsgType
+
+#: All-reduces per iteration and tensor id that the wire numbering keeps apart.
+MAX_PARTS = 1024
+
+
+@dataclass
+class RingReport:
+    sends: list[SendReport] = field(default_factory=list)
+    lost_elements: int = 0
+    received_elements: int = 0
+    seconds: float = 0.0
+
+
+class RingAllReduce:
+    """One rank of a ring; ranks are the workers' ids (0..N-1), `peers[r]` their addresses."""
+
+    def __init__(self, endpoint: Endpoint, rank: int, peers: list[Address]) -> None:
+        if not 0 <= rank < len(peers):
+            raise TransportError(f"rank {rank} is not in a ring of {len(peers)}")
+        if endpoint.worker_id != rank:
+            raise TransportError(f"the endpoint's worker id {endpoint.worker_id} must be the rank {rank}")
+        self.endpoint = endpoint
+        self.rank = rank
+        self.size = len(peers)
+        self.right = peers[(rank + 1) % self.size]
+        self.left_rank = (rank - 1) % self.size
+        self.steps = 2 * (self.size - 1)
+        self.previous: dict[tuple[int, int], np.ndarray] = {}  # (tensor id, part) -> last result
+        endpoint.reassembler.prior = self._prior
+
+    def _chunks(self, n: int) -> list[int]:
+        return [round(i * n / self.size) for i in range(self.size + 1)]
+
+    def _prior(self, key: MessageKey) -> np.ndarray | None:
+        part = (key.iteration // self.steps) % MAX_PARTS
+        previous = self.previous.get((key.tensor_id, part))
+        if previous is None or key.kind != MsgType.PARAMETER:
+            return None
+        step = key.iteration % self.steps - (self.size - 1)
+        c = (self.left_rank + 1 - step) % self.size
+        b = self._chunks(previous.size)
+        return previous[b[c]:b[c + 1]]
+
+    def allreduce(self, values: Any, *, iteration: int, tensor_id: int = 0, part: int = 0,
+                  num_layers: int = 1, average: bool = False, timeout: float = 30.0,
+                  **send_options: Any) -> tuple[np.ndarray, RingReport]:
+        """The element-wise sum (or mean) of `values` over all ranks (`send_options` go to
+        :meth:`Endpoint.send`, e.g. ``prio_hint`` or ``eligible_share``)."""
+        started = time.perf_counter()
+        buf = as_float32(values).copy()
+        report = RingReport()
+        if self.size == 1:
+            return buf, report
+        if not 0 <= part < MAX_PARTS:
+            raise TransportError(f"ring all-reduce part {part} is not in 0..{MAX_PARTS - 1}")
+        b = self._chunks(buf.size)
+        base = (iteration * MAX_PARTS + part) * self.steps
+        if base + self.steps > 0xFFFFFFFF:
+            raise TransportError(f"iteration {iteration} is too large for the ring's message numbering")
+        for step in range(self.steps):
+            gather = step >= self.size - 1
+            s = step - (self.size - 1) if gather else step
+            kind = MsgType.PARAMETER if gather else MsgType.GRADIENT
+            send_c = (self.rank + 1 - s) % self.size if gather else (self.rank - s) % self.size
+            recv_c = (self.rank - s) % self.size if gather else (self.rank - s - 1) % self.size
+            if b[send_c + 1] > b[send_c]:
+                report.sends.append(self.endpoint.send(
+                    self.right, buf[b[send_c]:b[send_c + 1]], kind=kind, tensor_id=tensor_id,
+                    iteration=base + step, num_layers=num_layers, **send_options))
+            if b[recv_c + 1] > b[recv_c]:
+                key = MessageKey(self.endpoint.job_id, self.left_rank, base + step, tensor_id, kind)
+                got = self.endpoint.take(key, timeout=timeout)
+                report.lost_elements += got.values.size - got.received
+                report.received_elements += got.values.size
+                if gather:
+                    buf[b[recv_c]:b[recv_c + 1]] = got.values
+                else:
+                    buf[b[recv_c]:b[recv_c + 1]] += got.values
+        if average:
+            buf /= self.size
+        self.previous[(tensor_id, part)] = buf.copy()
+        report.seconds = time.perf_counter() - started
+        return buf, report

@@ -1,0 +1,436 @@
+/*
+ * DLCP data plane for the v1model architecture (BMv2 simple_switch and the embedded target).
+ *
+ * Mechanisms (see p4src/README.md for the full design):
+ *   - IPv4 LPM routing to a next hop or an ECMP group; TTL decrement and checksum update.
+ *   - ECMP member choice: per-flow 5-tuple hash for ordinary traffic; per-packet spraying
+ *     (random or round-robin) of DLCP packets, selected per job by the controller.
+ *   - Layer-priority table: (job, tensor, magnitude class) -> queue priority and DSCP.
+ *   - Magnitude-threshold dropping in egress, where the queue depth is visible: under
+ *     congestion, drop-eligible packets below the job's magnitude threshold are dropped and
+ *     the others are ECN-marked when ECN-capable.
+ * The controller writes tables only and reads counters only (BMv2 does not expose registers
+ * over P4Runtime); the single register below is private to the data plane.
+ */
+
+#include <core.p4>
+#include <v1model.p4>
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IP_PROTO_TCP   = 6;
+const bit<8>  IP_PROTO_UDP   = 17;
+const bit<16> DLCP_UDP_PORT  = 19600;
+const bit<4>  DLCP_VERSION   = 1;
+
+const bit<2>  ECN_NOT_ECT = 0;
+const bit<2>  ECN_CE      = 3;
+
+/* Indices of DlcpIngress.ingress_drops. */
+const bit<32> DROP_NO_ROUTE       = 1;
+const bit<32> DROP_TTL_EXPIRED    = 2;
+const bit<32> DROP_PARSER_ERROR   = 3;
+const bit<32> DROP_NOT_IPV4       = 4;
+const bit<32> DROP_IPV4_CHECKSUM  = 5;
+/* Index of DlcpEgress.egress_drops. */
+const bit<32> DROP_MAGNITUDE      = 1;
+
+const bit<32> DROP_REASONS   = 8;
+const bit<32> MAX_JOBS       = 1024;
+const bit<32> PORT_TX_SIZE   = 4096;   /* 512 ports x 8 priorities */
+const bit<32> ECMP_GROUPS    = 1024;   /* round-robin state: group ids below this */
+
+/* Member selection modes (metadata only). */
+const bit<2> LB_FLOW_HASH   = 0;
+const bit<2> LB_RANDOM      = 1;
+const bit<2> LB_ROUND_ROBIN = 2;
+
+error {
+    IPv4IncorrectVersion,
+    IPv4OptionsNotSupported,
+    DlcpUnsupportedVersion
+}
+
+header ethernet_t {
+    bit<48> dstAddr;
+    bit<48> srcAddr;
+    bit<16> etherType;
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<6>  dscp;
+    bit<2>  ecn;
+    bit<16> totalLen;
+    bit<16> identification;
+    bit<1>  flag_rsvd;
+    bit<1>  flag_df;
+    bit<1>  flag_mf;
+    bit<13> fragOffset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdrChecksum;
+    bit<32> srcAddr;
+    bit<32> dstAddr;
+}
+
+/* Only the ports of TCP are needed (for the flow hash); the rest stays payload. */
+header tcp_ports_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+/* 28 bytes right after UDP (destination port 19600); multi-byte fields big-endian. */
+header dlcp_t {
+    bit<4>  version;
+    bit<4>  msg_type;
+    bit<5>  flags_rsvd;
+    bit<1>  retx;
+    bit<1>  last;
+    bit<1>  drop_eligible;
+    bit<16> job_id;
+    bit<16> worker_id;
+    bit<16> tensor_id;
+    bit<32> iteration;
+    bit<32> offset;
+    bit<32> tensor_len;
+    bit<16> count;
+    bit<8>  mag_class;
+    bit<8>  prio_hint;
+    bit<32> seq;
+}
+
+struct headers_t {
+    ethernet_t  ethernet;
+    ipv4_t      ipv4;
+    tcp_ports_t tcp;
+    udp_t       udp;
+    dlcp_t      dlcp;
+}
+
+struct metadata_t {
+    bit<16> l4_src;
+    bit<16> l4_dst;
+    bit<16> ecmp_group_id;
+    bit<16> ecmp_group_size;
+    bit<16> ecmp_member;
+    bit<2>  lb_mode;
+    bit<3>  dlcp_prio;
+    bit<8>  mag_threshold;
+    bit<19> queue_threshold;
+}
+
+parser DlcpParser(packet_in packet,
+                  out headers_t hdr,
+                  inout metadata_t meta,
+                  inout standard_metadata_t standard_metadata) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        verify(hdr.ipv4.version == 4, error.IPv4IncorrectVersion);
+        verify(hdr.ipv4.ihl == 5, error.IPv4OptionsNotSupported);
+        /* Fragments other than an unfragmented datagram carry no usable L4 header. */
+        transition select(hdr.ipv4.flag_mf, hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (0, 0, IP_PROTO_TCP): parse_tcp;
+            (0, 0, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_tcp {
+        packet.extract(hdr.tcp);
+        meta.l4_src = hdr.tcp.srcPort;
+        meta.l4_dst = hdr.tcp.dstPort;
+        transition accept;
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        meta.l4_src = hdr.udp.srcPort;
+        meta.l4_dst = hdr.udp.dstPort;
+        transition select(hdr.udp.dstPort) {
+            DLCP_UDP_PORT: parse_dlcp;
+            default: accept;
+        }
+    }
+
+    state parse_dlcp {
+        packet.extract(hdr.dlcp);
+        verify(hdr.dlcp.version == DLCP_VERSION, error.DlcpUnsupportedVersion);
+        transition accept;
+    }
+}
+
+control DlcpVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        verify_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+              hdr.ipv4.totalLen, hdr.ipv4.identification,
+              hdr.ipv4.flag_rsvd, hdr.ipv4.flag_df, hdr.ipv4.flag_mf, hdr.ipv4.fragOffset,
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control DlcpIngress(inout headers_t hdr,
+                    inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+
+    counter(DROP_REASONS, CounterType.packets_and_bytes) ingress_drops;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) job_rx;
+    direct_counter(CounterType.packets_and_bytes) ecmp_member_counter;
+    /* Next round-robin position per ECMP group: internal state, never read by the controller. */
+    register<bit<32>>(ECMP_GROUPS) rr_position;
+
+    action drop_with_reason(bit<32> reason) {
+        ingress_drops.count(reason);
+        mark_to_drop(standard_metadata);
+    }
+
+    action drop_no_route() {
+        ingress_drops.count(DROP_NO_ROUTE);
+        mark_to_drop(standard_metadata);
+    }
+
+    action set_nhop(bit<9> port, bit<48> smac, bit<48> dmac) {
+        standard_metadata.egress_spec = port;
+        hdr.ethernet.srcAddr = smac;
+        hdr.ethernet.dstAddr = dmac;
+    }
+
+    action set_ecmp_group(bit<16> group_id, bit<16> group_size) {
+        meta.ecmp_group_id = group_id;
+        meta.ecmp_group_size = group_size;
+    }
+
+    action set_priority(bit<3> prio, bit<6> dscp) {
+        standard_metadata.priority = prio;
+        meta.dlcp_prio = prio;
+        hdr.ipv4.dscp = dscp;
+    }
+
+    action spray_random() {
+        meta.lb_mode = LB_RANDOM;
+    }
+
+    action spray_round_robin() {
+        meta.lb_mode = LB_ROUND_ROBIN;
+    }
+
+    action flow_hash() {
+        meta.lb_mode = LB_FLOW_HASH;
+    }
+
+    table ipv4_lpm {
+        key = {
+            hdr.ipv4.dstAddr: lpm;
+        }
+        actions = {
+            set_nhop;
+            set_ecmp_group;
+            drop_no_route;
+        }
+        default_action = drop_no_route();
+        size = 1024;
+    }
+
+    table ecmp_member {
+        key = {
+            meta.ecmp_group_id: exact;
+            meta.ecmp_member: exact;
+        }
+        actions = {
+            set_nhop;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        counters = ecmp_member_counter;
+        size = 4096;
+    }
+
+    table spray_mode {
+        key = {
+            hdr.dlcp.job_id: exact;
+        }
+        actions = {
+            spray_random;
+            spray_round_robin;
+            flow_hash;
+        }
+        default_action = flow_hash();
+        size = 1024;
+    }
+
+    table layer_priority {
+        key = {
+            hdr.dlcp.job_id: exact;
+            hdr.dlcp.tensor_id: range;
+            hdr.dlcp.mag_class: range;
+        }
+        actions = {
+            set_priority;
+        }
+        default_action = set_priority(0, 0);
+        size = 4096;
+    }
+
+    apply {
+        meta.ecmp_group_id = 0;
+        meta.ecmp_group_size = 0;
+        meta.ecmp_member = 0;
+        meta.lb_mode = LB_FLOW_HASH;
+        meta.dlcp_prio = 0;
+
+        if (standard_metadata.parser_error != error.NoError) {
+            drop_with_reason(DROP_PARSER_ERROR);
+            return;
+        }
+        if (!hdr.ipv4.isValid()) {
+            drop_with_reason(DROP_NOT_IPV4);
+            return;
+        }
+        if (standard_metadata.checksum_error == 1) {
+            drop_with_reason(DROP_IPV4_CHECKSUM);
+            return;
+        }
+        if (hdr.ipv4.ttl <= 1) {
+            drop_with_reason(DROP_TTL_EXPIRED);
+            return;
+        }
+
+        if (hdr.dlcp.isValid()) {
+            if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
+                job_rx.count((bit<32>)hdr.dlcp.job_id);
+            }
+            layer_priority.apply();
+            spray_mode.apply();
+        }
+
+        if (!ipv4_lpm.apply().hit) {
+            return;   /* no route: dropped and counted by the default action drop_no_route */
+        }
+
+        if (meta.ecmp_group_size != 0) {
+            if (meta.lb_mode == LB_RANDOM) {
+                bit<32> draw;
+                random(draw, (bit<32>)0, (bit<32>)0xFFFFFFFF);
+                hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
+                     { draw }, meta.ecmp_group_size);
+            } else if (meta.lb_mode == LB_ROUND_ROBIN
+                       && (bit<32>)meta.ecmp_group_id < ECMP_GROUPS) {
+                bit<32> position;
+                rr_position.read(position, (bit<32>)meta.ecmp_group_id);
+                hash(meta.ecmp_member, HashAlgorithm.identity, (bit<16>)0,
+                     { position }, meta.ecmp_group_size);
+                rr_position.write((bit<32>)meta.ecmp_group_id, position + 1);
+            } else {
+                hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
+                     { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
+                       meta.l4_src, meta.l4_dst },
+                     meta.ecmp_group_size);
+            }
+            if (!ecmp_member.apply().hit) {
+                drop_no_route();
+                return;
+            }
+        }
+
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+}
+
+control DlcpEgress(inout headers_t hdr,
+                   inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+
+    counter(PORT_TX_SIZE, CounterType.packets_and_bytes) port_tx;
+    counter(DROP_REASONS, CounterType.packets_and_bytes) egress_drops;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) ecn_marks;
+
+    action set_thresholds(bit<8> mag_threshold, bit<19> queue_threshold) {
+        meta.mag_threshold = mag_threshold;
+        meta.queue_threshold = queue_threshold;
+    }
+
+    table drop_threshold {
+        key = {
+            hdr.dlcp.job_id: exact;
+            meta.dlcp_prio: ternary;
+        }
+        actions = {
+            set_thresholds;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 1024;
+    }
+
+    apply {
+        if (hdr.dlcp.isValid()) {
+            if (drop_threshold.apply().hit) {
+                if (standard_metadata.enq_qdepth > meta.queue_threshold) {
+                    if (hdr.dlcp.drop_eligible == 1 && hdr.dlcp.mag_class < meta.mag_threshold) {
+                        egress_drops.count(DROP_MAGNITUDE);
+                        mark_to_drop(standard_metadata);
+                        return;
+                    }
+                    if (hdr.ipv4.ecn != ECN_NOT_ECT) {
+                        hdr.ipv4.ecn = ECN_CE;
+                        if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
+                            ecn_marks.count((bit<32>)hdr.dlcp.job_id);
+                        }
+                    }
+                }
+            }
+        }
+        port_tx.count((bit<32>)standard_metadata.egress_port * 8 + (bit<32>)meta.dlcp_prio);
+    }
+}
+
+control DlcpComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+              hdr.ipv4.totalLen, hdr.ipv4.identification,
+              hdr.ipv4.flag_rsvd, hdr.ipv4.flag_df, hdr.ipv4.flag_mf, hdr.ipv4.fragOffset,
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control DlcpDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.tcp);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.dlcp);
+    }
+}
+
+V1Switch(
+    DlcpParser(),
+    DlcpVerifyChecksum(),
+    DlcpIngress(),
+    DlcpEgress(),
+    DlcpComputeChecksum(),
+    DlcpDeparser()
+) main;

@@ -1,0 +1,711 @@
+"""Blocks: actions, tables, extern instances, parsers, controls and the v1model package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lark import Token, Tree
+
+from p4switch.compile_expr import expr_text
+from p4switch.compile_stmt import seq
+from p4switch.compiled import (
+    E, ActionImpl, CompiledProgram, Const, ControlImpl, ExternInstance, Fn, FunctionImpl,
+    PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type,
+)
+from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray
+from p4switch.frontend.program import (
+    ActionInfo, ActionProfileInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, TableInfo,
+)
+from p4switch.frontend.types import (
+    BitT, BoolT, DeclT, EnumT, ErrorT, ExternT, HeaderT, IntLitT, P4Type, StackT, StructT,
+    TypeVarT, field_offset, scalar_width,
+)
+from p4switch.runtime import ExitSignal, ParserError, ReturnSignal
+from p4switch.tables import ActionSpec, Exact, KeyField, Lpm, Optional, Range, Table, TableEntry, Ternary
+
+_V1_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
+_MAX_PARSER_STEPS = 1000
+
+
+def _name(node: Any) -> str:
+    return str(node.children[0]) if isinstance(node, Tree) else str(node)
+
+
+def _qualify(prefix: str, local: str, annos: dict[str, list]) -> str:
+    given = _anno_string(annos, "name")
+    if given is not None:
+        if given.startswith("."):
+            return given[1:]
+        return f"{prefix}.{given}" if prefix else given
+    return f"{prefix}.{local}" if prefix else local
+
+
+class BlockCompiler:
+    """Mixin of the Compiler: blocks and the top level."""
+
+    # -- parameters ------------------------------------------------------------------------------
+
+    def params(self, node: Tree | None) -> list[tuple[str, P4Type, str | None, Any]]:
+        """(name, type, direction, type tree) of each parameter."""
+        result = []
+        if node is None:
+            return result
+        for p in node.children:
+            _annos, direction, type_node, name_node, _default = p.children
+            d = str(direction.children[0]) if direction is not None else None
+            result.append((_name(name_node), self.resolve_type(type_node), d, type_node))
+        return result
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def global_action(self, name: str) -> ActionImpl:
+        impl = self.compiled_global_actions.get(name)
+        if impl is None:
+            impl = self.compile_action(self.global_actions[name], "", self.globals)
+            self.compiled_global_actions[name] = impl
+        return impl
+
+    def compile_action(self, node: Tree, prefix: str, scope: Scope) -> ActionImpl:
+        annos_node, name_node, params_node, body = node.children
+        annos = _anno_map(annos_node)
+        local = _name(name_node)
+        qualified = _qualify(prefix, local, annos)
+        inner = scope.child()
+        params = []
+        data_slots = []
+        infos = []
+        for pname, ptype, direction, _ in self.params(params_node):
+            place = self.alloc(ptype)
+            inner.names[pname] = Var(place)
+            params.append((pname, ptype, direction, place.base))
+            if direction is None:
+                if not isinstance(ptype, BitT | BoolT) and not (isinstance(ptype, EnumT) and ptype.repr):
+                    raise self.type_error(node, f"action {local}: parameter {pname} of type {ptype} "
+                                                "cannot be action data")
+                data_slots.append(place.base)
+                infos.append(ParamInfo(pname, scalar_width(ptype)))
+        impl = ActionImpl(qualified, params, self.block(body.children[1:], inner), data_slots)
+        impl.bool_slots = [p[3] for p in params if p[2] is None and isinstance(p[1], BoolT)]
+        anno_names = [f"@{k}" for k in annos if k != "name"]
+        self.info.actions.setdefault(qualified, ActionInfo(qualified, infos, anno_names))
+        return impl
+
+    # -- extern instances ----------------------------------------------------------------------
+
+    def instantiate(self, node: Tree, prefix: str, scope: Scope) -> None:
+        annos_node, type_node, args_node, name_node = node.children
+        local = _name(name_node)
+        qualified = _qualify(prefix, local, _anno_map(annos_node))
+        args = list(args_node.children) if args_node is not None else []
+        t = self.resolve_type(type_node)
+        if isinstance(t, DeclT) and t.kind in ("control", "parser"):
+            impl = self.compile_block_instance(t, qualified, args, scope)
+            scope.names[local] = impl
+            return
+        if not isinstance(t, ExternT):
+            raise self.type_error(node, f"cannot instantiate {t}")
+        kind = t.name
+        handler = getattr(self, f"_new_{kind}", None)
+        if handler is None:
+            raise self.unsupported(node, f"extern {kind} is not supported")
+        scope.names[local] = handler(node, qualified, t, args, scope)
+
+    def _enum_arg(self, node: Any, enum: str, scope: Scope) -> str:
+        e = self.expr(node, scope)
+        if not isinstance(e.type, EnumT) or e.type.name != enum or not e.is_const:
+            raise self.type_error(node, f"expected a {enum} constant")
+        return str(e.const)
+
+    def _new_counter(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        if len(args) != 2:
+            raise self.type_error(node, "counter takes (size, CounterType)")
+        size = self.const_int(args[0])
+        unit = self._enum_arg(args[1], "CounterType", scope)
+        counter = CounterArray(name, size, unit)
+        self.counters[name] = counter
+        self.info.counters[name] = CounterInfo(name, size, unit)
+        return ExternInstance("counter", name, counter)
+
+    def _new_direct_counter(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        if len(args) != 1:
+            raise self.type_error(node, "direct_counter takes (CounterType)")
+        unit = self._enum_arg(args[0], "CounterType", scope)
+        self.info.counters[name] = CounterInfo(name, 0, unit, direct_table="")
+        return ExternInstance("direct_counter", name, unit)
+
+    def _new_meter(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        if len(args) != 2:
+            raise self.type_error(node, "meter takes (size, MeterType)")
+        size = self.const_int(args[0])
+        unit = self._enum_arg(args[1], "MeterType", scope)
+        meters = MeterArray(name, size, unit)
+        self.meters[name] = meters
+        self.info.meters[name] = MeterInfo(name, size, unit)
+        return ExternInstance("meter", name, meters)
+
+    def _new_direct_meter(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        if len(args) != 1:
+            raise self.type_error(node, "direct_meter takes (MeterType)")
+        unit = self._enum_arg(args[0], "MeterType", scope)
+        self.info.meters[name] = MeterInfo(name, 0, unit, direct_table="")
+        return ExternInstance("direct_meter", name, unit)
+
+    def _new_register(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        if len(args) != 1 or not t.type_args:
+            raise self.type_error(node, "register<T>(size) expected")
+        value_t = t.type_args[0]
+        if not isinstance(value_t, BitT):
+            raise self.unsupported(node, f"registers of {value_t} are not supported")
+        size = self.const_int(args[0])
+        reg = RegisterArray(name, size, value_t.width)
+        self.registers[name] = reg
+        self.info.registers[name] = RegisterInfo(name, size, value_t.width)
+        return ExternInstance("register", name, reg, value_t)
+
+    def _new_Checksum16(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        return ExternInstance("Checksum16", name)
+
+    def _new_action_profile(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        raise self.unsupported(node, "action_profile is not supported by the embedded target yet")
+
+    def _new_action_selector(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
+        raise self.unsupported(node, "action_selector is not supported by the embedded target yet")
+
+    # -- tables ------------------------------------------------------------------------------
+
+    def compile_table(self, node: Tree, prefix: str, scope: Scope) -> TableImpl:
+        annos_node, name_node, *props = node.children
+        annos = _anno_map(annos_node)
+        local = _name(name_node)
+        qualified = _qualify(prefix, local, annos)
+        key_fns: list[Fn] = []
+        keys: list[KeyField] = []
+        action_impls: dict[str, ActionImpl] = {}
+        specs: dict[str, ActionSpec] = {}
+        refs: list[tuple[str, str]] = []
+        default: tuple[str, tuple[int, ...]] | None = None
+        const_default = False
+        size = 1024
+        entries_node = None
+        const_entries = False
+        direct_counter: ExternInstance | None = None
+        direct_meter: ExternInstance | None = None
+        for prop in props:
+            kind = prop.data
+            if kind == "table_key":
+                for ke in prop.children[1:]:
+                    expr_node, kind_node, kannos = ke.children
+                    match_kind = _name(kind_node)
+                    if match_kind not in self.match_kinds:
+                        raise self.type_error(kind_node, f"unknown match kind {match_kind}")
+                    e = self.expr(expr_node, scope)
+                    fn = e.fn
+                    if isinstance(e.type, BoolT):
+                        width = 1
+                        keyfn = (lambda f: (lambda s: 1 if f(s) else 0))(fn)
+                    elif isinstance(e.type, BitT):
+                        width = e.type.width
+                        keyfn = fn if not e.type.signed else (
+                            lambda f, m=(1 << width) - 1: (lambda s: f(s) & m))(fn)
+                    elif isinstance(e.type, EnumT) and e.type.repr is not None:
+                        width, keyfn = e.type.repr.width, fn
+                    else:
+                        raise self.type_error(expr_node, f"a key of type {e.type} is not supported")
+                    kname = _anno_string(_anno_map(kannos), "name") or expr_text(expr_node)
+                    if match_kind == "selector":
+                        raise self.unsupported(expr_node, "selector keys (action selectors) are not supported")
+                    keys.append(KeyField(kname, match_kind, width))
+                    key_fns.append(keyfn)
+            elif kind == "table_actions":
+                for ref in prop.children[1:]:
+                    rannos, rname, rargs = ref.children
+                    if rargs is not None and rargs.children:
+                        raise self.unsupported(ref, "actions with arguments in the actions list")
+                    impl = self._resolve_action(rname, scope)
+                    ra = _anno_map(rannos)
+                    scope_kind = ("DEFAULT_ONLY" if "defaultonly" in ra else
+                                  "TABLE_ONLY" if "tableonly" in ra else "TABLE_AND_DEFAULT")
+                    action_impls[impl.name] = impl
+                    info = self.info.actions[impl.name]
+                    specs[impl.name] = ActionSpec(impl.name, tuple(p.bitwidth for p in info.params),
+                                                  scope_kind == "DEFAULT_ONLY", scope_kind == "TABLE_ONLY")
+                    refs.append((impl.name, scope_kind))
+            elif kind == "table_default":
+                _dannos, const_tok, _, call = prop.children
+                const_default = const_tok is not None
+                default = self._action_call(call, scope, action_impls, qualified)
+            elif kind == "table_entries":
+                const_entries = prop.children[1] is not None
+                entries_node = prop
+            elif kind == "table_custom":
+                _cannos, _ctok, pname_node, value = prop.children
+                pname = _name(pname_node)
+                if pname == "size":
+                    size = self.const_int(value)
+                elif pname in ("counters", "meters"):
+                    inst = scope.lookup(_name(value.children[0])) if value.data == "var" else None
+                    want = "direct_counter" if pname == "counters" else "direct_meter"
+                    if not isinstance(inst, ExternInstance) or inst.kind != want:
+                        raise self.type_error(value, f"{pname} must name a {want}")
+                    if pname == "counters":
+                        direct_counter = inst
+                    else:
+                        direct_meter = inst
+                elif pname in ("implementation",):
+                    raise self.unsupported(prop, "table implementations (action profiles) are not supported")
+                elif pname in ("support_timeout", "psa_idle_timeout", "largest_priority_wins",
+                               "priority_delta"):
+                    continue
+                else:
+                    raise self.unsupported(prop, f"table property {pname} is not supported")
+        if "NoAction" not in specs and (default is None or default[0] == "NoAction"):
+            impl = self.global_action("NoAction")
+            action_impls["NoAction"] = impl
+            specs["NoAction"] = ActionSpec("NoAction", (), default_only=True)
+            refs.append(("NoAction", "DEFAULT_ONLY"))
+        if default is None:
+            default = ("NoAction", ())
+        table = Table(qualified, tuple(keys), specs, size, is_const=const_entries,
+                      const_default=const_default, initial_default=default,
+                      meter_factory=Meter if direct_meter is not None else None)
+        info = TableInfo(qualified, tuple(keys), refs, size, default, const_default, const_entries,
+                         direct_counter.name if direct_counter else None,
+                         direct_meter.name if direct_meter else None,
+                         annotations=[f"@{k}" for k in annos if k != "name"])
+        for inst in (direct_counter, direct_meter):
+            if inst is not None:
+                table_map = self.info.counters if inst.kind == "direct_counter" else self.info.meters
+                table_map[inst.name].direct_table = qualified
+        if entries_node is not None:
+            self._const_entries(entries_node, table, scope, action_impls, qualified)
+        self.tables[qualified] = table
+        self.info.tables[qualified] = info
+        apply = self._table_apply(table, key_fns, action_impls, direct_counter is not None)
+        return TableImpl(table, info, apply)
+
+    def _resolve_action(self, name_node: Any, scope: Scope) -> ActionImpl:
+        name = _name(name_node)
+        binding = scope.lookup(name)
+        if isinstance(binding, ActionImpl):
+            return binding
+        if name in self.global_actions:
+            return self.global_action(name)
+        raise self.type_error(name_node, f"unknown action {name}")
+
+    def _action_call(self, call: Tree, scope: Scope, impls: dict[str, ActionImpl],
+                     table: str) -> tuple[str, tuple[int, ...]]:
+        name_node, args_node = call.children
+        impl = self._resolve_action(name_node, scope)
+        if impl.name not in impls:
+            raise self.type_error(call, f"action {_name(name_node)} is not in the actions of table {table}")
+        args = list(args_node.children) if args_node is not None else []
+        data = [p for p in impl.params if p[2] is None]
+        if len(args) != len(data):
+            raise self.type_error(call, f"action {impl.name} takes {len(data)} argument(s), got {len(args)}")
+        values = []
+        for arg, (pname, ptype, _, _) in zip(args, data):
+            e = self.coerce(self.expr(arg, scope, ptype), ptype, arg)
+            if not e.is_const:
+                raise self.type_error(arg, f"argument {pname} must be a constant")
+            value = e.const
+            if isinstance(ptype, BoolT):
+                value = 1 if value else 0
+            values.append(int(value) & ((1 << scalar_width(ptype)) - 1))
+        return impl.name, tuple(values)
+
+    def _const_entries(self, prop: Tree, table: Table, scope: Scope, impls: dict[str, ActionImpl],
+                       qualified: str) -> None:
+        entries = prop.children[3:]
+        n = len(entries)
+        for i, entry in enumerate(entries):
+            _eannos, prio_tok, prio_expr, keyset, call, _tail = entry.children
+            sets = keyset.children if isinstance(keyset, Tree) and keyset.data == "tuple_keyset" else [keyset]
+            if len(sets) != len(table.keys):
+                raise self.type_error(entry, f"entry has {len(sets)} key(s), table {qualified} has "
+                                             f"{len(table.keys)}")
+            match = tuple(self._entry_match(ks, key, scope) for ks, key in zip(sets, table.keys))
+            priority = 0
+            if table.needs_priority:
+                priority = self.const_int(prio_expr) if prio_tok is not None else n - i
+            action, args = self._action_call(call, scope, impls, qualified)
+            try:
+                table.insert_const(TableEntry(match, priority, action, args))
+            except Exception as exc:  # TableError: report at the entry
+                raise self.type_error(entry, str(exc)) from None
+
+    def _entry_match(self, ks: Any, key: KeyField, scope: Scope) -> Any:
+        t = BitT(key.bitwidth)
+        top = (1 << key.bitwidth) - 1
+        kind = ks.data if isinstance(ks, Tree) else ""
+        if kind in ("default_keyset", "dontcare_keyset"):
+            if key.match_kind == "exact":
+                raise self.type_error(ks, f"exact key {key.name} cannot be a wildcard")
+            return Lpm(0, 0) if key.match_kind == "lpm" else None
+
+        def value(node: Any) -> int:
+            e = self.expr(node, scope, t)
+            if isinstance(e.type, BoolT):
+                return 1 if e.const else 0
+            e = self.coerce(e, t, node) if isinstance(e.type, IntLitT) else e
+            if not e.is_const:
+                raise self.type_error(node, "entry keys must be constants")
+            return int(e.const) & top
+        if kind == "mask_keyset":
+            v, m = value(ks.children[0]), value(ks.children[1])
+            if key.match_kind == "lpm":
+                plen = bin(m).count("1")
+                return Lpm(v & m, plen)
+            return Ternary(v & m, m)
+        if kind == "range_keyset":
+            return Range(value(ks.children[0]), value(ks.children[1]))
+        v = value(ks)
+        return {"exact": Exact(v), "lpm": Lpm(v, key.bitwidth), "ternary": Ternary(v, top),
+                "range": Range(v, v), "optional": Optional(v)}[key.match_kind]
+
+    def _table_apply(self, table: Table, key_fns: list[Fn], impls: dict[str, ActionImpl],
+                     counted: bool) -> Fn:
+        lookup = table.lookup
+        fns = tuple(key_fns)
+        if len(fns) == 1:
+            k0 = fns[0]
+            make_key = lambda s: (k0(s),)  # noqa: E731
+        elif len(fns) == 2:
+            k0, k1 = fns
+            make_key = lambda s: (k0(s), k1(s))  # noqa: E731
+        else:
+            make_key = lambda s: tuple(f(s) for f in fns)  # noqa: E731
+
+        def apply(s: list) -> tuple[bool, str]:
+            installed = lookup(make_key(s)) if fns else None
+            ctx = s[0]
+            ctx.hit_entry = installed
+            if installed is None:
+                name, args = table._default
+                impls[name].run_with_args(s, args)
+                return False, name
+            entry = installed.entry
+            if counted:
+                installed.packets += 1
+                installed.bytes += ctx.length
+            impls[entry.action].run_with_args(s, entry.args)
+            return True, entry.action
+        return apply
+
+    # -- functions -----------------------------------------------------------------------------
+
+    def function(self, name: str) -> FunctionImpl:
+        cache = self.__dict__.setdefault("_functions_done", {})
+        if name in cache:
+            return cache[name]
+        node = self.functions[name]
+        _annos, proto, body = node.children
+        ret_node, _fname, tparams, params_node = proto.children
+        if tparams is not None:
+            raise self.unsupported(node, f"generic function {name} is not supported")
+        ret = self.resolve_type(ret_node)
+        inner = self.globals.child()
+        inner.names["$return"] = ret
+        params = []
+        for pname, ptype, direction, _ in self.params(params_node):
+            place = self.alloc(ptype)
+            inner.names[pname] = Var(place)
+            params.append((pname, ptype, direction, place))
+        impl = FunctionImpl(name, ret, params, lambda s: None)
+        cache[name] = impl
+        impl.body = self.block(body.children[1:], inner)
+        return impl
+
+    # -- controls and parsers ------------------------------------------------------------------
+
+    def compile_block_instance(self, t: DeclT, qualified: str, ctor_args: list, scope: Scope) -> ControlImpl:
+        """A parser or control instantiated inside another block: own slots for its params."""
+        node = t.tree
+        assert isinstance(node, Tree)
+        params = self.params(node.children[3])
+        bindings: dict[str, Any] = {}
+        plist = []
+        for pname, ptype, direction, _ in params:
+            if isinstance(ptype, ExternT) and ptype.name in ("packet_in", "packet_out"):
+                bindings[pname] = self._packet_binding(ptype)
+                plist.append((pname, ptype, direction, None))
+                continue
+            place = self.alloc(ptype)
+            bindings[pname] = Var(place)
+            plist.append((pname, ptype, direction, place))
+        run = (self.compile_control(node, qualified, bindings) if t.kind == "control"
+               else self.compile_parser(node, qualified, bindings, nested=True))
+        return ControlImpl(t.kind, plist, run)
+
+    def _packet_binding(self, ptype: ExternT) -> Any:
+        return PacketParam(ptype.name)
+
+    def _locals(self, items: list, prefix: str, scope: Scope, init: list[Fn]) -> None:
+        for item in items:
+            kind = item.data
+            if kind == "const_decl":
+                scope.names[_name(item.children[2])] = Const(self._const_value(item, scope))
+            elif kind == "var_decl":
+                fn = self._s_var_decl(item, scope)
+                if fn is not None:
+                    init.append(fn)
+            elif kind == "instantiation":
+                self.instantiate(item, prefix, scope)
+            elif kind == "action_decl":
+                impl = self.compile_action(item, prefix, scope)
+                scope.names[_name(item.children[1])] = impl
+            elif kind == "table_decl":
+                scope.names[_name(item.children[1])] = self.compile_table(item, prefix, scope)
+            elif kind == "function_decl":
+                raise self.unsupported(item, "functions declared inside controls are not supported")
+            else:
+                raise self.unsupported(item, f"{kind} inside a block is not supported")
+
+    def compile_control(self, node: Tree, prefix: str, bindings: dict[str, Any]) -> Fn:
+        children = node.children
+        if children[4] is not None and children[4].children:
+            raise self.unsupported(node, "control constructor parameters are not supported")
+        apply_index = next(i for i, c in enumerate(children) if isinstance(c, Token) and c.type == "APPLY")
+        scope = self.globals.child()
+        scope.names.update(bindings)
+        init: list[Fn] = []
+        self._locals(children[5:apply_index], prefix, scope, init)
+        body = seq(init + [self.stmt(children[apply_index + 1], scope)])
+
+        def run_control(s: list) -> None:
+            try:
+                body(s)
+            except ReturnSignal:
+                pass
+        return run_control
+
+    def compile_parser(self, node: Tree, prefix: str, bindings: dict[str, Any], nested: bool = False) -> Fn:
+        children = node.children
+        if children[4] is not None and children[4].children:
+            raise self.unsupported(node, "parser constructor parameters are not supported")
+        scope = self.globals.child()
+        scope.names.update(bindings)
+        states = [c for c in children[5:] if isinstance(c, Tree) and c.data == "parser_state"]
+        local_items = [c for c in children[5:] if isinstance(c, Tree) and c.data != "parser_state"]
+        init: list[Fn] = []
+        self._locals(local_items, prefix, scope, init)
+        names = {_name(st.children[2]) for st in states}
+        if "start" not in names:
+            raise self.type_error(node, f"parser {_name(children[1])} has no start state")
+        compiled: dict[str, Fn] = {}
+        for st in states:
+            compiled[_name(st.children[2])] = self._state(st, scope, names | {"accept", "reject"})
+        start_init = seq(init)
+
+        def run_parser(s: list) -> None:
+            start_init(s)
+            state = "start"
+            steps = 0
+            while state != "accept":
+                if state == "reject":
+                    raise ParserError("$reject")
+                steps += 1
+                if steps > _MAX_PARSER_STEPS:
+                    raise ParserError("ParserTimeout")
+                state = compiled[state](s)
+        return run_parser
+
+    def _state(self, node: Tree, scope: Scope, names: set[str]) -> Fn:
+        _annos, _tok, name_node, *rest = node.children
+        transition = rest[-1] if rest and isinstance(rest[-1], Tree) and rest[-1].data.startswith("transition") else None
+        stmts = rest[:-1] if transition is not None or (rest and rest[-1] is None) else rest
+        inner = scope.child()
+        body = seq([self.stmt(st, inner) for st in stmts if st is not None])
+        if transition is None:
+            nxt: Fn = lambda s: "reject"  # noqa: E731
+        elif transition.data == "transition_direct":
+            target = _name(transition.children[0])
+            if target not in names:
+                raise self.type_error(transition, f"unknown parser state {target}")
+            nxt = lambda s: target  # noqa: E731
+        else:
+            nxt = self._select(transition.children[0], inner, names)
+
+        def state(s: list) -> str:
+            body(s)
+            return nxt(s)
+        return state
+
+    def _select(self, node: Tree, scope: Scope, names: set[str]) -> Fn:
+        exprs = [c for c in node.children[0].children if c is not None]
+        keys = [self.scalar(e, scope) for e in exprs]
+        cases: list[tuple[list, str]] = []
+        for case in node.children[1:]:
+            ks, target_node = case.children
+            target = _name(target_node)
+            if target not in names:
+                raise self.type_error(target_node, f"unknown parser state {target}")
+            sets = ks.children if isinstance(ks, Tree) and ks.data == "tuple_keyset" else [ks]
+            if len(sets) == 1 and len(keys) > 1 and isinstance(ks, Tree) and ks.data in (
+                    "default_keyset", "dontcare_keyset"):
+                sets = sets * len(keys)
+            if len(sets) != len(keys):
+                raise self.type_error(case, f"select has {len(keys)} key(s), case has {len(sets)}")
+            cases.append(([self._select_matcher(k, st, scope) for k, st in zip(keys, sets)], target))
+        fns = [k.fn for k in keys]
+        if len(keys) == 1 and all(m[0][0] == "eq" for m, _ in cases[:-1] if m) and cases and \
+                cases[-1][0][0][0] in ("any", "eq"):
+            table = {}
+            fallback = "reject"
+            for m, target in cases:
+                tag, v = m[0][0], m[0][1]
+                if tag == "eq":
+                    table.setdefault(v, target)
+                else:
+                    fallback = target
+                    break
+            k0 = fns[0]
+            return lambda s: table.get(k0(s), fallback)
+        compiled = [(tuple(m for m in ms), target) for ms, target in cases]
+
+        def select(s: list) -> str:
+            values = [f(s) for f in fns]
+            for matchers, target in compiled:
+                for (tag, a, b), v in zip(matchers, values):
+                    if tag == "eq":
+                        if v != a:
+                            break
+                    elif tag == "mask":
+                        if v & b != a:
+                            break
+                    elif tag == "range":
+                        if not a <= v <= b:
+                            break
+                else:
+                    return target
+            raise ParserError("NoMatch")
+        return select
+
+    def _select_matcher(self, key: E, ks: Any, scope: Scope) -> tuple[str, Any, Any]:
+        kind = ks.data if isinstance(ks, Tree) else ""
+        if kind in ("default_keyset", "dontcare_keyset"):
+            return ("any", None, None)
+
+        def value(node: Any) -> Any:
+            e = self.expr(node, scope, key.type)
+            e = self.coerce(e, key.type, node) if isinstance(e.type, IntLitT) else e
+            if not e.is_const:
+                raise self.type_error(node, "select cases must be constants")
+            return e.const
+        if kind == "mask_keyset":
+            v, m = value(ks.children[0]), value(ks.children[1])
+            return ("mask", v & m, m)
+        if kind == "range_keyset":
+            return ("range", value(ks.children[0]), value(ks.children[1]))
+        return ("eq", value(ks), None)
+
+    # -- the v1model package -------------------------------------------------------------------
+
+    def build(self) -> CompiledProgram:
+        self.declare()
+        main = self.instances.get("main")
+        if main is None:
+            raise self.type_error(self.tree, "the program declares no `main` package instance")
+        package_t = self.resolve_type(main.children[1])
+        if not isinstance(package_t, DeclT) or package_t.name != "V1Switch":
+            raise self.unsupported(main, f"architecture package {package_t} is not supported "
+                                         "(only v1model's V1Switch)")
+        args = list(main.children[2].children) if main.children[2] is not None else []
+        if len(args) != 6:
+            raise self.type_error(main, f"V1Switch takes 6 blocks, got {len(args)}")
+        blocks: list[DeclT] = []
+        for arg in args:
+            if isinstance(arg, Tree) and arg.data == "construct":
+                t = self._named_type(arg.children[0])
+            elif isinstance(arg, Tree) and arg.data == "var" and _name(arg) in self.instances:
+                t = self.resolve_type(self.instances[_name(arg)].children[1])
+            else:
+                raise self.unsupported(arg, "V1Switch arguments must be block instantiations")
+            if not isinstance(t, DeclT) or t.tree is None:
+                raise self.type_error(arg, f"{t} is not a parser or control")
+            blocks.append(t)
+        parser = blocks[0]
+        if parser.kind != "parser":
+            raise self.type_error(args[0], "the first V1Switch argument must be a parser")
+        pparams = self.params(parser.tree.children[3])
+        if len(pparams) != 4:
+            raise self.type_error(parser.tree, "the v1model parser takes 4 parameters")
+        hdr_t, meta_t = pparams[1][1], pparams[2][1]
+        std_t = self.types["standard_metadata_t"]
+        hdr = self.alloc(hdr_t)
+        meta = self.alloc(meta_t)
+        std = self.alloc(std_t)
+        self.std_place = std
+        shared = {"H": Var(hdr), "M": Var(meta), "S": Var(std)}
+        roles = {
+            "parser": ("parser", ["packet_in", "H", "M", "S"]),
+            "verify": ("control", ["H", "M"]),
+            "ingress": ("control", ["H", "M", "S"]),
+            "egress": ("control", ["H", "M", "S"]),
+            "compute": ("control", ["H", "M"]),
+            "deparser": ("control", ["packet_out", "H"]),
+        }
+        expected_types = {"H": hdr_t, "M": meta_t, "S": std_t}
+        compiled: dict[str, Fn] = {}
+        for role, block, arg in zip(_V1_ROLES, blocks, args):
+            kind, shape = roles[role]
+            if block.kind != kind:
+                raise self.type_error(arg, f"V1Switch expects a {kind} for its {role} block, got {block.name}")
+            params = self.params(block.tree.children[3])
+            if len(params) != len(shape):
+                raise self.type_error(block.tree, f"{block.name} must take {len(shape)} parameters "
+                                                  f"for the {role} block, it takes {len(params)}")
+            bindings: dict[str, Any] = {}
+            for (pname, ptype, _d, tnode), want in zip(params, shape):
+                if want in ("packet_in", "packet_out"):
+                    if not (isinstance(ptype, ExternT) and ptype.name == want):
+                        raise self.type_error(tnode, f"{block.name}: parameter {pname} must be {want}")
+                    bindings[pname] = PacketParam(want)
+                    continue
+                if not _same_type(ptype, expected_types[want]):
+                    raise self.type_error(tnode, f"{block.name}: parameter {pname} has type {ptype}, "
+                                                 f"expected {expected_types[want]}")
+                bindings[pname] = shared[want]
+            prefix = block.name
+            if kind == "parser":
+                compiled[role] = self.compile_parser(block.tree, prefix, bindings)
+            else:
+                compiled[role] = self.compile_control(block.tree, prefix, bindings)
+        assert isinstance(std_t, StructT)
+        std_slots = {}
+        for fname, ft in std_t.fields:
+            off, _ = field_offset(std_t, fname)  # type: ignore[misc]
+            std_slots[fname] = std.base + off  # type: ignore[operator]
+        return CompiledProgram(
+            info=self.info, slot_count=self.next_slot, template=list(self.template), hdr=hdr,
+            meta=meta, std=std_slots, parser=compiled["parser"], verify=compiled["verify"],
+            ingress=compiled["ingress"], egress=compiled["egress"], compute=compiled["compute"],
+            deparser=compiled["deparser"], tables=self.tables, counters=self.counters,
+            meters=self.meters, registers=self.registers,
+            field_lists=self._field_lists(meta), digests=self.info.digests, errors=self.errors)
+
+    def _std_slot(self, name: str) -> int:
+        std = getattr(self, "std_place", None)
+        if std is None:
+            raise RuntimeError("standard metadata not allocated yet")
+        std_t = self.types["standard_metadata_t"]
+        off, _ = field_offset(std_t, name)  # type: ignore[arg-type,misc]
+        return std.base + off
+
+    def _field_lists(self, meta: Place) -> dict[int, list[int]]:
+        lists: dict[int, list[int]] = {}
+        t = meta.type
+        if not isinstance(t, StructT):
+            return lists
+        for fname, ft in t.fields:
+            annos = t.field_annotations.get(fname, {})
+            if "field_list" not in annos:
+                continue
+            off, _ = field_offset(t, fname)  # type: ignore[misc]
+            for arg in annos["field_list"]:
+                idx = self.const_int(arg)
+                from p4switch.frontend.types import slot_count
+                lists.setdefault(idx, []).extend(range(meta.base + off, meta.base + off + slot_count(ft)))
+        return lists
+
+
+_UNUSED = (E, ActionProfileInfo, ErrorT, HeaderT, StackT, TypeVarT, ExitSignal)

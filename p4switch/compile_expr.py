@@ -1,0 +1,566 @@
+"""Expressions: typing rules of P4-16 and their closures (exact wrap-around arithmetic)."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from lark import Token, Tree
+
+from p4switch.compiled import (
+    E, ActionImpl, Const, ControlImpl, ExternInstance, FunctionImpl, PacketParam, Place, Scope,
+    TableImpl, Var, _mask, _same_type, const, parse_int_literal, to_unsigned, wrapper,
+)
+from p4switch.frontend.types import (
+    BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StringT, StructT,
+    field_offset, slot_count,
+)
+
+_ARITH = {
+    "plus": operator.add, "minus": operator.sub, "times": operator.mul,
+    "band": operator.and_, "bor": operator.or_, "bxor": operator.xor,
+}
+_COMPARE = {
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "gt": operator.gt,
+    "le": operator.le, "ge": operator.ge,
+}
+_SYMBOL = {
+    "plus": "+", "minus": "-", "times": "*", "div": "/", "mod": "%", "band": "&", "bor": "|",
+    "bxor": "^", "eq": "==", "ne": "!=", "lt": "<", "gt": ">", "le": "<=", "ge": ">=",
+    "shl": "<<", "shr": ">>", "concat": "++", "sat_plus": "|+|", "sat_minus": "|-|",
+    "land": "&&", "lor": "||",
+}
+
+
+def expr_text(node: Any) -> str:
+    """Source-like text of an expression (P4Info names of key fields)."""
+    if isinstance(node, Token):
+        return str(node)
+    kind = node.data
+    if kind == "var":
+        return str(node.children[0])
+    if kind == "name":
+        return str(node.children[0])
+    if kind == "member":
+        return f"{expr_text(node.children[0])}.{expr_text(node.children[1])}"
+    if kind == "index":
+        return f"{expr_text(node.children[0])}[{expr_text(node.children[1])}]"
+    if kind == "slice":
+        return (f"{expr_text(node.children[0])}[{expr_text(node.children[1])}:"
+                f"{expr_text(node.children[2])}]")
+    if kind == "int_lit":
+        return str(node.children[0])
+    if kind == "call":
+        inner = node.children[0]
+        if isinstance(inner, Tree) and inner.data == "member" and str(inner.children[1].children[0]) == "isValid":
+            return f"{expr_text(inner.children[0])}.$valid$"
+        return f"{expr_text(inner)}()"
+    if kind == "type_member":
+        return f"{node.children[0]}.{expr_text(node.children[1])}"
+    return kind
+
+
+class ExprCompiler:
+    """Mixin of the Compiler: expressions."""
+
+    def expr(self, node: Any, scope: Scope, expected: P4Type | None = None) -> E:
+        kind = node.data if isinstance(node, Tree) else "token"
+        handler = getattr(self, f"_x_{kind}", None)
+        if handler is None:
+            if kind in _ARITH or kind in ("div", "mod", "sat_plus", "sat_minus"):
+                return self._arith(node, scope, kind, expected)
+            if kind in _COMPARE:
+                return self._compare(node, scope, kind)
+            raise self.unsupported(node, f"expression {kind} is not supported")
+        return handler(node, scope, expected)
+
+    # -- literals and names ------------------------------------------------------------------
+
+    def _x_int_lit(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        value, width, signed = parse_int_literal(str(node.children[0]))
+        if width is None:
+            return const(IntLitT(), value)
+        t = BitT(width, signed)
+        w = wrapper(t)
+        assert w is not None
+        if value > _mask(width):
+            raise self.type_error(node, f"literal {node.children[0]} does not fit in {t}")
+        return const(t, w(value))
+
+    def _x_true_lit(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return const(BoolT(), True)
+
+    def _x_false_lit(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return const(BoolT(), False)
+
+    def _x_string_lit(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return const(StringT(), str(node.children[0])[1:-1])
+
+    def _x_var(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        name = str(node.children[0])
+        binding = scope.lookup(name)
+        if binding is None:
+            binding = self.globals.lookup(name)
+        if isinstance(binding, Var):
+            place = binding.place
+            fn = place.reader() if slot_count(place.type) == 1 and not isinstance(
+                place.type, HeaderT | StructT | StackT) else place.block_reader()
+            return E(place.type, fn, place=place)
+        if isinstance(binding, Const):
+            return binding.e
+        if binding is not None:
+            return E(BoolT(), None, extra=binding)
+        if name in self.global_actions:
+            return E(BoolT(), None, extra=self.global_action(name))
+        if name in self.functions:
+            return E(BoolT(), None, extra=("function", name))
+        if name in self.extern_functions:
+            return E(BoolT(), None, extra=("extern_function", name))
+        raise self.type_error(node, f"unknown name {name}")
+
+    def _x_this(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        raise self.unsupported(node, "`this` is not supported")
+
+    def _x_type_member(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        tname = str(node.children[0])
+        member = str(node.children[1].children[0])
+        t = self._named_type(node.children[0])
+        if isinstance(t, EnumT):
+            if member not in t.members:
+                raise self.type_error(node, f"{tname} has no member {member}")
+            if t.repr is not None:
+                return const(t, t.values[member])
+            return const(t, member)
+        raise self.unsupported(node, f"{tname}.{member} is not supported")
+
+    def _x_error_member(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        member = str(node.children[0].children[0])
+        if member not in self.errors:
+            raise self.type_error(node, f"error.{member} is not declared")
+        return const(ErrorT(), member)
+
+    def _x_construct(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        raise self.unsupported(node, "constructor calls are only supported in instantiations")
+
+    def _x_list_expr(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        items = [c for c in node.children if c is not None]
+        targets: list[P4Type | None] = [None] * len(items)
+        if isinstance(expected, HeaderT | StructT) and len(expected.fields) == len(items):
+            targets = [ft for _, ft in expected.fields]
+        elif isinstance(expected, ListT) and len(expected.elems) == len(items):
+            targets = list(expected.elems)
+        compiled = [self.expr(c, scope, t) for c, t in zip(items, targets)]
+        e = E(ListT(tuple(c.type for c in compiled)), None, extra=compiled)
+        if expected is not None and isinstance(expected, HeaderT | StructT):
+            return self.coerce(e, expected, node)
+        return e
+
+    def _x_struct_expr(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        if not isinstance(expected, HeaderT | StructT):
+            raise self.type_error(node, "a structure-valued expression needs a known struct type here")
+        given = {str(kv.children[0].children[0]): kv.children[1] for kv in node.children}
+        names = [f for f, _ in expected.fields]
+        if set(given) != set(names):
+            raise self.type_error(node, f"fields given ({', '.join(sorted(given))}) do not match "
+                                        f"{expected} ({', '.join(names)})")
+        compiled = [self.expr(given[f], scope, ft) for f, ft in expected.fields]
+        e = E(ListT(tuple(c.type for c in compiled)), None, extra=compiled)
+        return self.coerce(e, expected, node)
+
+    # -- member, index, slice ----------------------------------------------------------------
+
+    def _x_member(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        base_node, name_node = node.children
+        member = str(name_node.children[0])
+        if isinstance(base_node, Tree) and base_node.data == "call":
+            result = self.expr(base_node, scope)
+            if isinstance(result.extra, tuple) and result.extra and result.extra[0] == "apply_result":
+                apply = result.fn
+                assert apply is not None
+                if member == "hit":
+                    return E(BoolT(), lambda s: apply(s)[0])
+                if member == "miss":
+                    return E(BoolT(), lambda s: not apply(s)[0])
+                if member == "action_run":
+                    return E(BoolT(), lambda s: apply(s)[1], extra=("action_run", result.extra[1]))
+            raise self.type_error(node, f"no member {member} on a call result")
+        base = self.expr(base_node, scope)
+        t = base.type
+        if isinstance(t, HeaderT | StructT):
+            found = field_offset(t, member)
+            if found is None:
+                raise self.type_error(name_node, f"{t} has no field {member}")
+            if base.place is None:
+                raise self.unsupported(node, "member of a non-lvalue struct")
+            offset, ftype = found
+            place = base.place.at(offset, ftype)
+            if isinstance(ftype, HeaderT | StructT | StackT):
+                return E(ftype, place.block_reader(), place=place)
+            return E(ftype, place.reader(), place=place)
+        if isinstance(t, StackT):
+            return self._stack_member(node, base, member)
+        if base.extra is not None and base.fn is None:
+            return E(BoolT(), None, extra=("method", base, member, node))
+        raise self.type_error(node, f"{t} has no member {member}")
+
+    def _stack_member(self, node: Tree, base: E, member: str) -> E:
+        t = base.type
+        assert isinstance(t, StackT) and base.place is not None
+        place = base.place
+        stride = slot_count(t.elem)
+        if member == "size":
+            return const(BitT(32), t.size)
+        if member in ("next", "last", "lastIndex"):
+            index_place = place.at(0, BitT(32))
+            read_index = index_place.reader()
+            size = t.size
+            if place.base is None:
+                raise self.unsupported(node, "nested dynamic stacks are not supported")
+            first = place.base + 1
+            if member == "lastIndex":
+                return E(BitT(32), lambda s: (read_index(s) - 1) & 0xFFFFFFFF)
+            delta = 0 if member == "next" else -1
+            bad = "StackOutOfBounds"
+
+            def elem_base(s: list) -> int:
+                i = read_index(s) + delta
+                if not 0 <= i < size:
+                    from p4switch.runtime import ParserError
+                    raise ParserError(bad)
+                return first + i * stride
+            eplace = Place(t.elem, None, elem_base)
+            return E(t.elem, eplace.block_reader(), place=eplace, extra=("stack_next", index_place)
+                     if member == "next" else None)
+        if base.fn is None:
+            raise self.type_error(node, f"stack has no member {member}")
+        return E(BoolT(), None, extra=("method", base, member, node))
+
+    def _x_index(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        base = self.expr(node.children[0], scope)
+        if not isinstance(base.type, StackT) or base.place is None:
+            raise self.type_error(node, f"cannot index a value of type {base.type}")
+        t = base.type
+        stride = slot_count(t.elem)
+        index = self.expr(node.children[1], scope)
+        if base.place.base is None:
+            raise self.unsupported(node, "nested dynamic stacks are not supported")
+        first = base.place.base + 1
+        if index.is_const:
+            i = int(index.const)
+            if not 0 <= i < t.size:
+                raise self.type_error(node, f"index {i} out of bounds for {t}")
+            place = Place(t.elem, first + i * stride)
+        else:
+            read = index.fn
+            size = t.size
+            scratch = self.alloc(t.elem).base  # out-of-range accesses land here
+
+            def elem_base(s: list) -> int:
+                i = read(s)
+                return first + i * stride if 0 <= i < size else scratch
+            place = Place(t.elem, None, elem_base)
+        return E(t.elem, place.block_reader(), place=place)
+
+    def _x_slice(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        base = self.expr(node.children[0], scope)
+        hi, lo = self.const_int(node.children[1]), self.const_int(node.children[2])
+        if not isinstance(base.type, BitT | IntLitT):
+            raise self.type_error(node, f"cannot slice a value of type {base.type}")
+        if isinstance(base.type, BitT) and not (0 <= lo <= hi < base.type.width):
+            raise self.type_error(node, f"slice [{hi}:{lo}] out of range for {base.type}")
+        if hi < lo:
+            raise self.type_error(node, f"slice [{hi}:{lo}]: high bit below low bit")
+        t = BitT(hi - lo + 1)
+        m = _mask(hi - lo + 1)
+        if base.is_const:
+            return const(t, (base.const >> lo) & m)
+        fn = base.fn
+        return E(t, lambda s: (fn(s) >> lo) & m, extra=("slice", base, hi, lo))
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def _operands(self, node: Tree, scope: Scope, expected: P4Type | None = None) -> tuple[E, E, P4Type]:
+        a = self.expr(node.children[0], scope, expected)
+        b = self.expr(node.children[1], scope, a.type if not isinstance(a.type, IntLitT) else expected)
+        if isinstance(a.type, IntLitT) and not isinstance(b.type, IntLitT):
+            a = self.coerce(a, b.type, node)
+        elif isinstance(b.type, IntLitT) and not isinstance(a.type, IntLitT):
+            b = self.coerce(b, a.type, node)
+        return a, b, a.type
+
+    def _arith(self, node: Tree, scope: Scope, kind: str, expected: P4Type | None) -> E:
+        a, b, t = self._operands(node, scope, expected)
+        sym = _SYMBOL[kind]
+        if not _same_type(a.type, b.type) or not isinstance(t, BitT | IntLitT):
+            raise self.type_error(node, f"cannot apply {sym} to {a.type} and {b.type}")
+        if kind in ("div", "mod") and isinstance(t, BitT) and t.signed:
+            raise self.type_error(node, f"{sym} is not defined on signed {t}")
+        if kind in ("sat_plus", "sat_minus"):
+            if not isinstance(t, BitT):
+                raise self.type_error(node, f"{sym} needs a fixed-width type")
+            lo, hi = (-(1 << (t.width - 1)), (1 << (t.width - 1)) - 1) if t.signed else (0, _mask(t.width))
+            op = operator.add if kind == "sat_plus" else operator.sub
+
+            def sat(x: int, y: int) -> int:
+                return min(hi, max(lo, op(x, y)))
+            return self._binary(a, b, t, sat, wrap=False)
+        if kind == "div":
+            def op2(x: int, y: int) -> int:
+                return x // y if y else 0
+        elif kind == "mod":
+            def op2(x: int, y: int) -> int:
+                return x % y if y else 0
+        else:
+            op2 = _ARITH[kind]
+        return self._binary(a, b, t, op2, wrap=kind not in ("band", "bor", "bxor") or t.signed is True
+                            if isinstance(t, BitT) else False)
+
+    def _binary(self, a: E, b: E, t: P4Type, op: Any, wrap: bool = True) -> E:
+        w = wrapper(t) if wrap else None
+        if a.is_const and b.is_const:
+            value = op(a.const, b.const)
+            return const(t, w(value) if w else value)
+        fa, fb = a.fn, b.fn
+        if w is None:
+            if b.is_const:
+                bv = b.const
+                return E(t, lambda s: op(fa(s), bv))
+            return E(t, lambda s: op(fa(s), fb(s)))
+        if isinstance(t, BitT) and not t.signed:
+            m = _mask(t.width)
+            if op is operator.add and b.is_const:
+                bv = b.const
+                return E(t, lambda s: (fa(s) + bv) & m)
+            if op is operator.sub and b.is_const:
+                bv = b.const
+                return E(t, lambda s: (fa(s) - bv) & m)
+            return E(t, lambda s: op(fa(s), fb(s)) & m)
+        return E(t, lambda s: w(op(fa(s), fb(s))))
+
+    def _compare(self, node: Tree, scope: Scope, kind: str) -> E:
+        a, b, t = self._operands(node, scope)
+        if isinstance(a.type, ListT) or isinstance(b.type, ListT):
+            target = b.type if isinstance(a.type, ListT) else a.type
+            a, b = self.coerce(a, target, node), self.coerce(b, target, node)
+        if not _same_type(a.type, b.type):
+            raise self.type_error(node, f"cannot compare {a.type} with {b.type}")
+        if kind not in ("eq", "ne") and not isinstance(t, BitT | IntLitT):
+            raise self.type_error(node, f"{_SYMBOL[kind]} is not defined on {t}")
+        op = _COMPARE[kind]
+        if isinstance(t, HeaderT | StructT | StackT):
+            fa, fb = self._block_fn(a), self._block_fn(b)
+            return E(BoolT(), lambda s: op(fa(s), fb(s)))
+        if a.is_const and b.is_const:
+            return const(BoolT(), op(a.const, b.const))
+        fa, fb = a.fn, b.fn
+        if b.is_const:
+            bv = b.const
+            if kind == "eq":
+                return E(BoolT(), lambda s: fa(s) == bv)
+            if kind == "ne":
+                return E(BoolT(), lambda s: fa(s) != bv)
+            return E(BoolT(), lambda s: op(fa(s), bv))
+        return E(BoolT(), lambda s: op(fa(s), fb(s)))
+
+    def _bool_operand(self, node: Any, scope: Scope) -> E:
+        e = self.expr(node, scope, BoolT())
+        if not isinstance(e.type, BoolT):
+            raise self.type_error(node, f"expected bool, got {e.type}")
+        return e
+
+    def _x_land(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        a, b = self._bool_operand(node.children[0], scope), self._bool_operand(node.children[1], scope)
+        if a.is_const and b.is_const:
+            return const(BoolT(), a.const and b.const)
+        fa, fb = a.fn, b.fn
+        return E(BoolT(), lambda s: fa(s) and fb(s))
+
+    def _x_lor(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        a, b = self._bool_operand(node.children[0], scope), self._bool_operand(node.children[1], scope)
+        if a.is_const and b.is_const:
+            return const(BoolT(), a.const or b.const)
+        fa, fb = a.fn, b.fn
+        return E(BoolT(), lambda s: fa(s) or fb(s))
+
+    def _x_lnot(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        a = self._bool_operand(node.children[0], scope)
+        if a.is_const:
+            return const(BoolT(), not a.const)
+        fa = a.fn
+        return E(BoolT(), lambda s: not fa(s))
+
+    def _x_bnot(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        a = self.expr(node.children[0], scope, expected)
+        if isinstance(a.type, IntLitT) and isinstance(expected, BitT):
+            a = self.coerce(a, expected, node)
+        t = a.type
+        if not isinstance(t, BitT):
+            raise self.type_error(node, f"~ needs a fixed-width operand, got {t}")
+        w = wrapper(t)
+        if a.is_const:
+            return const(t, w(~a.const))
+        fa = a.fn
+        if not t.signed:
+            m = _mask(t.width)
+            return E(t, lambda s: fa(s) ^ m)
+        return E(t, lambda s: w(~fa(s)))
+
+    def _x_neg(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        a = self.expr(node.children[0], scope, expected)
+        t = a.type
+        if isinstance(t, IntLitT):
+            if a.is_const:
+                return const(t, -a.const)
+        if not isinstance(t, BitT | IntLitT):
+            raise self.type_error(node, f"unary - needs a numeric operand, got {t}")
+        w = wrapper(t) or (lambda v: v)
+        if a.is_const:
+            return const(t, w(-a.const))
+        fa = a.fn
+        return E(t, lambda s: w(-fa(s)))
+
+    def _shift(self, node: Tree, scope: Scope, left: bool, expected: P4Type | None) -> E:
+        a = self.expr(node.children[0], scope, expected)
+        b = self.expr(node.children[1], scope)
+        if isinstance(a.type, IntLitT) and isinstance(expected, BitT) and not b.is_const:
+            a = self.coerce(a, expected, node)
+        t = a.type
+        if not isinstance(t, BitT | IntLitT):
+            raise self.type_error(node, f"cannot shift a value of type {t}")
+        if isinstance(b.type, BitT) and b.type.signed:
+            raise self.type_error(node, "shift amount must be unsigned")
+        w = wrapper(t)
+        if left:
+            def op(x: int, y: int) -> int:
+                return x << y if y < 4096 else 0
+        else:
+            def op(x: int, y: int) -> int:
+                return x >> y
+        return self._binary(a, b, t, op, wrap=w is not None)
+
+    def _x_shl(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return self._shift(node, scope, True, expected)
+
+    def _x_shr(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return self._shift(node, scope, False, expected)
+
+    def _x_concat(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        a = self.expr(node.children[0], scope)
+        b = self.expr(node.children[1], scope)
+        for e in (a, b):
+            if not isinstance(e.type, BitT):
+                raise self.type_error(node, f"++ needs fixed-width operands, got {e.type}")
+        assert isinstance(a.type, BitT) and isinstance(b.type, BitT)
+        wb = b.type.width
+        mb = _mask(wb)
+        ma = _mask(a.type.width)
+        t = BitT(a.type.width + wb, a.type.signed)
+        w = wrapper(t)
+        if a.is_const and b.is_const:
+            return const(t, w(((a.const & ma) << wb) | (b.const & mb)))
+        fa, fb = a.fn, b.fn
+        return E(t, lambda s: w(((fa(s) & ma) << wb) | (fb(s) & mb)))
+
+    def _x_mux(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        c = self._bool_operand(node.children[0], scope)
+        a = self.expr(node.children[1], scope, expected)
+        b = self.expr(node.children[2], scope, a.type if not isinstance(a.type, IntLitT) else expected)
+        if isinstance(a.type, IntLitT) and not isinstance(b.type, IntLitT):
+            a = self.coerce(a, b.type, node)
+        elif isinstance(b.type, IntLitT) and not isinstance(a.type, IntLitT):
+            b = self.coerce(b, a.type, node)
+        if not _same_type(a.type, b.type):
+            raise self.type_error(node, f"?: branches have types {a.type} and {b.type}")
+        fc, fa, fb = c.fn, a.fn, b.fn
+        return E(a.type, lambda s: fa(s) if fc(s) else fb(s))
+
+    def _x_cast(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        target = self.resolve_type(node.children[0])
+        e = self.expr(node.children[1], scope, target)
+        return self.cast(e, target, node)
+
+    def cast(self, e: E, target: P4Type, node: Any) -> E:
+        src = e.type
+        if _same_type(src, target):
+            return e
+        fn = e.fn
+        if isinstance(target, BitT):
+            w = wrapper(target)
+            assert w is not None
+            if isinstance(src, BoolT):
+                conv = lambda v: 1 if v else 0  # noqa: E731
+            elif isinstance(src, BitT | IntLitT) or (isinstance(src, EnumT) and src.repr is not None):
+                if isinstance(src, BitT) and src.signed and not target.signed:
+                    conv = w
+                elif isinstance(src, BitT) and not src.signed and target.signed and src.width < target.width:
+                    conv = lambda v: v  # noqa: E731
+                else:
+                    conv = w
+            else:
+                raise self.type_error(node, f"cannot cast {src} to {target}")
+        elif isinstance(target, BoolT):
+            if not (isinstance(src, BitT) and src.width == 1) and not isinstance(src, IntLitT):
+                raise self.type_error(node, f"cannot cast {src} to bool")
+            conv = lambda v: v != 0  # noqa: E731
+        elif isinstance(target, EnumT) and target.repr is not None and isinstance(src, BitT | IntLitT):
+            w2 = wrapper(target.repr)
+            conv = w2  # type: ignore[assignment]
+        elif isinstance(target, HeaderT | StructT) and isinstance(src, ListT):
+            return self.coerce(e, target, node)
+        elif isinstance(target, IntLitT) and isinstance(src, BitT | IntLitT):
+            conv = lambda v: v  # noqa: E731
+        else:
+            raise self.type_error(node, f"cannot cast {src} to {target}")
+        if e.is_const:
+            return const(target, conv(e.const))
+        return E(target, lambda s: conv(fn(s)))
+
+    # -- calls in expressions ----------------------------------------------------------------
+
+    def _x_call(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return self.call(node, scope, statement=False)
+
+    def _x_call_generic(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
+        return self.call(node, scope, statement=False)
+
+    def lvalue(self, node: Any, scope: Scope) -> E:
+        e = self.expr(node, scope)
+        if e.place is None and not (isinstance(e.extra, tuple) and e.extra and e.extra[0] == "slice"):
+            raise self.type_error(node, "expression is not assignable")
+        return e
+
+    def writer_for(self, node: Any, target: E) -> Any:
+        """`write(s, value)` for an lvalue (scalars, slices, headers and structs)."""
+        if isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice":
+            _, base, hi, lo = target.extra
+            if base.place is None:
+                raise self.type_error(node, "slice of a non-lvalue")
+            read, write = base.place.reader(), base.place.writer()
+            m = _mask(hi - lo + 1) << lo
+            bw = wrapper(base.type)
+
+            def write_slice(s: list, v: int) -> None:
+                write(s, bw((read(s) & ~m) | ((v << lo) & m)))
+            return write_slice
+        assert target.place is not None
+        if isinstance(target.type, HeaderT | StructT | StackT):
+            return target.place.block_writer()
+        return target.place.writer()
+
+    def value_fn(self, e: E) -> Any:
+        """Closure giving a value to store into a place of e's type."""
+        if isinstance(e.type, HeaderT | StructT | StackT | ListT):
+            return self._block_fn(e)
+        if e.fn is None:
+            raise ValueError("expression has no value")
+        return e.fn
+
+    def scalar(self, node: Any, scope: Scope, expected: P4Type | None = None) -> E:
+        e = self.expr(node, scope, expected)
+        if e.fn is None:
+            raise self.type_error(node, "expression has no value")
+        return e
+
+
+_UNUSED = (ActionImpl, ControlImpl, ExternInstance, FunctionImpl, PacketParam, TableImpl,
+           to_unsigned, StringT)

@@ -1,0 +1,73 @@
+"""v1model hash and checksum algorithms over byte strings (BMv2's definitions)."""
+
+from __future__ import annotations
+
+import zlib
+
+
+def _crc16_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16(data: bytes) -> int:
+    """CRC-16 with polynomial 0x8005, reflected, init 0, no final xor (BMv2 ``crc16``)."""
+    crc = 0
+    for b in data:
+        crc = (crc >> 8) ^ _CRC16[(crc ^ b) & 0xFF]
+    return crc
+
+
+def crc32(data: bytes) -> int:
+    """The IEEE 802.3 CRC-32 (BMv2 ``crc32``)."""
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def csum16(data: bytes) -> int:
+    """The Internet checksum (RFC 1071): one's complement of the one's-complement sum."""
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def xor16(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\x00"
+    value = 0
+    for i in range(0, len(data), 2):
+        value ^= int.from_bytes(data[i:i + 2], "big")
+    return value
+
+
+def identity(data: bytes) -> int:
+    return int.from_bytes(data[-8:], "big") if data else 0
+
+
+ALGORITHMS = {
+    "crc16": crc16,
+    "crc32": crc32,
+    "csum16": csum16,
+    "xor16": xor16,
+    "identity": identity,
+}
+
+
+def pack_bits(values: list[int], widths: list[int]) -> bytes:
+    """Concatenate values of the given bit widths, MSB first, zero-padded at the end."""
+    total, acc = 0, 0
+    for value, width in zip(values, widths):
+        acc = (acc << width) | (int(value) & ((1 << width) - 1))
+        total += width
+    pad = (-total) % 8
+    return (acc << pad).to_bytes((total + pad) // 8, "big")

@@ -1,0 +1,186 @@
+"""P4Info (p4runtime 1.4.1) for a loaded program, named and numbered as p4c does for v1model.
+
+Ids are p4c's: the 8-bit resource-type prefix over the low 24 bits of the Jenkins
+one-at-a-time hash of the fully qualified name (probing upwards on collision), unless an
+``@id`` annotation fixes them. Aliases are the shortest unique dotted suffix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from p4switch.frontend.program import Program, ProgramInfo
+
+P = p4info_pb2.P4Ids
+_MATCH = {
+    "exact": p4info_pb2.MatchField.EXACT,
+    "lpm": p4info_pb2.MatchField.LPM,
+    "ternary": p4info_pb2.MatchField.TERNARY,
+    "range": p4info_pb2.MatchField.RANGE,
+    "optional": p4info_pb2.MatchField.OPTIONAL,
+}
+_COUNTER_UNIT = {
+    "packets": p4info_pb2.CounterSpec.PACKETS,
+    "bytes": p4info_pb2.CounterSpec.BYTES,
+    "packets_and_bytes": p4info_pb2.CounterSpec.BOTH,
+}
+_METER_UNIT = {"packets": p4info_pb2.MeterSpec.PACKETS, "bytes": p4info_pb2.MeterSpec.BYTES}
+_SCOPE = {
+    "TABLE_AND_DEFAULT": p4info_pb2.ActionRef.TABLE_AND_DEFAULT,
+    "TABLE_ONLY": p4info_pb2.ActionRef.TABLE_ONLY,
+    "DEFAULT_ONLY": p4info_pb2.ActionRef.DEFAULT_ONLY,
+}
+
+
+def jenkins_one_at_a_time(name: str) -> int:
+    h = 0
+    for b in name.encode():
+        h = (h + b) & 0xFFFFFFFF
+        h = (h + (h << 10)) & 0xFFFFFFFF
+        h ^= h >> 6
+    h = (h + (h << 3)) & 0xFFFFFFFF
+    h ^= h >> 11
+    h = (h + (h << 15)) & 0xFFFFFFFF
+    return h
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.taken: set[int] = set()
+
+    def assign(self, prefix: int, name: str) -> int:
+        low = jenkins_one_at_a_time(name) & 0xFFFFFF
+        while True:
+            candidate = (prefix << 24) | low
+            if low != 0 and candidate not in self.taken:
+                self.taken.add(candidate)
+                return candidate
+            low = (low + 1) & 0xFFFFFF
+
+
+def _aliases(names: list[str]) -> dict[str, str]:
+    result = {}
+    for name in names:
+        parts = name.split(".")
+        for k in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-k:])
+            clashes = [o for o in names if o != name and (o == suffix or o.endswith("." + suffix))]
+            if not clashes:
+                result[name] = suffix
+                break
+        else:
+            result[name] = name
+    return result
+
+
+def build_p4info(program: Program) -> p4info_pb2.P4Info:
+    """The P4Info message of a loaded program."""
+    return build_p4info_from(program.info)
+
+
+def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
+    p4info = p4info_pb2.P4Info()
+    p4info.pkg_info.arch = "v1model"
+    ids = _Ids()
+    resources: list[tuple[int, str]] = []
+    resources += [(P.TABLE, n) for n in info.tables]
+    resources += [(P.ACTION, n) for n in info.actions]
+    resources += [(P.CONTROLLER_HEADER, n) for n in info.controller_headers]
+    for n, c in info.counters.items():
+        resources.append((P.DIRECT_COUNTER if c.direct_table is not None else P.COUNTER, n))
+    for n, m in info.meters.items():
+        resources.append((P.DIRECT_METER if m.direct_table is not None else P.METER, n))
+    resources += [(P.REGISTER, n) for n in info.registers]
+    resources += [(P.DIGEST, n) for n in info.digests]
+    id_of = {(prefix, name): ids.assign(prefix, name) for prefix, name in resources}
+    alias = _aliases([name for _, name in resources])
+
+    def preamble(msg, prefix: int, name: str, annotations=()) -> None:
+        msg.preamble.id = id_of[(prefix, name)]
+        msg.preamble.name = name
+        msg.preamble.alias = alias[name]
+        msg.preamble.annotations.extend(annotations)
+
+    action_id = {n: id_of[(P.ACTION, n)] for n in info.actions}
+    for name, action in info.actions.items():
+        a = p4info.actions.add()
+        preamble(a, P.ACTION, name, action.annotations)
+        for i, param in enumerate(action.params, start=1):
+            a.params.add(id=i, name=param.name, bitwidth=param.bitwidth)
+    direct_ids: dict[str, list[int]] = {}
+    for name, c in info.counters.items():
+        if c.direct_table is not None:
+            direct_ids.setdefault(c.direct_table, []).append(id_of[(P.DIRECT_COUNTER, name)])
+    for name, m in info.meters.items():
+        if m.direct_table is not None:
+            direct_ids.setdefault(m.direct_table, []).append(id_of[(P.DIRECT_METER, name)])
+    for name, table in info.tables.items():
+        t = p4info.tables.add()
+        preamble(t, P.TABLE, name, table.annotations)
+        for i, key in enumerate(table.keys, start=1):
+            t.match_fields.add(id=i, name=key.name, bitwidth=key.bitwidth, match_type=_MATCH[key.match_kind])
+        for aname, scope in table.actions:
+            ref = t.action_refs.add(id=action_id[aname], scope=_SCOPE[scope])
+            if scope == "DEFAULT_ONLY":
+                ref.annotations.append("@defaultonly")
+            elif scope == "TABLE_ONLY":
+                ref.annotations.append("@tableonly")
+        if table.const_default:
+            t.const_default_action_id = action_id[table.default_action[0]]
+        t.direct_resource_ids.extend(direct_ids.get(name, []))
+        t.size = table.size
+        if table.is_const:
+            t.is_const_table = True
+    for name, c in info.counters.items():
+        if c.direct_table is not None:
+            d = p4info.direct_counters.add()
+            preamble(d, P.DIRECT_COUNTER, name)
+            d.spec.unit = _COUNTER_UNIT[c.unit]
+            d.direct_table_id = id_of[(P.TABLE, c.direct_table)] if c.direct_table else 0
+        else:
+            k = p4info.counters.add()
+            preamble(k, P.COUNTER, name)
+            k.spec.unit = _COUNTER_UNIT[c.unit]
+            k.size = c.size
+    for name, m in info.meters.items():
+        if m.direct_table is not None:
+            d = p4info.direct_meters.add()
+            preamble(d, P.DIRECT_METER, name)
+            d.spec.unit = _METER_UNIT[m.unit]
+            d.direct_table_id = id_of[(P.TABLE, m.direct_table)] if m.direct_table else 0
+        else:
+            k = p4info.meters.add()
+            preamble(k, P.METER, name)
+            k.spec.unit = _METER_UNIT[m.unit]
+            k.size = m.size
+    for name, header in info.controller_headers.items():
+        h = p4info.controller_packet_metadata.add()
+        preamble(h, P.CONTROLLER_HEADER, name, [f'@controller_header("{name}")'])
+        for i, f in enumerate(header.fields, start=1):
+            h.metadata.add(id=i, name=f.name, bitwidth=f.bitwidth)
+    for name, reg in info.registers.items():
+        r = p4info.registers.add()
+        preamble(r, P.REGISTER, name)
+        r.type_spec.bitstring.bit.bitwidth = reg.bitwidth
+        r.size = reg.size
+    for name, digest in info.digests.items():
+        d = p4info.digests.add()
+        preamble(d, P.DIGEST, name)
+        d.type_spec.struct.name = name
+        struct = p4info.type_info.structs[name]
+        for f in digest.fields:
+            member = struct.members.add(name=f.name)
+            member.type_spec.bitstring.bit.bitwidth = f.bitwidth
+    return p4info
+
+
+def p4info_text(p4info: p4info_pb2.P4Info) -> str:
+    return text_format.MessageToString(p4info)
+
+
+def write_p4info(p4info: p4info_pb2.P4Info, path: Path) -> None:
+    """Write P4Info in protobuf text format (what p4c's --p4runtime-files *.txt writes)."""
+    Path(path).write_text(p4info_text(p4info))

@@ -1,0 +1,5 @@
+"""P4Runtime server of the embedded target: servicer, arbitration, entity translation, request log."""
+
+from p4switch.server.servicer import P4RuntimeServer, P4RuntimeServicer
+
+__all__ = ["P4RuntimeServer", "P4RuntimeServicer"]

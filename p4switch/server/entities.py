@@ -1,0 +1,342 @@
+"""Write and Read of P4Runtime entities against a pipeline.
+
+Supported: table entries (with default entries, direct counters and direct meters), counters,
+direct counters, meters, direct meters, multicast groups and clone sessions, digest
+configuration. Registers are UNIMPLEMENTED, as on BMv2, and so are action profiles, value
+sets and externs. The caller holds the pipeline lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+from p4.v1 import p4runtime_pb2
+
+from p4switch import tables
+from p4switch.errors import P4SwitchError
+from p4switch.server import codec
+from p4switch.server.errors import RpcError, from_table_error, invalid, not_found, out_of_range, unimplemented
+from p4switch.server.schema import IndexedInfo, Schema, TableInfo
+
+Update = p4runtime_pb2.Update
+INSERT, MODIFY, DELETE = Update.INSERT, Update.MODIFY, Update.DELETE
+
+
+class EntityStore:
+    """One pipeline seen through one P4Info: applies updates and answers reads."""
+
+    def __init__(self, schema: Schema, pipeline: Any) -> None:
+        self.schema = schema
+        self.pipeline = pipeline
+        #: Digest ids the controller enabled, with their configuration.
+        self.digest_configs: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
+
+    # -- look-ups -------------------------------------------------------------------------
+
+    def _table(self, table_id: int) -> tuple[TableInfo, tables.Table]:
+        info = self.schema.table(table_id)
+        table = self.pipeline.tables.get(info.name)
+        if table is None:
+            raise RpcError(grpc.StatusCode.INTERNAL, f"table {info.name} is in the P4Info but not in the pipeline")
+        return info, table
+
+    def _array(self, kind: str, ids: dict[int, IndexedInfo], store: dict[str, Any], resource_id: int) -> tuple[IndexedInfo, Any]:
+        info = self.schema.lookup(kind, ids, resource_id)
+        array = store.get(info.name)
+        if array is None:
+            raise RpcError(grpc.StatusCode.INTERNAL, f"{kind} {info.name} is in the P4Info but not in the pipeline")
+        return info, array
+
+    # -- Write ----------------------------------------------------------------------------
+
+    def write(self, update: p4runtime_pb2.Update) -> None:
+        """Apply one update; raises :class:`RpcError` with the per-update status."""
+        if update.type not in (INSERT, MODIFY, DELETE):
+            raise invalid("update type must be INSERT, MODIFY or DELETE")
+        kind = update.entity.WhichOneof("entity")
+        handler = {
+            "table_entry": self._write_table_entry,
+            "counter_entry": self._write_counter,
+            "direct_counter_entry": self._write_direct_counter,
+            "meter_entry": self._write_meter,
+            "direct_meter_entry": self._write_direct_meter,
+            "packet_replication_engine_entry": self._write_pre,
+            "digest_entry": self._write_digest,
+        }.get(kind or "")
+        if handler is None:
+            raise unimplemented(f"writing {kind or 'an empty entity'} is not supported by this target")
+        try:
+            handler(update.type, getattr(update.entity, kind))  # type: ignore[arg-type]
+        except tables.TableError as exc:
+            raise from_table_error(exc) from exc
+        except P4SwitchError as exc:
+            raise invalid(str(exc)) from exc
+
+    def _write_table_entry(self, kind: int, msg: p4runtime_pb2.TableEntry) -> None:
+        info, table = self._table(msg.table_id)
+        if msg.idle_timeout_ns:
+            raise unimplemented(f"table {info.name}: idle timeout is not implemented by this target "
+                                "(set idle_timeout_ns to 0)")
+        if msg.is_default_action:
+            if kind != MODIFY:
+                raise invalid(f"table {info.name}: the default entry can only be modified")
+            if msg.match or msg.priority:
+                raise invalid(f"table {info.name}: a default entry has no match and no priority")
+            if info.const_default_action_id:
+                raise RpcError(grpc.StatusCode.PERMISSION_DENIED, f"table {info.name}: the default action is const")
+            if msg.action.WhichOneof("type") is None:
+                table.reset_default()
+                return
+            if msg.action.WhichOneof("type") != "action":
+                raise unimplemented(f"table {info.name}: action profiles are not supported")
+            name, args = codec.action_from_proto(self.schema, info, msg.action.action)
+            table.set_default(name, args)
+            return
+        if kind == DELETE:
+            match = codec.match_from_proto(self.schema, info, table, list(msg.match))
+            table.delete(tables.TableEntry(match, msg.priority, "", ()))
+            return
+        entry = codec.table_entry_from_proto(self.schema, info, table, msg)
+        if kind == INSERT:
+            table.insert(entry)
+        else:
+            table.modify(entry)
+        if msg.HasField("counter_data"):
+            table.set_direct_counter(entry, msg.counter_data.packet_count, msg.counter_data.byte_count)
+        if msg.HasField("meter_config"):
+            cfg = msg.meter_config
+            table.set_direct_meter(entry, (cfg.cir, cfg.cburst, cfg.pir, cfg.pburst))
+
+    def _indices(self, info: IndexedInfo, index: p4runtime_pb2.Index | None) -> range:
+        if index is None:
+            return range(info.size)
+        if not 0 <= index.index < info.size:
+            raise out_of_range(f"{info.name}: index {index.index} out of range 0..{info.size - 1}")
+        return range(index.index, index.index + 1)
+
+    def _write_counter(self, kind: int, msg: p4runtime_pb2.CounterEntry) -> None:
+        info, array = self._array("counter", self.schema.counters, self.pipeline.counters, msg.counter_id)
+        if kind != MODIFY:
+            raise invalid(f"counter {info.name}: counters can only be modified")
+        for i in self._indices(info, msg.index if msg.HasField("index") else None):
+            array.write(i, msg.data.packet_count, msg.data.byte_count)
+
+    def _direct_entry(self, msg: p4runtime_pb2.TableEntry) -> tuple[TableInfo, tables.Table, tables.TableEntry]:
+        info, table = self._table(msg.table_id)
+        match = codec.match_from_proto(self.schema, info, table, list(msg.match))
+        entry = table.get(match, msg.priority)
+        if entry is None:
+            raise not_found(f"table {info.name}: no such entry")
+        return info, table, entry
+
+    def _write_direct_counter(self, kind: int, msg: p4runtime_pb2.DirectCounterEntry) -> None:
+        if kind != MODIFY:
+            raise invalid("direct counters can only be modified")
+        info, table, entry = self._direct_entry(msg.table_entry)
+        if not info.direct_counter_id:
+            raise invalid(f"table {info.name} has no direct counter")
+        table.set_direct_counter(entry, msg.data.packet_count, msg.data.byte_count)
+
+    def _write_meter(self, kind: int, msg: p4runtime_pb2.MeterEntry) -> None:
+        info, array = self._array("meter", self.schema.meters, self.pipeline.meters, msg.meter_id)
+        if kind != MODIFY:
+            raise invalid(f"meter {info.name}: meters can only be modified")
+        for i in self._indices(info, msg.index if msg.HasField("index") else None):
+            if msg.HasField("config"):
+                cfg = msg.config
+                array.set_config(i, cfg.cir, cfg.cburst, cfg.pir, cfg.pburst)
+            else:
+                array.reset_config(i)
+
+    def _write_direct_meter(self, kind: int, msg: p4runtime_pb2.DirectMeterEntry) -> None:
+        if kind != MODIFY:
+            raise invalid("direct meters can only be modified")
+        info, table, entry = self._direct_entry(msg.table_entry)
+        if not info.direct_meter_id:
+            raise invalid(f"table {info.name} has no direct meter")
+        cfg = msg.config
+        table.set_direct_meter(entry, (cfg.cir, cfg.cburst, cfg.pir, cfg.pburst))
+
+    @staticmethod
+    def _replicas(replicas: Any) -> list[tuple[int, int]]:
+        out = []
+        for r in replicas:
+            port = r.egress_port
+            if r.WhichOneof("port_kind") == "port":
+                port = codec.to_int(r.port, 32, "replica port")
+            out.append((port, r.instance))
+        if len(set(out)) != len(out):
+            raise invalid("replicas must be unique (port, instance) pairs")
+        return out
+
+    def _write_pre(self, kind: int, msg: p4runtime_pb2.PacketReplicationEngineEntry) -> None:
+        pre = self.pipeline.pre
+        which = msg.WhichOneof("type")
+        if which == "multicast_group_entry":
+            group = msg.multicast_group_entry
+            gid = group.multicast_group_id
+            if gid == 0:
+                raise invalid("multicast group id 0 is reserved")
+            self._check_presence("multicast group", gid, gid in pre.groups, kind)
+            if kind == DELETE:
+                pre.delete_multicast_group(gid)
+            else:
+                pre.set_multicast_group(gid, self._replicas(group.replicas))
+        elif which == "clone_session_entry":
+            session = msg.clone_session_entry
+            sid = session.session_id
+            if sid == 0:
+                raise invalid("clone session id 0 is reserved")
+            self._check_presence("clone session", sid, sid in pre.clone_sessions, kind)
+            if kind == DELETE:
+                pre.delete_clone_session(sid)
+            else:
+                pre.set_clone_session(sid, self._replicas(session.replicas), session.packet_length_bytes)
+        else:
+            raise invalid("empty packet replication engine entry")
+
+    @staticmethod
+    def _check_presence(what: str, ident: int, present: bool, kind: int) -> None:
+        if kind == INSERT and present:
+            raise RpcError(grpc.StatusCode.ALREADY_EXISTS, f"{what} {ident} already exists")
+        if kind != INSERT and not present:
+            raise not_found(f"{what} {ident} does not exist")
+
+    def _write_digest(self, kind: int, msg: p4runtime_pb2.DigestEntry) -> None:
+        digest = self.schema.digests.get(msg.digest_id)
+        if digest is None:
+            raise not_found(f"unknown digest id {msg.digest_id}")
+        self._check_presence("digest configuration for", msg.digest_id, msg.digest_id in self.digest_configs, kind)
+        if kind == DELETE:
+            del self.digest_configs[msg.digest_id]
+        else:
+            self.digest_configs[msg.digest_id] = msg.config
+
+    # -- Read -----------------------------------------------------------------------------
+
+    def read(self, entity: p4runtime_pb2.Entity) -> Iterator[p4runtime_pb2.Entity]:
+        """Every entity matching a (possibly wildcard) read request entity."""
+        kind = entity.WhichOneof("entity")
+        try:
+            if kind == "table_entry":
+                yield from self._read_table_entries(entity.table_entry)
+            elif kind == "counter_entry":
+                yield from self._read_counters(entity.counter_entry)
+            elif kind == "direct_counter_entry":
+                yield from self._read_direct_counters(entity.direct_counter_entry)
+            elif kind == "meter_entry":
+                yield from self._read_meters(entity.meter_entry)
+            elif kind == "packet_replication_engine_entry":
+                yield from self._read_pre(entity.packet_replication_engine_entry)
+            elif kind == "digest_entry":
+                for digest_id, config in sorted(self.digest_configs.items()):
+                    if entity.digest_entry.digest_id in (0, digest_id):
+                        yield p4runtime_pb2.Entity(digest_entry=p4runtime_pb2.DigestEntry(
+                            digest_id=digest_id, config=config))
+            else:
+                raise unimplemented(f"reading {kind or 'an empty entity'} is not supported by this target")
+        except tables.TableError as exc:
+            raise from_table_error(exc) from exc
+        except P4SwitchError as exc:
+            raise invalid(str(exc)) from exc
+
+    def _read_table_entries(self, query: p4runtime_pb2.TableEntry) -> Iterator[p4runtime_pb2.Entity]:
+        table_ids = [query.table_id] if query.table_id else sorted(self.schema.tables)
+        with_counters = query.HasField("counter_data")
+        for table_id in table_ids:
+            info, table = self._table(table_id)
+            if query.is_default_action:
+                name, args = table.default
+                msg = p4runtime_pb2.TableEntry(table_id=info.id, is_default_action=True)
+                try:
+                    msg.action.action.CopyFrom(codec.action_to_proto(self.schema, name, args))
+                except RpcError:
+                    pass  # an action the P4Info does not list (NoAction may be left out)
+                yield p4runtime_pb2.Entity(table_entry=msg)
+                continue
+            if query.match:
+                match = codec.match_from_proto(self.schema, info, table, list(query.match))
+                found = table.get(match, query.priority)
+                entries = [found] if found is not None else []
+            else:
+                entries = table.entries()
+            for entry in entries:
+                msg = codec.table_entry_to_proto(self.schema, info, table, entry)
+                if table.is_const:
+                    msg.is_const = True
+                if with_counters and info.direct_counter_id:
+                    packets, nbytes = table.direct_counter(entry)
+                    msg.counter_data.packet_count, msg.counter_data.byte_count = packets, nbytes
+                yield p4runtime_pb2.Entity(table_entry=msg)
+
+    def _read_counters(self, query: p4runtime_pb2.CounterEntry) -> Iterator[p4runtime_pb2.Entity]:
+        ids = [query.counter_id] if query.counter_id else sorted(self.schema.counters)
+        for counter_id in ids:
+            info, array = self._array("counter", self.schema.counters, self.pipeline.counters, counter_id)
+            for i in self._indices(info, query.index if query.HasField("index") else None):
+                packets, nbytes = array.read(i)
+                msg = p4runtime_pb2.CounterEntry(counter_id=info.id)
+                msg.index.index = i
+                msg.data.packet_count, msg.data.byte_count = packets, nbytes
+                yield p4runtime_pb2.Entity(counter_entry=msg)
+
+    def _read_direct_counters(self, query: p4runtime_pb2.DirectCounterEntry) -> Iterator[p4runtime_pb2.Entity]:
+        table_ids = [query.table_entry.table_id] if query.table_entry.table_id else [
+            t.id for t in self.schema.tables.values() if t.direct_counter_id]
+        for table_id in table_ids:
+            info, table = self._table(table_id)
+            if not info.direct_counter_id:
+                raise invalid(f"table {info.name} has no direct counter")
+            if query.table_entry.match:
+                _, _, entry = self._direct_entry(query.table_entry)
+                entries = [entry]
+            else:
+                entries = table.entries()
+            for entry in entries:
+                packets, nbytes = table.direct_counter(entry)
+                msg = p4runtime_pb2.DirectCounterEntry()
+                msg.table_entry.CopyFrom(codec.table_entry_to_proto(self.schema, info, table, entry))
+                msg.data.packet_count, msg.data.byte_count = packets, nbytes
+                yield p4runtime_pb2.Entity(direct_counter_entry=msg)
+
+    def _read_meters(self, query: p4runtime_pb2.MeterEntry) -> Iterator[p4runtime_pb2.Entity]:
+        ids = [query.meter_id] if query.meter_id else sorted(self.schema.meters)
+        for meter_id in ids:
+            info, array = self._array("meter", self.schema.meters, self.pipeline.meters, meter_id)
+            for i in self._indices(info, query.index if query.HasField("index") else None):
+                msg = p4runtime_pb2.MeterEntry(meter_id=info.id)
+                msg.index.index = i
+                config = array.get_config(i)
+                if config is not None:
+                    cir, cburst, pir, pburst = config
+                    msg.config.cir, msg.config.cburst = int(cir), int(cburst)
+                    msg.config.pir, msg.config.pburst = int(pir), int(pburst)
+                yield p4runtime_pb2.Entity(meter_entry=msg)
+
+    def _read_pre(self, query: p4runtime_pb2.PacketReplicationEngineEntry) -> Iterator[p4runtime_pb2.Entity]:
+        pre = self.pipeline.pre
+        which = query.WhichOneof("type")
+        if which == "multicast_group_entry":
+            wanted = query.multicast_group_entry.multicast_group_id
+            for gid in sorted(pre.groups):
+                if wanted in (0, gid):
+                    msg = p4runtime_pb2.PacketReplicationEngineEntry()
+                    msg.multicast_group_entry.multicast_group_id = gid
+                    for port, rid in pre.groups[gid]:
+                        msg.multicast_group_entry.replicas.add(egress_port=port, instance=rid)
+                    yield p4runtime_pb2.Entity(packet_replication_engine_entry=msg)
+        elif which == "clone_session_entry":
+            wanted = query.clone_session_entry.session_id
+            for sid in sorted(pre.clone_sessions):
+                if wanted in (0, sid):
+                    replicas, truncate = pre.clone_sessions[sid]
+                    msg = p4runtime_pb2.PacketReplicationEngineEntry()
+                    msg.clone_session_entry.session_id = sid
+                    msg.clone_session_entry.packet_length_bytes = truncate
+                    for port, rid in replicas:
+                        msg.clone_session_entry.replicas.add(egress_port=port, instance=rid)
+                    yield p4runtime_pb2.Entity(packet_replication_engine_entry=msg)
+        else:
+            raise invalid("read of an empty packet replication engine entry")

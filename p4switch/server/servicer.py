@@ -1,0 +1,413 @@
+"""The P4Runtime gRPC service of one embedded switch.
+
+Unary RPCs run on a thread pool. Each StreamChannel gets a reader thread that handles
+arbitration and PacketOut, and a response queue through which arbitration updates, PacketIn
+and digests reach the client. Pipeline state is touched only under the target's lock, which
+the packet path shares.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from p4switch.errors import P4SwitchError
+from p4switch.server import codec
+from p4switch.server.arbitration import Arbiter
+from p4switch.server.entities import EntityStore
+from p4switch.server.errors import RpcError, invalid
+from p4switch.server.request_log import RequestLog, RequestLogInterceptor
+from p4switch.server.schema import Schema
+
+log = logging.getLogger("p4switch.p4runtime")
+
+API_VERSION = "1.4.1"
+READ_BATCH = 500  # entities per ReadResponse
+
+PipelineFactory = Callable[[bytes], Any]
+Action = p4runtime_pb2.SetForwardingPipelineConfigRequest
+
+
+class Target(Protocol):
+    """The data plane the service controls."""
+
+    lock: threading.RLock
+
+    def install(self, pipeline: Any | None) -> None:
+        """Make ``pipeline`` the one packets go through (None: drop everything)."""
+
+    def packet_out(self, frame: bytes) -> None:
+        """Send a frame into the ingress pipeline as if it arrived on the CPU port."""
+
+
+def default_pipeline_factory(device_config: bytes) -> Any:
+    from p4switch.device_config import pipeline_from_device_config
+
+    return pipeline_from_device_config(device_config)
+
+
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    """A gRPC status with trailing metadata (for google.rpc.Status details)."""
+
+
+@dataclass
+class ForwardingConfig:
+    p4info: p4info_pb2.P4Info
+    device_config: bytes
+    cookie: int
+
+
+class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
+    """P4Runtime for one device: pipeline config, Write, Read and StreamChannel."""
+
+    def __init__(self, target: Target, device_id: int,
+                 pipeline_factory: PipelineFactory = default_pipeline_factory) -> None:
+        self.target = target
+        self.device_id = device_id
+        self.pipeline_factory = pipeline_factory
+        self.arbiter = Arbiter(device_id)
+        self.config: ForwardingConfig | None = None
+        self.saved: tuple[ForwardingConfig, Any] | None = None
+        self.store: EntityStore | None = None
+        self._stream_ids = itertools.count(1)
+        self._digest_list_ids = itertools.count(1)
+        self.packet_ins_dropped = 0
+
+    # -- pipeline configuration -------------------------------------------------------------
+
+    def _build(self, config: p4runtime_pb2.ForwardingPipelineConfig) -> tuple[Schema, Any]:
+        if not config.p4info.tables and not config.p4info.actions:
+            raise invalid("the forwarding pipeline config has an empty P4Info")
+        if not config.p4_device_config:
+            raise invalid("the forwarding pipeline config has no p4_device_config")
+        try:
+            pipeline = self.pipeline_factory(config.p4_device_config)
+        except P4SwitchError as exc:
+            raise invalid(f"device config rejected: {exc}") from exc
+        except (ValueError, KeyError, UnicodeDecodeError) as exc:
+            raise invalid(f"device config is not one this target can load: {exc}") from exc
+        schema = Schema.build(config.p4info)
+        _check_consistent(schema, pipeline)
+        return schema, pipeline
+
+    def load(self, p4info: p4info_pb2.P4Info, device_config: bytes, pipeline: Any, cookie: int = 0) -> None:
+        """Install a pipeline directly (a program given on the command line)."""
+        schema = Schema.build(p4info)
+        _check_consistent(schema, pipeline)
+        self._commit(ForwardingConfig(p4info, device_config, cookie), schema, pipeline)
+
+    def _commit(self, config: ForwardingConfig, schema: Schema, pipeline: Any) -> None:
+        with self.target.lock:
+            pipeline.digest_sink = self._on_digest
+            self.store = EntityStore(schema, pipeline)
+            self.config = config
+            self.target.install(pipeline)
+        log.info("pipeline installed (%d tables)", len(schema.tables))
+
+    def SetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with _AbortOnRpcError(context):
+            self._check_device(request.device_id)
+            if request.role:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only the default role is supported")
+            self.arbiter.check_primary(request.election_id, "SetForwardingPipelineConfig")
+            action = request.action
+            cookie = request.config.cookie.cookie if request.config.HasField("cookie") else 0
+            if action == Action.COMMIT:
+                if self.saved is None:
+                    raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "COMMIT without a saved config (VERIFY_AND_SAVE first)")
+                config, (schema, pipeline) = self.saved[0], self.saved[1]
+                self.saved = None
+                self._commit(config, schema, pipeline)
+                return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+            if action not in (Action.VERIFY, Action.VERIFY_AND_SAVE, Action.VERIFY_AND_COMMIT,
+                              Action.RECONCILE_AND_COMMIT):
+                raise invalid("unspecified SetForwardingPipelineConfig action")
+            schema, pipeline = self._build(request.config)
+            config = ForwardingConfig(request.config.p4info, request.config.p4_device_config, cookie)
+            if action == Action.VERIFY:
+                return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+            if action == Action.VERIFY_AND_SAVE:
+                self.saved = (config, (schema, pipeline))
+                return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+            if action == Action.RECONCILE_AND_COMMIT and self.config is not None \
+                    and self.config.p4info == config.p4info \
+                    and self.config.device_config == config.device_config:
+                self.config.cookie = cookie  # same program: keep every entry and counter
+                return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+            self._commit(config, schema, pipeline)
+            return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+
+    def GetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with _AbortOnRpcError(context):
+            self._check_device(request.device_id)
+            response = p4runtime_pb2.GetForwardingPipelineConfigResponse()
+            config = self.config
+            if config is None:
+                raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
+            kind = request.response_type
+            Get = p4runtime_pb2.GetForwardingPipelineConfigRequest
+            response.config.cookie.cookie = config.cookie
+            if kind in (Get.ALL, Get.P4INFO_AND_COOKIE):
+                response.config.p4info.CopyFrom(config.p4info)
+            if kind in (Get.ALL, Get.DEVICE_CONFIG_AND_COOKIE):
+                response.config.p4_device_config = config.device_config
+            return response
+
+    def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
+
+    # -- Write and Read ---------------------------------------------------------------------
+
+    def _check_device(self, device_id: int) -> None:
+        if device_id != self.device_id:
+            raise RpcError(grpc.StatusCode.NOT_FOUND,
+                           f"device id {device_id} is not this switch (device id {self.device_id})")
+
+    def _store(self) -> EntityStore:
+        if self.store is None:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "no forwarding pipeline config set (SetForwardingPipelineConfig first)")
+        return self.store
+
+    def Write(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with _AbortOnRpcError(context):
+            self._check_device(request.device_id)
+            if request.role:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only the default role is supported")
+            self.arbiter.check_primary(request.election_id, "Write")
+            if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
+            store = self._store()
+            errors: list[p4runtime_pb2.Error] = []
+            with self.target.lock:
+                for update in request.updates:
+                    try:
+                        store.write(update)
+                        errors.append(p4runtime_pb2.Error(canonical_code=code_pb2.OK))
+                    except RpcError as exc:
+                        errors.append(p4runtime_pb2.Error(canonical_code=exc.canonical_code, message=exc.message))
+                    except Exception as exc:  # noqa: BLE001 - one bad update must not fail the others
+                        log.exception("update failed")
+                        errors.append(p4runtime_pb2.Error(canonical_code=code_pb2.INTERNAL,
+                                                          message=f"{type(exc).__name__}: {exc}"))
+            failed = [e for e in errors if e.canonical_code != code_pb2.OK]
+            if failed:
+                status = status_pb2.Status(
+                    code=code_pb2.UNKNOWN,
+                    message=f"{len(failed)} of {len(errors)} update(s) failed: {failed[0].message}",
+                )
+                for error in errors:
+                    packed = any_pb2.Any()
+                    packed.Pack(error)
+                    status.details.append(packed)
+                context.abort_with_status(_Status(
+                    grpc.StatusCode.UNKNOWN, status.message,
+                    (("grpc-status-details-bin", status.SerializeToString()),),
+                ))
+            return p4runtime_pb2.WriteResponse()
+
+    def Read(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        with _AbortOnRpcError(context):
+            self._check_device(request.device_id)
+            store = self._store()
+            with self.target.lock:
+                entities = [found for entity in request.entities for found in store.read(entity)]
+        for start in range(0, max(len(entities), 1), READ_BATCH):
+            yield p4runtime_pb2.ReadResponse(entities=entities[start:start + READ_BATCH])
+
+    # -- StreamChannel ----------------------------------------------------------------------
+
+    def StreamChannel(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        stream_id = next(self._stream_ids)
+        responses: queue.Queue[Any] = queue.Queue()
+        context.add_callback(lambda: responses.put(None))
+        reader = threading.Thread(target=self._read_stream, args=(stream_id, request_iterator, responses),
+                                  name=f"p4rt-stream-{stream_id}", daemon=True)
+        reader.start()
+        try:
+            while True:
+                item = responses.get()
+                if item is None:
+                    return
+                if isinstance(item, RpcError):
+                    context.abort(item.code, item.message)
+                yield item
+        finally:
+            self.arbiter.remove(stream_id)
+
+    def _read_stream(self, stream_id: int, requests: Iterator[Any], responses: queue.Queue[Any]) -> None:
+        arbitrated = False
+        try:
+            for message in requests:
+                kind = message.WhichOneof("update")
+                try:
+                    if kind == "arbitration":
+                        self.arbiter.arbitrate(stream_id, message.arbitration, responses.put)
+                        arbitrated = True
+                    elif not arbitrated:
+                        raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                                       "the first stream message must be an arbitration update")
+                    elif kind == "packet":
+                        self._packet_out(stream_id, message.packet)
+                    elif kind == "digest_ack":
+                        pass  # digests are sent one list at a time, never held back
+                    else:
+                        raise RpcError(grpc.StatusCode.UNIMPLEMENTED, f"stream message {kind} is not supported")
+                except RpcError as exc:
+                    if kind == "arbitration":
+                        responses.put(exc)  # a bad arbitration ends the stream
+                        return
+                    responses.put(_stream_error(exc, message))
+        except grpc.RpcError:
+            pass  # the client went away
+        except Exception:  # noqa: BLE001 - a broken stream must not take the server down
+            log.exception("stream %d failed", stream_id)
+        finally:
+            responses.put(None)
+
+    def _packet_out(self, stream_id: int, packet: p4runtime_pb2.PacketOut) -> None:
+        del stream_id
+        store = self._store()
+        frame = packet.payload
+        header = store.schema.packet_out
+        if header is not None:
+            given = {m.metadata_id: m.value for m in packet.metadata}
+            values = []
+            for spec in header.fields:
+                raw = given.get(spec.id)
+                values.append((codec.to_int(raw, spec.bitwidth, f"packet_out {spec.name}") if raw else 0,
+                               spec.bitwidth))
+            frame = codec.pack_fields(values) + frame
+        try:
+            self.target.packet_out(frame)
+        except P4SwitchError as exc:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
+
+    def packet_in(self, frame: bytes) -> None:
+        """A frame the pipeline sent to the CPU port: a PacketIn for the primary client."""
+        store, notify = self.store, self.arbiter.primary_notify()
+        if store is None or notify is None:
+            self.packet_ins_dropped += 1
+            return
+        message = p4runtime_pb2.StreamMessageResponse()
+        header = store.schema.packet_in
+        payload = frame
+        if header is not None:
+            nbytes = header.bitwidth // 8
+            if len(frame) < nbytes:
+                self.packet_ins_dropped += 1
+                return
+            values = codec.unpack_fields(frame, [f.bitwidth for f in header.fields])
+            for spec, value in zip(header.fields, values):
+                message.packet.metadata.add(metadata_id=spec.id, value=codec.to_bytes(value))
+            payload = frame[nbytes:]
+        message.packet.payload = payload
+        notify(message)
+
+    def _on_digest(self, name: str, values: tuple[int, ...]) -> None:
+        store, notify = self.store, self.arbiter.primary_notify()
+        if store is None or notify is None:
+            return
+        digest = store.schema.digest_by_name(name)
+        if digest is None or digest.id not in store.digest_configs:
+            return
+        message = p4runtime_pb2.StreamMessageResponse()
+        digest_list = message.digest
+        digest_list.digest_id = digest.id
+        digest_list.list_id = next(self._digest_list_ids)
+        digest_list.timestamp = time.time_ns()
+        data = digest_list.data.add()
+        if len(digest.member_widths) == 1 and len(values) == 1:
+            data.bitstring = codec.to_bytes(values[0])
+        else:
+            for value in values:
+                data.struct.members.add(bitstring=codec.to_bytes(value))
+        notify(message)
+
+
+def _check_consistent(schema: Schema, pipeline: Any) -> None:
+    """The P4Info must describe the pipeline it comes with."""
+    for kind, infos, store in (
+        ("table", schema.tables, pipeline.tables),
+        ("counter", schema.counters, pipeline.counters),
+        ("meter", schema.meters, pipeline.meters),
+    ):
+        for info in infos.values():
+            if info.name not in store:
+                raise invalid(f"P4Info does not match the device config: {kind} {info.name} is not in the program")
+
+
+def _stream_error(exc: RpcError, message: p4runtime_pb2.StreamMessageRequest) -> p4runtime_pb2.StreamMessageResponse:
+    response = p4runtime_pb2.StreamMessageResponse()
+    response.error.canonical_code = exc.canonical_code
+    response.error.message = exc.message
+    if message.HasField("packet"):
+        response.error.packet_out.packet_out.CopyFrom(message.packet)
+    return response
+
+
+class _AbortOnRpcError:
+    """Turns an :class:`RpcError` raised inside a handler into the RPC's status."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self.context = context
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, RpcError):
+            self.context.abort(exc.code, exc.message)
+        return False
+
+
+class P4RuntimeServer:
+    """A gRPC server for one switch; ``port`` is the bound port (useful with ``:0``)."""
+
+    def __init__(self, target: Target, device_id: int, address: str = "127.0.0.1:9559",
+                 request_log: Path | None = None, pipeline_factory: PipelineFactory = default_pipeline_factory,
+                 max_workers: int = 16, extra_handlers: tuple[grpc.GenericRpcHandler, ...] = ()) -> None:
+        self.servicer = P4RuntimeServicer(target, device_id, pipeline_factory)
+        self.request_log = RequestLog(request_log) if request_log else None
+        interceptors = [RequestLogInterceptor(self.request_log)] if self.request_log else []
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"),
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", 256 << 20),
+                     ("grpc.max_send_message_length", 256 << 20),
+                     ("grpc.so_reuseport", 0)],
+        )
+        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.servicer, self.server)
+        if extra_handlers:
+            self.server.add_generic_rpc_handlers(extra_handlers)
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise P4SwitchError(f"cannot listen on {address}: {exc}") from exc
+        if self.port == 0:
+            raise P4SwitchError(f"cannot listen on {address} (address in use?)")
+        host = address.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.server.stop(grace).wait(grace + 1)
+        if self.request_log:
+            self.request_log.close()

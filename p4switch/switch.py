@@ -1,0 +1,368 @@
+"""The embedded switch: ports -> pipeline ingress -> traffic manager -> egress -> ports.
+
+:class:`Datapath` is the packet path with time passed in from a clock, usable on its own
+with in-memory ports and a virtual clock. :class:`Switch` runs it on real interfaces with an
+ingress thread, an egress thread, the P4Runtime server, pcap files and a log.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from p4switch.errors import P4SwitchError
+from p4switch.ports import Clock, Port, PortSpec, RawSocketPort, WallClock
+from p4switch.server import P4RuntimeServer
+from p4switch.server.control import ControlService
+from p4switch.traffic_manager import Departure, TrafficManager
+
+log = logging.getLogger("p4switch.switch")
+
+DROP_PORT = 511
+PCAP_FLUSH_SECONDS = 0.5
+_HEX_PREVIEW = 32
+
+
+def _queue_meta(departure: Departure) -> Any:
+    """The pipeline's ``QueueMeta`` for a departure."""
+    from p4switch.pipeline import QueueMeta  # imported late: the compiler is only needed with a program
+
+    q = departure.queue
+    return QueueMeta(q.enq_timestamp, q.enq_qdepth, q.deq_timedelta, q.deq_qdepth, q.qid)
+
+
+class PcapFile:
+    """A classic pcap file (microsecond timestamps, Ethernet)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: BinaryIO = path.open("wb")
+        self._file.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        self._lock = threading.Lock()
+
+    def write(self, frame: bytes) -> None:
+        now = time.time()
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(struct.pack("<IIII", int(now), int(now % 1 * 1e6), len(frame), len(frame)))
+            self._file.write(frame)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+@dataclass
+class PcapSet:
+    """``<port name>_in.pcap`` and ``<port name>_out.pcap`` for every port, as BMv2's --pcap."""
+
+    directory: Path
+    files: dict[tuple[int, str], PcapFile] = field(default_factory=dict)
+
+    def open(self, port: int, name: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for way in ("in", "out"):
+            self.files[(port, way)] = PcapFile(self.directory / f"{name}_{way}.pcap")
+
+    def write(self, port: int, way: str, frame: bytes) -> None:
+        pcap = self.files.get((port, way))
+        if pcap is not None:
+            pcap.write(frame)
+
+    def flush(self) -> None:
+        for pcap in self.files.values():
+            pcap.flush()
+
+    def close(self) -> None:
+        for pcap in self.files.values():
+            pcap.close()
+
+
+class Datapath:
+    """The packet path of one switch; the pipeline is swapped in by the P4Runtime server."""
+
+    def __init__(self, traffic_manager: TrafficManager, clock: Clock | None = None,
+                 cpu_port: int | None = None, pcaps: PcapSet | None = None) -> None:
+        self.tm = traffic_manager
+        self.clock: Clock = clock or WallClock()
+        self.cpu_port = cpu_port
+        self.pcaps = pcaps
+        self.lock = threading.RLock()  # pipeline state: packet path and P4Runtime writes
+        self.tm_ready = threading.Condition()  # traffic manager state, wakes the egress thread
+        self.pipeline: Any = None
+        self.ports: dict[int, Port] = {}
+        self.packet_in: Callable[[bytes], None] | None = None
+        #: Packet counts: received, transmitted, no_pipeline, pipeline_error, no_such_port...
+        self.stats: Counter[str] = Counter()
+
+    def add_port(self, port: Port) -> None:
+        if port.number in self.ports or port.number == self.cpu_port:
+            raise P4SwitchError(f"port {port.number} is given twice")
+        self.ports[port.number] = port
+        if self.pcaps is not None:
+            self.pcaps.open(port.number, port.name)
+
+    def install(self, pipeline: Any) -> None:
+        """Switch to a new pipeline; packets queued for the old one are dropped."""
+        with self.lock:
+            self.pipeline = pipeline
+            with self.tm_ready:
+                self.tm.clear()
+
+    def packet_out(self, frame: bytes) -> None:
+        """A PacketOut: the frame enters ingress on the CPU port, as on BMv2."""
+        if self.cpu_port is None:
+            raise P4SwitchError("PacketOut needs a CPU port (--cpu-port)")
+        self.receive(frame, self.cpu_port)
+
+    def receive(self, frame: bytes, port: int) -> int:
+        """Run ingress on a frame and queue what it produces; returns how many were queued."""
+        now = self.clock.now_us()
+        self.stats["received"] += 1
+        if self.pcaps is not None:
+            self.pcaps.write(port, "in", frame)
+        with self.lock:
+            pipeline = self.pipeline
+            if pipeline is None:
+                self.stats["no_pipeline"] += 1
+                return 0
+            try:
+                jobs = pipeline.ingress(frame, port, now)
+            except Exception as exc:  # noqa: BLE001 - one bad packet must not stop the switch
+                self._pipeline_error("ingress", port, frame, exc)
+                return 0
+        queued = 0
+        with self.tm_ready:
+            for job in jobs:
+                if job.egress_port == DROP_PORT:
+                    continue
+                if self.tm.enqueue(job, job.egress_port, job.priority, len(frame), now):
+                    queued += 1
+            if queued:
+                due = self.tm.next_departure_us()
+                if due is not None and due > now:
+                    self.tm_ready.notify()  # the egress thread times future departures
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("port %d in: %d bytes, %d copies queued", port, len(frame), queued)
+        return queued
+
+    def transmit_due(self) -> int:
+        """Run egress for every packet whose departure time has come; returns frames sent."""
+        with self.tm_ready:
+            departures = self.tm.dequeue(self.clock.now_us())
+        sent = 0
+        for departure in departures:
+            with self.lock:
+                pipeline = self.pipeline
+                if pipeline is None:
+                    continue
+                try:
+                    frames = pipeline.egress(departure.item, _queue_meta(departure))
+                except Exception as exc:  # noqa: BLE001
+                    self._pipeline_error("egress", departure.port, b"", exc)
+                    continue
+            for port, frame in frames:
+                sent += self._emit(port, frame)
+        return sent
+
+    def _emit(self, port: int, frame: bytes) -> int:
+        if port == DROP_PORT:
+            return 0
+        if port == self.cpu_port:
+            self.stats["to_cpu"] += 1
+            if self.packet_in is not None:
+                self.packet_in(frame)
+            return 1
+        target = self.ports.get(port)
+        if target is None:
+            self.stats["no_such_port"] += 1
+            log.debug("frame for port %d dropped: no such port", port)
+            return 0
+        target.send(frame)
+        self.stats["transmitted"] += 1
+        if self.pcaps is not None:
+            self.pcaps.write(port, "out", frame)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("port %d out: %d bytes", port, len(frame))
+        return 1
+
+    def _pipeline_error(self, stage: str, port: int, frame: bytes, exc: Exception) -> None:
+        self.stats["pipeline_error"] += 1
+        log.warning("%s error on port %d (%s: %s); packet dropped: %s", stage, port,
+                    type(exc).__name__, exc, frame[:_HEX_PREVIEW].hex())
+
+    def next_wakeup_us(self) -> float | None:
+        with self.tm_ready:
+            return self.tm.next_departure_us()
+
+
+@dataclass
+class SwitchConfig:
+    """Everything ``p4switch run`` is told."""
+
+    interfaces: list[PortSpec]
+    device_id: int = 0
+    grpc_address: str = "127.0.0.1:9559"
+    cpu_port: int | None = None
+    priority_queues: int = 1
+    pcap_dir: Path | None = None
+    request_log: Path | None = None
+
+
+class Switch:
+    """One running switch: raw-socket ports, packet threads and the P4Runtime server."""
+
+    def __init__(self, config: SwitchConfig, pipeline_factory: Callable[[bytes], Any] | None = None) -> None:
+        self.config = config
+        self.tm = TrafficManager(priority_queues=config.priority_queues)
+        pcaps = PcapSet(config.pcap_dir) if config.pcap_dir else None
+        self.datapath = Datapath(self.tm, WallClock(), config.cpu_port, pcaps)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self.server: P4RuntimeServer | None = None
+        self._pipeline_factory = pipeline_factory
+        try:
+            for spec in config.interfaces:
+                self.datapath.add_port(RawSocketPort(spec.number, spec.iface))
+            kwargs = {"pipeline_factory": pipeline_factory} if pipeline_factory else {}
+            control = ControlService(self.tm, self.datapath.tm_ready, self.statistics)
+            self.server = P4RuntimeServer(self.datapath, config.device_id, config.grpc_address,
+                                          request_log=config.request_log,
+                                          extra_handlers=(control.generic_handler(),), **kwargs)
+        except BaseException:
+            self._close_ports()
+            self._wake_r.close()
+            self._wake_w.close()
+            raise
+        self.datapath.packet_in = self.server.servicer.packet_in
+
+    def statistics(self) -> dict[str, Any]:
+        """Packet counts and queue drops, for ``p4switch ctl stats``."""
+        drops = {f"{port}:{prio}:{reason}": n for (port, prio, reason), n in sorted(self.tm.drops.items())}
+        return {"packets": dict(self.datapath.stats), "queue_drops": drops}
+
+    def load_program(self, source: Path, p4info_path: Path | None = None) -> None:
+        """Install a program given on the command line (P4 source, or device config + P4Info)."""
+        assert self.server is not None
+        if source.suffix == ".json":
+            from google.protobuf import text_format
+            from p4.config.v1 import p4info_pb2
+
+            from p4switch.device_config import pipeline_from_device_config
+
+            if p4info_path is None:
+                raise P4SwitchError(f"{source}: a device config needs --p4info (the P4Info text file)")
+            p4info = text_format.Parse(p4info_path.read_text(), p4info_pb2.P4Info())
+            data = source.read_bytes()
+        else:
+            from p4switch.device_config import pipeline_from_device_config, write_device_config
+            from p4switch.frontend import load_program
+            from p4switch.p4info import build_p4info
+
+            program = load_program(source)
+            p4info = build_p4info(program)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "device_config.json"
+                write_device_config(program, path)
+                data = path.read_bytes()
+        self.server.servicer.load(p4info, data, pipeline_from_device_config(data))
+        log.info("program %s loaded", source)
+
+    def start(self) -> None:
+        """Start the packet threads, then the P4Runtime server (the switch is then ready)."""
+        assert self.server is not None
+        for name, target in (("ingress", self._ingress_loop), ("egress", self._egress_loop)):
+            thread = threading.Thread(target=target, name=f"p4switch-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.server.start()
+        log.info("switch device %d ready: P4Runtime on %s, ports %s", self.config.device_id,
+                 self.server.address,
+                 ", ".join(f"{p.number}@{p.name}" for p in self.datapath.ports.values()) or "none")
+
+    def _ingress_loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        for port in self.datapath.ports.values():
+            if isinstance(port, RawSocketPort):
+                port.sock.setblocking(False)
+                selector.register(port.sock, selectors.EVENT_READ, port)
+        selector.register(self._wake_r, selectors.EVENT_READ, None)
+        try:
+            while not self._stop.is_set():
+                for key, _ in selector.select(timeout=0.5):
+                    port = key.data
+                    if port is None:
+                        continue
+                    self._drain(port)
+        finally:
+            selector.close()
+
+    def _drain(self, port: RawSocketPort) -> None:
+        for _ in range(64):
+            try:
+                frame = port.receive()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.warning("port %d (%s): receive failed: %s", port.number, port.name, exc)
+                return
+            if frame is not None:
+                self.datapath.receive(frame, port.number)
+                # Departures already due (ports without a rate limit) leave from this thread,
+                # saving a thread hand-off per packet; the egress thread handles the rest.
+                self.datapath.transmit_due()
+
+    def _egress_loop(self) -> None:
+        datapath = self.datapath
+        next_flush = time.monotonic() + PCAP_FLUSH_SECONDS
+        while not self._stop.is_set():
+            if datapath.pcaps is not None and time.monotonic() >= next_flush:
+                datapath.pcaps.flush()
+                next_flush = time.monotonic() + PCAP_FLUSH_SECONDS
+            with datapath.tm_ready:
+                due = datapath.tm.next_departure_us()
+                now = datapath.clock.now_us()
+                if due is None or due > now:
+                    wait = PCAP_FLUSH_SECONDS if due is None else min(PCAP_FLUSH_SECONDS, (due - now) / 1e6)
+                    datapath.tm_ready.wait(timeout=wait)
+                    continue
+            datapath.transmit_due()
+
+    def stop(self) -> None:
+        """Stop the server and the packet threads, then close ports, pcaps and the request log."""
+        self._stop.set()
+        self._wake_w.send(b"x")
+        with self.datapath.tm_ready:
+            self.datapath.tm_ready.notify_all()
+        if self.server is not None:
+            self.server.stop(0.5)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._close_ports()
+        if self.datapath.pcaps is not None:
+            self.datapath.pcaps.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        stats = dict(self.datapath.stats)
+        drops = sum(self.tm.drops.values())
+        log.info("switch stopped: %s, %d queue drop(s)", stats or "no packets", drops)
+
+    def _close_ports(self) -> None:
+        for port in self.datapath.ports.values():
+            port.close()

@@ -1,0 +1,270 @@
+"""Traffic manager: per egress port, strict-priority queues with tail drop and rate limits.
+
+Time is passed in by the caller (microseconds), so the same code serves the real switch
+(wall clock) and deterministic tests (a virtual clock). Queue metadata is filled the way
+BMv2's ``simple_switch`` fills it:
+
+- ``enq_qdepth``: packets queued on the egress port, all priority queues together, just
+  before this packet was added;
+- ``deq_qdepth``: packets still queued on the port once this packet left;
+- ``deq_timedelta``: microseconds the packet spent queued;
+- ``qid``: ``priority_queues - 1 - priority`` (BMv2's queue number: 0 is served first).
+
+A higher ``standard_metadata.priority`` leaves first. Each port has a link rate (a port-wide
+pacer the priority queues share) and each priority queue may have its own rate on top of it;
+both are unlimited unless set. Depth is per priority queue, in packets (BMv2's default 64).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from p4switch.errors import P4SwitchError
+
+log = logging.getLogger("p4switch.tm")
+
+DEFAULT_QUEUE_DEPTH = 64
+
+
+class QueueConfigError(P4SwitchError):
+    """A queue rate, depth or priority that cannot be applied."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A rate limit: ``value`` packets per second, or bits per second when ``per_bit``."""
+
+    value: float
+    per_bit: bool = False
+
+    _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(pps|bps)?\s*$")
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """``1000``/``1000pps`` (packets/s, BMv2's unit), ``10Mbps``, ``2.5kpps``..."""
+        match = cls._PATTERN.match(text)
+        if not match:
+            raise QueueConfigError(f"bad rate {text!r}: expected NUMBER[k|M|G][pps|bps]")
+        scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[match.group(2).lower()]
+        value = float(match.group(1)) * scale
+        if value <= 0:
+            raise QueueConfigError(f"bad rate {text!r}: must be positive")
+        return cls(value, per_bit=match.group(3) == "bps")
+
+    def service_us(self, size_bytes: int) -> float:
+        """Microseconds one packet of ``size_bytes`` occupies at this rate."""
+        if self.per_bit:
+            return size_bytes * 8 * 1e6 / self.value
+        return 1e6 / self.value
+
+    def __str__(self) -> str:
+        return f"{self.value:g}{'bps' if self.per_bit else 'pps'}"
+
+
+@dataclass(frozen=True)
+class QueueMetadata:
+    """What the egress pipeline sees of the queue a packet went through."""
+
+    enq_timestamp: int
+    enq_qdepth: int
+    deq_timedelta: int
+    deq_qdepth: int
+    qid: int
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A packet leaving its queue for the egress pipeline."""
+
+    item: Any
+    port: int
+    priority: int
+    size: int
+    time_us: int
+    queue: QueueMetadata
+
+
+@dataclass
+class _Queued:
+    item: Any
+    size: int
+    enq_timestamp: int
+    enq_qdepth: int
+
+
+@dataclass
+class _PriorityQueue:
+    depth: int
+    rate: Rate | None = None
+    free_at: float = 0.0
+    packets: deque[_Queued] = field(default_factory=deque)
+
+
+@dataclass
+class _Port:
+    queues: list[_PriorityQueue]
+    rate: Rate | None = None
+    free_at: float = 0.0
+
+    def size(self) -> int:
+        return sum(len(q.packets) for q in self.queues)
+
+
+class TrafficManager:
+    """Strict-priority egress queues for every port, driven by caller-supplied time."""
+
+    def __init__(self, priority_queues: int = 1, default_depth: int = DEFAULT_QUEUE_DEPTH) -> None:
+        if not 1 <= priority_queues <= 8:
+            raise QueueConfigError(f"priority queues must be 1..8, not {priority_queues}")
+        if default_depth < 1:
+            raise QueueConfigError(f"queue depth must be at least 1, not {default_depth}")
+        self.priority_queues = priority_queues
+        self.default_depth = default_depth
+        self._ports: dict[int, _Port] = {}
+        #: Drops by (port, priority, reason); reasons: ``queue_full``, ``bad_priority``.
+        self.drops: Counter[tuple[int, int, str]] = Counter()
+        #: Packets that left, by (port, priority).
+        self.departed: Counter[tuple[int, int]] = Counter()
+
+    # -- configuration -----------------------------------------------------------------
+
+    def _port(self, port: int) -> _Port:
+        state = self._ports.get(port)
+        if state is None:
+            state = _Port([_PriorityQueue(self.default_depth) for _ in range(self.priority_queues)])
+            self._ports[port] = state
+        return state
+
+    def _check_priority(self, priority: int) -> None:
+        if not 0 <= priority < self.priority_queues:
+            raise QueueConfigError(
+                f"priority {priority} out of range: this switch has {self.priority_queues} "
+                f"priority queue(s) (0..{self.priority_queues - 1})"
+            )
+
+    def set_queue_rate(self, port: int, rate: Rate | None, priority: int | None = None) -> None:
+        """Rate of a port's link (``priority`` None) or of one priority queue; None = unlimited."""
+        state = self._port(port)
+        if priority is None:
+            state.rate = rate
+        else:
+            self._check_priority(priority)
+            state.queues[priority].rate = rate
+        log.info("queue rate port %d%s = %s", port, "" if priority is None else f" prio {priority}",
+                 rate or "unlimited")
+
+    def set_queue_depth(self, port: int, depth: int, priority: int | None = None) -> None:
+        """Depth in packets of every priority queue of a port, or of one."""
+        if depth < 1:
+            raise QueueConfigError(f"queue depth must be at least 1 packet, not {depth}")
+        state = self._port(port)
+        if priority is None:
+            for queue in state.queues:
+                queue.depth = depth
+        else:
+            self._check_priority(priority)
+            state.queues[priority].depth = depth
+        log.info("queue depth port %d%s = %d", port, "" if priority is None else f" prio {priority}",
+                 depth)
+
+    def ports(self) -> list[int]:
+        """Ports that have been configured or have carried traffic."""
+        return sorted(self._ports)
+
+    def queue_settings(self, port: int) -> dict[str, object]:
+        """The rate and depths of a port, for display."""
+        state = self._port(port)
+        return {
+            "rate": str(state.rate) if state.rate else "unlimited",
+            "queues": [
+                {"priority": p, "depth": q.depth, "rate": str(q.rate) if q.rate else "unlimited",
+                 "queued": len(q.packets)}
+                for p, q in enumerate(state.queues)
+            ],
+        }
+
+    # -- packet path --------------------------------------------------------------------
+
+    def clear(self) -> int:
+        """Discard every queued packet (a new pipeline was installed); returns how many."""
+        discarded = 0
+        for state in self._ports.values():
+            for queue in state.queues:
+                discarded += len(queue.packets)
+                queue.packets.clear()
+        return discarded
+
+    def depth(self, port: int) -> int:
+        """Packets queued on a port, all priorities together."""
+        state = self._ports.get(port)
+        return state.size() if state else 0
+
+    def enqueue(self, item: Any, port: int, priority: int, size: int, now_us: int) -> bool:
+        """Queue a packet; False (and a counted, logged drop) when it cannot be queued."""
+        if not 0 <= priority < self.priority_queues:
+            self.drops[(port, priority, "bad_priority")] += 1
+            log.warning("drop port %d: priority %d but only %d priority queue(s)",
+                        port, priority, self.priority_queues)
+            return False
+        state = self._port(port)
+        queue = state.queues[priority]
+        if len(queue.packets) >= queue.depth:
+            self.drops[(port, priority, "queue_full")] += 1
+            log.debug("drop port %d prio %d: queue full (%d packets)", port, priority, queue.depth)
+            return False
+        queue.packets.append(_Queued(item, size, now_us, state.size()))
+        return True
+
+    def _candidate(self, state: _Port) -> tuple[float, int] | None:
+        """Earliest departure time on a port and the priority that would leave then."""
+        best: tuple[float, int] | None = None
+        for priority in range(self.priority_queues - 1, -1, -1):
+            queue = state.queues[priority]
+            if not queue.packets:
+                continue
+            time = max(state.free_at, queue.free_at, queue.packets[0].enq_timestamp)
+            if best is None or time < best[0]:
+                best = (time, priority)
+        return best
+
+    def next_departure_us(self) -> float | None:
+        """When the next packet can leave (None when every queue is empty)."""
+        times = [c[0] for s in self._ports.values() if (c := self._candidate(s)) is not None]
+        return min(times) if times else None
+
+    def dequeue(self, now_us: int) -> list[Departure]:
+        """Every packet whose departure time has come by ``now_us``, in departure order."""
+        out: list[Departure] = []
+        while True:
+            found: tuple[float, int, int] | None = None
+            for port, state in self._ports.items():
+                candidate = self._candidate(state)
+                if candidate and candidate[0] <= now_us and (found is None or candidate[0] < found[0]):
+                    found = (candidate[0], port, candidate[1])
+            if found is None:
+                return out
+            time, port, priority = found
+            out.append(self._pop(port, priority, time))
+
+    def _pop(self, port: int, priority: int, time: float) -> Departure:
+        state = self._ports[port]
+        queue = state.queues[priority]
+        packet = queue.packets.popleft()
+        if state.rate is not None:
+            state.free_at = time + state.rate.service_us(packet.size)
+        if queue.rate is not None:
+            queue.free_at = time + queue.rate.service_us(packet.size)
+        tick = int(time)
+        self.departed[(port, priority)] += 1
+        meta = QueueMetadata(
+            enq_timestamp=packet.enq_timestamp,
+            enq_qdepth=packet.enq_qdepth,
+            deq_timedelta=max(0, tick - packet.enq_timestamp),
+            deq_qdepth=state.size(),
+            qid=self.priority_queues - 1 - priority,
+        )
+        return Departure(packet.item, port, priority, packet.size, tick, meta)

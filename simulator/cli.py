@@ -1,0 +1,212 @@
+"""`gradfabric sim ...`: trace-based simulation of data-parallel iteration time.
+
+* ``sim run``: schedulers x worker counts on one model trace and cluster; Markdown table
+  on stdout, and Markdown + CSV + PNG with ``--out``.
+* ``sim fit``: alpha-beta from OSU all-reduce latencies (optionally compared with a trace's
+  measured per-blob all-reduce times).
+* ``sim reproduce``: regenerate every figure of the reproduction table.
+* ``sim profile``: make a trace from a PyTorch model on this CPU (needs torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from gradfabric import paths
+from simulator.errors import SimulatorError
+
+#: Copies of the reference traces (public data; sources in its README.md).
+DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "traces"
+DEFAULT_RESULTS = paths.ROOT / "experiments" / "results" / "simulation"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("worker counts must be positive")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    sim = sub.add_parser("sim", help="trace-based simulation of iteration time (4 to 2048 workers)")
+    simsub = sim.add_subparsers(dest="sim_command", metavar="SIM_COMMAND")
+    simsub.required = True
+
+    run = simsub.add_parser("run", help="simulate schedulers on a model trace and cluster")
+    run.add_argument("--trace", type=Path, required=True, help="model trace CSV (see simulator/README.md)")
+    run.add_argument("--forward-ms", type=float, default=None, help="total forward time (spread over layers)")
+    run.add_argument("--batch", type=int, default=None, help="samples per worker per iteration")
+    run.add_argument("--workers", type=_int_list, default=[4, 8, 16, 32, 64], help="e.g. 4,8,16")
+    run.add_argument("--arch", choices=("ring", "ps"), default="ring")
+    run.add_argument("--servers", type=int, default=None, help="PS servers (default: one per worker)")
+    net = run.add_argument_group("network (one of)")
+    net.add_argument("--gbps", type=float, default=None, help="link bandwidth in Gbit/s (with --latency-us)")
+    net.add_argument("--latency-us", type=float, default=10.0, help="per-step latency with --gbps")
+    net.add_argument("--alpha", type=float, default=None, help="ring all-reduce alpha (s) at --fit-workers")
+    net.add_argument("--beta", type=float, default=None, help="ring all-reduce beta (s/byte) at --fit-workers")
+    net.add_argument("--fit-workers", type=int, default=None, help="worker count --alpha/--beta were measured at")
+    net.add_argument("--osu", type=Path, default=None, help="fit alpha/beta from OSU all-reduce latencies")
+    run.add_argument("--schedulers", type=_name_list,
+                     default=["wfbp", "synceasgd", "fusion", "mgwfbp", "p3", "prophet", "dlcp"])
+    run.add_argument("--baseline", default="wfbp")
+    run.add_argument("--no-overlap", action="store_true",
+                     help="next forward waits for every update (Caffe, MG-WFBP's testbed)")
+    run.add_argument("--partition-bytes", type=int, default=None, help="p3/prophet/dlcp partition size")
+    run.add_argument("--bucket-mb", type=float, default=None, help="fusion bucket size (MiB; default 25)")
+    tail = run.add_argument_group("DLCP tail model")
+    tail.add_argument("--loss-rate", type=float, default=None, help="per-packet loss probability")
+    tail.add_argument("--rto-ms", type=float, default=5.0)
+    tail.add_argument("--paths", type=int, default=1, help="equal-cost paths")
+    tail.add_argument("--flows", type=int, default=None, help="flows hashed onto the paths (default: paths)")
+    run.add_argument("--out", type=Path, default=None, help="folder for .md, .csv and .png")
+    run.set_defaults(handler=_run)
+
+    fit = simsub.add_parser("fit", help="fit alpha and beta to OSU all-reduce latencies")
+    fit.add_argument("osu", type=Path)
+    fit.add_argument("--min-bytes", type=int, default=0)
+    fit.add_argument("--trace", type=Path, default=None, help="compare with this trace's allreduce_us")
+    fit.set_defaults(handler=_fit)
+
+    rep = simsub.add_parser("reproduce", help="regenerate the reproduction table and its figures")
+    rep.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
+    rep.add_argument("--out", type=Path, default=DEFAULT_RESULTS)
+    rep.set_defaults(handler=_reproduce)
+
+    prof = simsub.add_parser("profile", help="make a trace from a PyTorch model on this CPU (needs torch)")
+    prof.add_argument("--model", default="convnet", help="built-in model (mlp, convnet) or module:function")
+    prof.add_argument("--batch", type=int, default=32)
+    prof.add_argument("--input-shape", type=_int_list, default=None,
+                      help="input shape without the batch, for module:function models (e.g. 3,224,224)")
+    prof.add_argument("--time-scale", type=float, default=1.0,
+                      help="multiply CPU times by this factor (e.g. 0.05 for a target 20x faster)")
+    prof.add_argument("--repeats", type=int, default=5)
+    prof.add_argument("--out", type=Path, required=True, help="trace CSV to write (our format)")
+    prof.set_defaults(handler=_profile)
+
+
+def _cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from hosts.schedulers import AlphaBeta
+    from simulator.cluster import Network
+    from simulator.dlcp_model import TailModel
+    from simulator.fit import fit_alpha_beta, load_osu
+    from simulator.sweep import ClusterSpec
+
+    given = [args.gbps is not None, args.alpha is not None or args.beta is not None, args.osu is not None]
+    if sum(given) != 1:
+        raise SimulatorError("give exactly one network: --gbps, --alpha with --beta, or --osu")
+    costs = {}
+    if args.gbps is not None:
+        network = Network.from_gbps(args.gbps, args.latency_us)
+    elif args.osu is not None:
+        fit = fit_alpha_beta(load_osu(args.osu))
+        network = Network.from_ring_fit(fit.cost, fit.nodes)
+        if args.arch == "ring":
+            costs[fit.nodes] = fit.cost
+    else:
+        if args.alpha is None or args.beta is None or args.fit_workers is None:
+            raise SimulatorError("--alpha needs --beta and --fit-workers")
+        cost = AlphaBeta(args.alpha, args.beta)
+        network = Network.from_ring_fit(cost, args.fit_workers)
+        if args.arch == "ring":
+            costs[args.fit_workers] = cost
+    tail = None
+    if args.loss_rate is not None or args.paths > 1:
+        tail = TailModel(loss_rate=args.loss_rate or 0.0, rto_s=args.rto_ms * 1e-3, paths=args.paths, flows=args.flows)
+    return ClusterSpec(args.arch, network, servers=args.servers, tail=tail,
+                       overlap_forward=not args.no_overlap, costs=costs)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from simulator.report import rows_markdown, write_rows
+    from simulator.sweep import sweep
+    from simulator.traces import load_trace
+
+    trace = load_trace(args.trace, forward_total_s=None if args.forward_ms is None else args.forward_ms * 1e-3,
+                       batch_size=args.batch)
+    cluster = _cluster(args)
+    options: dict[str, dict[str, object]] = {}
+    if args.partition_bytes is not None:
+        for name in ("p3", "prophet", "dlcp"):
+            options[name] = {"partition_bytes": args.partition_bytes}
+    if args.bucket_mb is not None:
+        options["fusion"] = {"bucket_bytes": int(args.bucket_mb * 1024 * 1024)}
+    rows = sweep(trace, cluster, args.workers, args.schedulers, baseline=args.baseline, options=options)
+    print(rows_markdown(rows, args.baseline), end="")
+    if args.out is not None:
+        stem = f"{trace.name}_{args.arch}"
+        written = write_rows(rows, args.out, stem, f"{trace.name}, {args.arch}", args.baseline)
+        print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
+
+
+def _fit(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from simulator.fit import compare_with_measured, fit_alpha_beta, load_osu
+    from simulator.traces import load_trace
+
+    fit = fit_alpha_beta(load_osu(args.osu), min_bytes=args.min_bytes)
+    print(f"nodes {fit.nodes}: alpha {fit.cost.alpha * 1e6:.2f} us, beta {fit.cost.beta * 1e9:.4f} ns/B "
+          f"({8 / fit.cost.beta / 1e9:.2f} Gbit/s), R^2 {fit.r_squared:.4f}, sizes {fit.min_bytes}..{fit.max_bytes} B")
+    if args.trace is not None:
+        trace = load_trace(args.trace)
+        if trace.measured_allreduce_s is None:
+            raise SimulatorError(f"{args.trace} has no measured all-reduce times")
+        cmp = compare_with_measured(fit.cost, np.array([l.numel for l in trace.layers], dtype=float),
+                                    np.array(trace.measured_allreduce_s))
+        print(f"against {args.trace.name}: {int(cmp['messages'])} messages, median measured/predicted "
+              f"{cmp['median_ratio']:.2f}, sum measured {cmp['measured_sum_s'] * 1e3:.1f} ms, "
+              f"sum predicted {cmp['predicted_sum_s'] * 1e3:.1f} ms")
+    return 0
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from simulator.reproduce import reproduce
+
+    command = "gradfabric sim reproduce"
+    if args.traces != DEFAULT_TRACES:
+        command += f" --traces {shlex.quote(str(args.traces))}"
+    if args.out != DEFAULT_RESULTS:
+        command += f" --out {shlex.quote(str(args.out))}"
+    print(reproduce(args.traces, args.out, command), end="")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    import importlib
+
+    from simulator.torch_profile import builtin_model, profile_model, require_torch
+    from simulator.traces import format_trace
+
+    torch = require_torch()
+    if ":" in args.model:
+        module_name, _, func = args.model.partition(":")
+        try:
+            model = getattr(importlib.import_module(module_name), func)()
+        except (ImportError, AttributeError) as exc:
+            raise SimulatorError(f"cannot build model {args.model}: {exc}") from None
+        if args.input_shape is None:
+            raise SimulatorError("--input-shape is needed for module:function models")
+        example = torch.randn(args.batch, *args.input_shape)
+        name = func
+    else:
+        model, make_input = builtin_model(args.model)
+        example = make_input(args.batch)
+        name = args.model
+    trace = profile_model(model, example, name=name, repeats=args.repeats, time_scale=args.time_scale)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(format_trace(trace))
+    print(f"{name}: {len(trace.layers)} layers, {trace.numel:,} parameters, forward {trace.forward_s * 1e3:.2f} ms, "
+          f"backward {trace.backward_s * 1e3:.2f} ms (CPU times x {args.time_scale}); wrote {args.out}")
+    return 0

@@ -1,0 +1,216 @@
+"""Event-driven iteration-time engine: drives a scheduler from :mod:`hosts.schedulers` in
+simulated time.
+
+One worker's view of data-parallel training (all workers are symmetric):
+
+* Forward of layer ``l`` takes ``forward_s``; backward runs from the last layer down and
+  layer ``l``'s gradient is ready ``backward_s`` after the previous one. Compute is one
+  serial resource: an iteration's forward starts after the previous backward ends.
+* Communication is one serial resource (the *link*): each :class:`Transfer` the scheduler
+  hands out is one collective (ring all-reduce or PS push+pull) lasting ``link.seconds(t)``.
+  Transfers handed out while the link is busy queue; the queue is served by priority
+  (higher first), then in hand-out order, never preempting the transfer in flight.
+* A layer's parameters are updated when the last transfer carrying part of it ends.
+  With ``overlap_forward`` (P3/ByteScheduler/DLCP style) the next forward of layer ``l``
+  waits only for layer ``l``'s update; without it (Caffe, the MG-WFBP testbed) the next
+  forward waits for every update.
+* The iteration time is the steady-state distance between consecutive backward starts,
+  averaged over the iterations after the first (which schedulers such as ``prophet`` use
+  to profile).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from hosts.schedulers import Layer, Scheduler, Transfer, Wait, covered_numel
+from simulator.errors import SimulatorError
+
+
+class Link(Protocol):
+    """How long one transfer (one collective) takes on the cluster."""
+
+    def seconds(self, transfer: Transfer) -> float: ...
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """A transfer as it happened, times relative to the iteration's backward start."""
+
+    transfer: Transfer
+    handed_out: float
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class IterationTrace:
+    """One simulated iteration; times are relative to its backward start."""
+
+    backward_start: float
+    backward_s: float
+    comm_end: float
+    layer_update: tuple[float, ...]
+    transfers: tuple[TransferRecord, ...]
+
+    @property
+    def link_busy_s(self) -> float:
+        return sum(r.end - r.start for r in self.transfers)
+
+    @property
+    def link_idle_s(self) -> float:
+        """Idle link time between the first gradient and the end of communication."""
+        if not self.transfers:
+            return 0.0
+        first_start = min(r.start for r in self.transfers)
+        return max(0.0, self.comm_end - first_start - self.link_busy_s)
+
+    @property
+    def first_layer_update(self) -> float:
+        """When layer 0's update ends: the earliest the next forward can start."""
+        return self.layer_update[0]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Steady-state figures of one scheduler on one cluster."""
+
+    scheduler: str
+    iteration_s: float
+    iterations: tuple[IterationTrace, ...]
+
+    @property
+    def steady(self) -> IterationTrace:
+        """The last iteration with a successor (the one whose time is measured)."""
+        return self.iterations[-2] if len(self.iterations) > 1 else self.iterations[-1]
+
+
+def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> IterationTrace:
+    """One backward pass with its communication, starting at time 0."""
+    n = len(layers)
+    ready_at = [0.0] * n
+    t = 0.0
+    for l in range(n - 1, -1, -1):
+        t += layers[l].backward_s
+        ready_at[l] = t
+    backward_s = t
+    order = list(range(n - 1, -1, -1))  # arrival order
+    scheduler.start_iteration(layers, 0.0)
+
+    now = 0.0
+    next_grad = 0
+    queue: list[tuple[int, int, Transfer, float]] = []  # (-priority, seq, transfer, handed_out)
+    seq = 0
+    current: tuple[Transfer, float, float, float] | None = None  # transfer, handed, start, end
+    wait_until: float | None = None
+    handed_all = False
+    records: list[TransferRecord] = []
+    update = [0.0] * n
+
+    def start_next(at: float) -> None:
+        nonlocal current
+        if queue and current is None:
+            _, _, transfer, handed = heapq.heappop(queue)
+            current = (transfer, handed, at, at + link.seconds(transfer))
+
+    while True:
+        # Completions at `now` first, then gradients, then ask the scheduler.
+        if current is not None and current[3] <= now:
+            transfer, handed, start, end = current
+            current = None
+            records.append(TransferRecord(transfer, handed, start, end))
+            for i in transfer.layer_indices:
+                update[i] = max(update[i], end)
+            duration = end - start
+            rate = transfer.nbytes / duration if duration > 0 else math.inf
+            start_next(end)
+            scheduler.on_transfer_done(transfer, end, rate)
+        while next_grad < n and ready_at[order[next_grad]] <= now:
+            scheduler.on_gradient_ready(order[next_grad], ready_at[order[next_grad]])
+            next_grad += 1
+        if wait_until is not None and wait_until <= now:
+            wait_until = None
+        if not handed_all:
+            while True:
+                decision = scheduler.next_transfer(now, current is None and not queue)
+                if isinstance(decision, Transfer):
+                    heapq.heappush(queue, (-decision.priority, seq, decision, now))
+                    seq += 1
+                    start_next(now)
+                    continue
+                if decision is None:
+                    handed_all = True
+                elif isinstance(decision, Wait) and decision.until is not None and decision.until > now:
+                    wait_until = decision.until if wait_until is None else min(wait_until, decision.until)
+                break
+        candidates = []
+        if current is not None:
+            candidates.append(current[3])
+        if next_grad < n:
+            candidates.append(ready_at[order[next_grad]])
+        if wait_until is not None:
+            candidates.append(wait_until)
+        if not candidates:
+            if handed_all and not queue:
+                break
+            raise SimulatorError(
+                f"scheduler {scheduler.name!r} stalled at t={now:.6f}s: it waits, but no gradient, "
+                "transfer or timer is pending"
+            )
+        now = max(now, min(candidates))
+
+    covered = covered_numel(r.transfer for r in records)
+    for layer in layers:
+        if covered.get(layer.index, 0) != layer.numel:
+            raise SimulatorError(
+                f"scheduler {scheduler.name!r} sent {covered.get(layer.index, 0)} of "
+                f"{layer.numel} elements of layer {layer.index} ({layer.name})"
+            )
+    comm_end = max((r.end for r in records), default=backward_s)
+    return IterationTrace(0.0, backward_s, max(comm_end, backward_s), tuple(update), tuple(records))
+
+
+def simulate(
+    layers: Sequence[Layer],
+    scheduler: Scheduler,
+    link: Link,
+    *,
+    iterations: int = 4,
+    overlap_forward: bool = True,
+) -> SimResult:
+    """Run ``iterations`` training iterations and return the steady-state iteration time."""
+    if not layers:
+        raise SimulatorError("the model has no layers")
+    if iterations < 2:
+        raise SimulatorError("simulate at least 2 iterations (the first one profiles)")
+    layers = list(layers)
+    for i, layer in enumerate(layers):
+        if layer.index != i:
+            raise SimulatorError(f"layer {layer.name!r} has index {layer.index}, expected {i}")
+    forward = [layer.forward_s for layer in layers]
+    compute_free = 0.0
+    update_abs = [0.0] * len(layers)
+    backward_starts: list[float] = []
+    traces: list[IterationTrace] = []
+    for _ in range(iterations):
+        if overlap_forward:
+            t = compute_free
+            for l, f in enumerate(forward):
+                t = max(t, update_abs[l]) + f
+        else:
+            t = max(compute_free, max(update_abs)) + sum(forward)
+        bstart = t
+        trace = _run_backward(scheduler, layers, link)
+        trace = IterationTrace(bstart, trace.backward_s, trace.comm_end, trace.layer_update, trace.transfers)
+        update_abs = [bstart + u for u in trace.layer_update]
+        compute_free = bstart + trace.backward_s
+        backward_starts.append(bstart)
+        traces.append(trace)
+    steps = [b - a for a, b in zip(backward_starts[1:], backward_starts[2:])] or [
+        backward_starts[1] - backward_starts[0]
+    ]
+    return SimResult(scheduler.name, sum(steps) / len(steps), tuple(traces))

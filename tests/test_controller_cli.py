@@ -1,0 +1,143 @@
+"""The control-plane subcommands against fake switches of a 2x2 leaf-spine fabric."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gradfabric import cli
+from gradfabric import fabric as fabric_mod
+from gradfabric.paths import ROOT
+from tests.controller_helpers import leaf_spine, schema
+from tests.fake_p4runtime import FakeSwitch
+
+S = schema()
+DEFAULT_POLICY = ROOT / "controller" / "policies" / "default.yaml"
+
+
+@pytest.fixture
+def fabric(tmp_path: Path) -> Iterator[tuple[list[FakeSwitch], Path]]:
+    fakes = [FakeSwitch(device_id=i + 1).start() for i in range(4)]
+    description = leaf_spine(2, 2, addrs=[f.address for f in fakes], tmp=tmp_path)
+    path = fabric_mod.save(description, tmp_path / "fabric.json")
+    yield fakes, path
+    for f in fakes:
+        f.stop()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_routes_then_again_writes_nothing(fabric, capsys) -> None:
+    fakes, path = fabric
+    code, out, _ = run(capsys, "routes", "--fabric", str(path))
+    assert code == 0 and "update(s) written" in out
+    assert len(fakes[0].entries()) == 4 + 2  # four host routes, two ECMP members
+    assert len(fakes[2].entries()) == 4  # a spine: four direct next hops
+    code, out, _ = run(capsys, "routes", "--fabric", str(path))
+    assert code == 0 and "(0 updates)" in out
+    assert (path.parent / "s1-p4runtime.log").read_text().count("Write") == 1
+
+
+def test_policy_apply_is_idempotent_and_show_reads_it_back(fabric, capsys) -> None:
+    fakes, path = fabric
+    code, out, _ = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
+    assert code == 0 and "update(s) written" in out
+    writes = [f.servicer.write_requests for f in fakes]
+    code, out, _ = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
+    assert code == 0 and "(0 updates)" in out
+    assert [f.servicer.write_requests for f in fakes] == writes
+    code, out, _ = run(capsys, "policy", "show", "--fabric", str(path))
+    assert code == 0
+    assert "DlcpIngress.spray_mode hdr.dlcp.job_id=1 -> DlcpIngress.spray_random()" in out
+    assert "s4: 6 entries, same as s1" in out
+
+
+def test_dry_run_writes_nothing(fabric, capsys) -> None:
+    fakes, path = fabric
+    code, out, _ = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path), "--dry-run")
+    assert code == 0 and "would be written (dry run)" in out and "s2: INSERT DlcpEgress.drop_threshold" in out
+    assert all(f.servicer.write_requests == 0 for f in fakes)
+
+
+def test_invalid_policy_is_exit_1_with_key_path(fabric, capsys, tmp_path: Path) -> None:
+    _, path = fabric
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"jobs": [{"id": 1, "layers": [{"tensors": "0..3", "priority": 9}]}]}))
+    code, _, err = run(capsys, "policy", "apply", str(bad), "--fabric", str(path))
+    assert code == 1
+    assert "jobs[0].layers[0].priority: must be 0..7, got 9" in err
+
+
+def test_refusal_rolls_back_and_exits_1(fabric, capsys) -> None:
+    fakes, path = fabric
+    fakes[1].servicer.refuse = lambda u: "RESOURCE_EXHAUSTED: full" if u.entity.table_entry.table_id == S.tables["drop_threshold"].id else None
+    code, _, err = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
+    assert code == 1 and "s2 refused 2 update(s)" in err and "rolled back" in err
+    assert all(f.entries() == [] for f in fakes)
+
+
+def test_show_prints_entries_in_shell_syntax(fabric, capsys) -> None:
+    _, path = fabric
+    run(capsys, "routes", "--fabric", str(path))
+    code, out, _ = run(capsys, "show", "s1", "ipv4_lpm", "--fabric", str(path))
+    assert code == 0
+    assert "DlcpIngress.ipv4_lpm: 4 entries" in out
+    assert ("DlcpIngress.ipv4_lpm hdr.ipv4.dstAddr=10.0.1.1/32 -> DlcpIngress.set_nhop("
+            "port=1, smac=00:00:00:00:01:01, dmac=00:00:0a:00:01:01)") in out
+    assert "hdr.ipv4.dstAddr=10.0.2.1/32 -> DlcpIngress.set_ecmp_group(group_id=1, group_size=2)" in out
+    code, _, err = run(capsys, "show", "s9", "--fabric", str(path))
+    assert code == 1 and "no switch named 's9'" in err
+
+
+def test_status_exit_codes(fabric, capsys) -> None:
+    fakes, path = fabric
+    run(capsys, "routes", "--fabric", str(path))
+    code, out, _ = run(capsys, "status", "--fabric", str(path))
+    assert code == 0 and out.count("yes") == 12
+    fakes[3].stop()
+    code, out, _ = run(capsys, "status", "--fabric", str(path), "--timeout", "0.5")
+    assert code == 3 and "NO" in out
+
+
+def test_counters_show_drops_and_spraying_balance(fabric, capsys) -> None:
+    fakes, path = fabric
+    run(capsys, "routes", "--fabric", str(path))
+    servicer = fakes[0].servicer
+    servicer.counters[(S.counters["egress_drops"].id, 1)] = (5, 500)
+    servicer.counters[(S.counters["port_tx"].id, 3 * 8 + 7)] = (42, 4200)
+    members = [k for k, e in servicer.entries.items() if e.table_id == S.tables["ecmp_member"].id]
+    for key, packets in zip(sorted(members), (30, 10)):
+        servicer.direct_counts[key] = (packets, packets * 100)
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1")
+    assert code == 0
+    assert "magnitude_threshold" in out and "75.0%" in out and "25.0%" in out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
+    assert ["s1", "3", "7", "42", "4,200"] in rows, "port 3, priority 7 comes from port_tx index 3 * 8 + 7"
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1", "--watch", "--interval", "0.05", "--count", "1")
+    assert code == 0 and "(last 0.05 s)" in out
+
+
+def test_shell_execs_p4runtime_shell(fabric, capsys, monkeypatch) -> None:
+    _, path = fabric
+    seen: list[list[str]] = []
+    monkeypatch.setattr("os.execv", lambda exe, argv: seen.append(argv))
+    code, _, _ = run(capsys, "shell", "s2", "--fabric", str(path))
+    assert code == 0
+    argv = seen[0]
+    assert argv[1:3] == ["-m", "p4runtime_sh"]
+    fabric_desc = fabric_mod.load(path)
+    assert argv[argv.index("--grpc-addr") + 1] == fabric_desc.switch("s2").grpc_addr
+    assert argv[argv.index("--device-id") + 1] == "2"
+    assert "--config" not in argv, "the shell must not reload the pipeline (that would wipe the tables)"
+
+
+def test_missing_fabric_is_a_clear_error(capsys, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "routes", "--fabric", str(tmp_path / "nope.json"))
+    assert code == 1 and "boot the fabric first" in err

@@ -1,0 +1,106 @@
+"""P4Info name resolution and entities that encode and decode against the schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.entities import CounterEntry, MulticastGroupEntry, TableEntry, Update
+from controller.errors import EncodingError, SchemaError
+from controller.schema import NameIndex
+from controller.values import Lpm, Range, Ternary
+from tests.controller_helpers import schema
+
+S = schema()
+
+
+def test_names_resolve_by_full_name_alias_and_unique_suffix() -> None:
+    assert S.tables["DlcpIngress.ipv4_lpm"].id == S.tables["ipv4_lpm"].id
+    assert S.actions["set_nhop"].name == "DlcpIngress.set_nhop"
+    assert S.tables["layer_priority"].field("tensor_id").name == "hdr.dlcp.tensor_id"
+    assert S.counters["port_tx"].size == 4096
+
+
+def test_ambiguous_and_unknown_names_are_errors() -> None:
+    index = NameIndex("table", [(1, "Ingress.t", "", "a"), (2, "Egress.t", "", "b")])
+    with pytest.raises(SchemaError, match="ambiguous"):
+        index["t"]
+    assert index["Egress.t"] == "b"
+    with pytest.raises(SchemaError, match="no table named 'nope'"):
+        S.tables["nope"]
+    with pytest.raises(SchemaError, match="has no match field 'dstAdr'"):
+        TableEntry.build(S, "ipv4_lpm", {"dstAdr": "10.0.0.1"}, "drop_no_route")
+
+
+def test_table_entry_round_trips_with_canonical_values() -> None:
+    entry = TableEntry.build(
+        S, "ipv4_lpm", {"dstAddr": "10.0.1.9/24"}, "set_nhop",
+        {"port": 3, "smac": "00:00:00:00:01:03", "dmac": "00:00:0a:00:01:01"},
+    )
+    assert entry.match == (("hdr.ipv4.dstAddr", Lpm(0x0A000100, 24)),)
+    pb = entry.encode(S)
+    assert pb.table_entry.match[0].lpm.value == b"\x0a\x00\x01\x00"
+    assert pb.table_entry.action.action.params[0].value == b"\x03"
+    assert TableEntry.decode(S, pb) == entry
+
+
+def test_wildcard_fields_are_left_out() -> None:
+    entry = TableEntry.build(
+        S, "drop_threshold", {"job_id": 1, "dlcp_prio": "0&&&0"}, "set_thresholds",
+        {"mag_threshold": 1, "queue_threshold": 2}, priority=1,
+    )
+    assert [name for name, _ in entry.match] == ["hdr.dlcp.job_id"]
+    assert len(entry.encode(S).table_entry.match) == 1
+    ranged = TableEntry.build(
+        S, "layer_priority", {"job_id": 1, "tensor_id": "2..4", "mag_class": "0..255"}, "set_priority",
+        {"prio": 7, "dscp": 0}, priority=5,
+    )
+    assert dict(ranged.match)["hdr.dlcp.tensor_id"] == Range(2, 4)
+    assert "hdr.dlcp.mag_class" not in dict(ranged.match)
+    assert TableEntry.decode(S, ranged.encode(S)) == ranged
+
+
+def test_entry_errors_name_table_and_field() -> None:
+    with pytest.raises(EncodingError, match=r"set_nhop param port: '600' does not fit in 9 bits"):
+        TableEntry.build(S, "ipv4_lpm", {"dstAddr": "10.0.0.1"}, "set_nhop", {"port": "600", "smac": 0, "dmac": 0})
+    with pytest.raises(EncodingError, match="parameter dmac is missing"):
+        TableEntry.build(S, "ipv4_lpm", {"dstAddr": "10.0.0.1"}, "set_nhop", {"port": 1, "smac": 0})
+    with pytest.raises(EncodingError, match="need a priority"):
+        TableEntry.build(S, "layer_priority", {"job_id": 1}, "set_priority", {"prio": 1, "dscp": 0})
+    with pytest.raises(SchemaError, match="not an action of table DlcpIngress.spray_mode"):
+        TableEntry.build(S, "spray_mode", {"job_id": 1}, "set_nhop", {"port": 1, "smac": 0, "dmac": 0})
+    with pytest.raises(SchemaError, match="default-only"):
+        TableEntry.build(S, "ecmp_member", {"ecmp_group_id": 1, "ecmp_member": 0}, "NoAction")
+    with pytest.raises(EncodingError, match="exact match field meta.ecmp_member needs a value"):
+        TableEntry.build(S, "ecmp_member", {"ecmp_group_id": 1}, "set_nhop", {"port": 1, "smac": 0, "dmac": 0})
+
+
+def test_entries_print_in_shell_syntax() -> None:
+    entry = TableEntry.build(
+        S, "drop_threshold", {"job_id": 4, "dlcp_prio": "7&&&7"}, "set_thresholds",
+        {"mag_threshold": 118, "queue_threshold": 48}, priority=2,
+    )
+    assert entry.text(S) == (
+        "DlcpEgress.drop_threshold hdr.dlcp.job_id=4 meta.dlcp_prio=7&&&0x7 priority=2 "
+        "-> DlcpEgress.set_thresholds(mag_threshold=118, queue_threshold=48)"
+    )
+    assert dict(entry.match)["meta.dlcp_prio"] == Ternary(7, 7)
+
+
+def test_default_entry_counter_and_multicast_encode() -> None:
+    default = TableEntry.build(S, "layer_priority", action="set_priority", params={"prio": 2, "dscp": 0}, is_default=True)
+    pb = default.encode(S).table_entry
+    assert pb.is_default_action and not pb.match
+    assert TableEntry.decode(S, default.encode(S)) == default
+    assert CounterEntry("port_tx", 17).encode(S).counter_entry.index.index == 17
+    with pytest.raises(EncodingError, match="index 9 is not in 0..7"):
+        CounterEntry("ingress_drops", 9).encode(S)
+    group = MulticastGroupEntry(5, ((1, 0), (2, 0)))
+    assert MulticastGroupEntry.decode(None, group.encode()) == group
+
+
+def test_inverse_updates() -> None:
+    entry = TableEntry.build(S, "spray_mode", {"job_id": 1}, "spray_random")
+    other = TableEntry.build(S, "spray_mode", {"job_id": 1}, "flow_hash")
+    assert Update("INSERT", entry).inverse(None) == Update("DELETE", entry)
+    assert Update("MODIFY", entry).inverse(other) == Update("MODIFY", other)
+    assert Update("DELETE", entry).inverse(entry) == Update("INSERT", entry)

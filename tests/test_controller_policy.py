@@ -1,0 +1,129 @@
+"""Policy YAML: validation messages with key paths, trace-derived layers, table entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.errors import PolicyError
+from controller.policy import (
+    DROP_THRESHOLD,
+    LAYER_PRIORITY,
+    SPRAY_MODE,
+    LayerRule,
+    layers_by_volume,
+    load_policy,
+    parse_policy,
+    policy_entries,
+)
+from controller.values import Range, Ternary
+from gradfabric.paths import ROOT
+from tests.controller_helpers import schema
+
+S = schema()
+DEFAULT = ROOT / "controller" / "policies" / "default.yaml"
+
+
+def job(**overrides) -> dict:
+    base = {"id": 1, "name": "j", "spraying": "random", "layers": [{"tensors": "0..9", "priority": 7}]}
+    base.update(overrides)
+    return base
+
+
+def problems(data) -> list[str]:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(data, "p.yaml", hosts={"h1", "h2"})
+    return err.value.problems
+
+
+def test_default_policy_is_valid_and_front_layers_come_first() -> None:
+    policy = load_policy(DEFAULT)
+    assert policy.jobs[0].spraying == "random"
+    layers = policy.jobs[0].layers
+    assert layers[0].tensors[0] == 0 and layers[0].priority == max(r.priority for r in layers)
+    entries = policy_entries(policy, S)
+    assert {e.table for e in entries} == {SPRAY_MODE, LAYER_PRIORITY, DROP_THRESHOLD}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"jobs": [job(layers=[{"tensors": 0, "priority": 7}, {"tensors": 1, "priority": 3}, {"tensors": 2, "priority": 9}])]},
+         "jobs[0].layers[2].priority: must be 0..7, got 9"),
+        ({"jobs": [job(), job()]}, "jobs[1].id: 1 is already used by jobs[0]"),
+        ({"jobs": [job(id=2000)]}, "jobs[0].id: must be 0..1023, got 2000"),
+        ({"jobs": [job(spraying="sometimes")]}, "jobs[0].spraying: must be random, round_robin or off, got 'sometimes'"),
+        ({"jobs": [job(layers=[{"tensors": "9..3", "priority": 1}])]}, "jobs[0].layers[0].tensors: must be lo..hi"),
+        ({"jobs": [job(workers=["h1", "h7"])]}, "jobs[0].workers[1]: no host named 'h7' in the fabric"),
+        ({"jobs": [job(thresholds=[{"priority": 3, "mag_threshold": 300, "queue_threshold": 10}])]},
+         "jobs[0].thresholds[0].mag_threshold: must be 0..255, got 300"),
+        ({"jobs": [job(thresholds=[{"mag_threshold": 1, "queue_threshold": 1}, {"priority": "any", "mag_threshold": 2, "queue_threshold": 2}])]},
+         "jobs[0].thresholds[1].priority: any is already set by jobs[0].thresholds[0]"),
+        ({"jobs": [job(layer=[])]}, "jobs[0].layer: unknown key"),
+        ({"jobs": [{"name": "x"}]}, "jobs[0].id: is required"),
+        ({"jobs": [job()], "version": 2}, "version: must be 1, got 2"),
+    ],
+)
+def test_validation_messages_give_key_path_and_reason(data: dict, expected: str) -> None:
+    found = problems(data)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    found = problems({"jobs": [job(id=-1, spraying=3, layers=[{"tensors": 1, "priority": 8}])]})
+    assert len(found) == 3
+
+
+def test_bad_yaml_names_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("jobs:\n  - id: 1\n   name: x\n")
+    with pytest.raises(PolicyError, match="line 3"):
+        load_policy(bad)
+
+
+def test_layers_by_volume_puts_front_layers_first() -> None:
+    rules = layers_by_volume([10, 10, 10, 10, 40, 20], [7, 5, 3])
+    # cumulative volume before each tensor: 0 10 20 30 | 40 | 80 of 100, thirds at 33 and 67
+    assert rules == (LayerRule((0, 3), 7), LayerRule((4, 4), 5), LayerRule((5, 0xFFFF), 3))
+
+
+def test_layers_from_trace_file(tmp_path: Path) -> None:
+    trace = tmp_path / "model.csv"
+    trace.write_text("layer,allreduce_bytes\nconv1,400\nconv2,400\nfc,800\n")
+    policy_file = tmp_path / "p.yaml"
+    policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": {"file": "model.csv", "priorities": [6, 2]}}]}))
+    layers = load_policy(policy_file).jobs[0].layers
+    assert layers == (LayerRule((0, 1), 6), LayerRule((2, 0xFFFF), 2))
+    policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": {"file": "nope.csv", "priorities": [6]}}]}))
+    with pytest.raises(PolicyError, match=r"jobs\[0\].layers_from_trace.file: cannot use trace"):
+        load_policy(policy_file)
+
+
+def test_entries_first_rule_wins_and_thresholds_per_class() -> None:
+    policy = parse_policy(
+        {
+            "default_priority": 1,
+            "jobs": [
+                job(
+                    id=4,
+                    spraying="off",
+                    layers=[{"tensors": "0..3", "priority": 7, "mag_class": "0..100"}, {"tensors": "0..99", "priority": 2}],
+                    thresholds=[{"priority": 7, "mag_threshold": 120, "queue_threshold": 40},
+                                {"mag_threshold": 125, "queue_threshold": 20}],
+                )
+            ],
+        }
+    )
+    entries = policy_entries(policy, S)
+    assert not [e for e in entries if e.table == SPRAY_MODE], "spraying off leaves the flow-hash default"
+    layer = [e for e in entries if e.table == LAYER_PRIORITY and not e.is_default]
+    assert [e.priority for e in layer] == [2, 1]
+    assert dict(layer[0].match)["hdr.dlcp.mag_class"] == Range(0, 100)
+    assert dict(layer[0].params)["prio"] == 7
+    default = [e for e in entries if e.is_default]
+    assert dict(default[0].params)["prio"] == 1
+    drops = [e for e in entries if e.table == DROP_THRESHOLD]
+    assert dict(drops[0].match)["meta.dlcp_prio"] == Ternary(7, 7) and drops[0].priority > drops[1].priority
+    assert "meta.dlcp_prio" not in dict(drops[1].match)

@@ -1,0 +1,170 @@
+"""A gradient burst through the DLCP program and the traffic manager, on a virtual clock.
+
+The egress port is rate-limited (strict-priority queues, BMv2's model), so the switch queue
+is the bottleneck. Back-layer gradients arrive first, front-layer gradients right after
+(backpropagation's order). With the controller's policy installed the front layers leave
+first, drop-eligible small-magnitude packets are the only ones lost, the ones that stay are
+ECN-marked, and the counters tell the same story. Without the policy the same burst leaves
+in arrival order and the front layers wait behind everything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scapy.layers.inet import IP
+from scapy.layers.l2 import Ether
+
+from hosts.wire import DLCP
+from p4switch.pipeline import QueueMeta
+from p4switch.traffic_manager import Rate, TrafficManager
+from tests.test_dlcp_pipeline import (  # noqa: F401  (program, switch: fixtures)
+    IN_PORT,
+    DlcpSwitch,
+    dlcp_frame,
+    program,
+    switch,
+)
+
+OUT_PORT = 2
+RATE_PPS = 1000            # one packet per millisecond on the egress link
+ARRIVAL_GAP_US = 10        # the burst arrives 100 times faster than the link drains it
+FRONT_TENSOR, BACK_TENSOR = 1, 20
+BACK_PACKETS, FRONT_PACKETS = 24, 12
+SMALL_MAG, LARGE_MAG, MAG_THRESHOLD = 100, 140, 120
+QUEUE_THRESHOLD = 8
+FRONT_PRIO, BACK_PRIO = 7, 1
+ECT0 = 2
+
+
+@dataclass(frozen=True)
+class Sent:
+    seq: int
+    tensor: int
+    mag: int
+    frame: bytes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One packet that left its queue: what the egress pipeline saw and what it emitted."""
+
+    seq: int
+    time_us: int
+    enq_qdepth: int
+    frames: tuple[bytes, ...]
+
+
+def burst() -> list[Sent]:
+    """Back-layer packets (alternating small and large magnitude, all drop-eligible), then
+    front-layer packets (not drop-eligible); every packet ECN-capable."""
+    packets = []
+    for seq in range(BACK_PACKETS):
+        mag = SMALL_MAG if seq % 2 == 0 else LARGE_MAG
+        packets.append(Sent(seq, BACK_TENSOR, mag,
+                            dlcp_frame(job=1, tensor=BACK_TENSOR, mag=mag, eligible=True,
+                                       ecn=ECT0, seq=seq)))
+    for seq in range(100, 100 + FRONT_PACKETS):
+        packets.append(Sent(seq, FRONT_TENSOR, LARGE_MAG,
+                            dlcp_frame(job=1, tensor=FRONT_TENSOR, mag=LARGE_MAG, eligible=False,
+                                       ecn=ECT0, seq=seq)))
+    return packets
+
+
+def run(switch: DlcpSwitch, packets: list[Sent]) -> tuple[list[Outcome], TrafficManager]:
+    """Feed the burst through ingress, the traffic manager and egress, on a virtual clock."""
+    tm = TrafficManager(priority_queues=8, default_depth=64)
+    tm.set_queue_rate(OUT_PORT, Rate(RATE_PPS))
+    seq_of: dict[int, int] = {}
+    outcomes: list[Outcome] = []
+
+    def drain(now_us: int) -> None:
+        for departure in tm.dequeue(now_us):
+            q = departure.queue
+            meta = QueueMeta(enq_timestamp=q.enq_timestamp, enq_qdepth=q.enq_qdepth,
+                             deq_timedelta=q.deq_timedelta, deq_qdepth=q.deq_qdepth, qid=q.qid)
+            frames = tuple(f for _, f in switch.pipeline.egress(departure.item, meta))
+            outcomes.append(Outcome(seq_of[id(departure.item)], departure.time_us,
+                                    q.enq_qdepth, frames))
+
+    for i, packet in enumerate(packets):
+        now = i * ARRIVAL_GAP_US
+        drain(now)
+        for job in switch.pipeline.ingress(packet.frame, IN_PORT, now):
+            assert job.egress_port == OUT_PORT
+            seq_of[id(job)] = packet.seq
+            assert tm.enqueue(job, job.egress_port, job.priority, len(packet.frame), now)
+    while (next_us := tm.next_departure_us()) is not None:
+        drain(math.ceil(next_us))
+    return outcomes, tm
+
+
+def install_policy(switch: DlcpSwitch) -> None:
+    switch.layer_priority(1, (0, 9), prio=FRONT_PRIO, dscp=46)
+    switch.layer_priority(1, (10, 0xFFFF), prio=BACK_PRIO, dscp=10)
+    switch.thresholds(1, MAG_THRESHOLD, QUEUE_THRESHOLD)
+
+
+def test_front_layers_leave_first_and_small_eligible_packets_are_dropped(
+    switch: DlcpSwitch,
+) -> None:
+    switch.route("10.0.2.0", 24, OUT_PORT)
+    install_policy(switch)
+    packets = burst()
+    by_seq = {p.seq: p for p in packets}
+    outcomes, tm = run(switch, packets)
+
+    assert not tm.drops  # the queue never overflowed: every loss below is the program's
+    assert sorted(o.seq for o in outcomes) == sorted(by_seq)
+
+    # Priority: once the front layers are queued, they all leave before the back layers
+    # still waiting (only back-layer packets already on the wire precede them).
+    order = [by_seq[o.seq].tensor for o in outcomes]
+    first_front = order.index(FRONT_TENSOR)
+    assert order[first_front:first_front + FRONT_PACKETS] == [FRONT_TENSOR] * FRONT_PACKETS
+    assert first_front <= 1
+    front_done = max(o.time_us for o in outcomes if by_seq[o.seq].tensor == FRONT_TENSOR)
+    back_waiting = [o for o in outcomes
+                    if by_seq[o.seq].tensor == BACK_TENSOR and o.time_us > front_done]
+    assert len(back_waiting) >= BACK_PACKETS - 2
+
+    # Dropping: exactly the drop-eligible small-magnitude packets that found the queue
+    # deeper than the threshold; every large-magnitude packet is delivered.
+    dropped = {o.seq for o in outcomes if not o.frames}
+    should_drop = {o.seq for o in outcomes
+                   if by_seq[o.seq].mag < MAG_THRESHOLD and o.enq_qdepth > QUEUE_THRESHOLD}
+    assert dropped == should_drop
+    assert len(dropped) >= BACK_PACKETS // 2 - 6
+    assert all(by_seq[s].mag >= MAG_THRESHOLD for s in {o.seq for o in outcomes} - dropped)
+
+    # ECN: delivered packets are CE exactly when they met congestion.
+    delivered = [o for o in outcomes if o.frames]
+    marked = 0
+    for o in delivered:
+        (frame,) = o.frames
+        ip = Ether(frame)[IP]
+        congested = o.enq_qdepth > QUEUE_THRESHOLD
+        assert (ip.tos & 3) == (3 if congested else ECT0), o
+        assert Ether(frame)[DLCP].seq == o.seq
+        marked += congested
+    assert marked > 0
+
+    # The counters tell the same story.
+    c = switch.counter
+    assert c("DlcpEgress.egress_drops", 1)[0] == len(dropped)
+    assert c("DlcpEgress.ecn_marks", 1)[0] == marked
+    assert c("DlcpEgress.port_tx", OUT_PORT * 8 + FRONT_PRIO)[0] == FRONT_PACKETS
+    assert c("DlcpEgress.port_tx", OUT_PORT * 8 + BACK_PRIO)[0] == BACK_PACKETS - len(dropped)
+    assert c("DlcpIngress.job_rx", 1)[0] == len(packets)
+    assert tm.departed[(OUT_PORT, FRONT_PRIO)] == FRONT_PACKETS
+
+
+def test_without_the_policy_the_burst_leaves_in_arrival_order(switch: DlcpSwitch) -> None:
+    switch.route("10.0.2.0", 24, OUT_PORT)
+    packets = burst()
+    outcomes, tm = run(switch, packets)
+    assert [o.seq for o in outcomes] == [p.seq for p in packets]
+    assert all(len(o.frames) == 1 for o in outcomes)
+    assert switch.counter("DlcpEgress.egress_drops", 1)[0] == 0
+    assert switch.counter("DlcpEgress.port_tx", OUT_PORT * 8)[0] == len(packets)

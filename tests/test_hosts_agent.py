@@ -1,0 +1,134 @@
+"""The worker agent drives schedulers over the PS and the ring; the agent CLI end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradfabric import cli as gradfabric_cli
+from hosts.agent import WorkerAgent
+from hosts.endpoint import Endpoint
+from hosts.model import model_from_sizes, random_source
+from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
+from hosts.ring import RingAllReduce
+from hosts.schedulers import AlphaBeta, create
+
+LAYERS = model_from_sizes([3_000, 20_000, 500, 9_000], backward_s=0.002)
+COST = AlphaBeta(alpha=1e-4, beta=1e-9)
+
+
+def expected_sum(n: int, iteration: int) -> list[np.ndarray]:
+    grads = [random_source(LAYERS, seed=5, rank=r)(iteration) for r in range(n)]
+    return [np.sum([g[i] for g in grads], axis=0, dtype=np.float64) for i in range(len(LAYERS))]
+
+
+@pytest.mark.parametrize("scheduler", ["p3", "mgwfbp", "dlcp"])
+def test_ps_agents_aggregate_every_layer(scheduler: str) -> None:
+    n = 3
+    server = Endpoint(worker_id=PS_WORKER_ID)
+    endpoints = [Endpoint(worker_id=r) for r in range(n)]
+    try:
+        ps = ParameterServer(server, n, update="sum")
+        options = {"partition_bytes": 16_000} if scheduler in ("p3", "dlcp") else {}
+        agents = [WorkerAgent(LAYERS, create(scheduler, cost=COST, **options), PsClient(e, server.address),
+                              rank=r) for r, e in enumerate(endpoints)]
+        with ThreadPoolExecutor(n + 1) as pool:
+            served = pool.submit(ps.serve_iteration, 0, [l.index for l in LAYERS])
+            runs = [pool.submit(a.run_iteration, 0, random_source(LAYERS, seed=5, rank=r)(0))
+                    for r, a in enumerate(agents)]
+            results = [f.result(timeout=30) for f in runs]
+            served.result(timeout=30)
+        expected = expected_sum(n, 0)
+        for values, report in results:
+            for got, want in zip(values, expected):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            assert report.bytes == 4 * sum(l.numel for l in LAYERS)
+            assert report.loss_rate == 0 and report.scheduler == scheduler
+            assert report.compute_s >= sum(l.backward_s for l in LAYERS)
+        if scheduler == "p3":  # 20 000 elements in 16 000-byte partitions: 5 transfers for layer 1
+            assert results[0][1].transfers > len(LAYERS)
+    finally:
+        for e in [server, *endpoints]:
+            e.close()
+
+
+def test_ring_agents_allreduce_merged_transfers() -> None:
+    n = 3
+    endpoints = [Endpoint(worker_id=r) for r in range(n)]
+    try:
+        peers = [e.address for e in endpoints]
+        agents = [WorkerAgent(LAYERS, create("fusion", cost=COST, bucket_bytes=60_000, first_bucket_bytes=None),
+                              RingAllReduce(e, r, peers), rank=r) for r, e in enumerate(endpoints)]
+        with ThreadPoolExecutor(n) as pool:
+            for it in range(2):
+                runs = [pool.submit(a.run_iteration, it, random_source(LAYERS, seed=5, rank=r)(it))
+                        for r, a in enumerate(agents)]
+                results = [f.result(timeout=30) for f in runs]
+                for values, report in results:
+                    for got, want in zip(values, expected_sum(n, it)):
+                        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+                    assert report.collective == "ring" and report.transfers < len(LAYERS)
+    finally:
+        for e in endpoints:
+            e.close()
+
+
+def test_agent_rejects_gradients_that_do_not_fit_the_model() -> None:
+    with Endpoint(worker_id=0) as e:
+        agent = WorkerAgent(LAYERS, create("wfbp"), PsClient(e, ("127.0.0.1", 9)), rank=0)
+        with pytest.raises(Exception, match="layer 1"):
+            agent.run_iteration(0, [np.zeros(l.numel + (l.index == 1)) for l in LAYERS])
+
+
+def _listening(proc: subprocess.Popen[str]) -> str:
+    line = proc.stdout.readline() if proc.stdout else ""
+    record = json.loads(line)
+    assert record["event"] == "listening"
+    return record["address"].split(":")[1]
+
+
+def test_cli_ps_and_two_workers_write_json_lines(tmp_path: Path) -> None:
+    trace = tmp_path / "tiny.csv"
+    trace.write_text("name,numel,forward_us,backward_us\nconv,2000,500,800\nfc,30000,200,1500\nout,100,100,300\n")
+    cmd = [sys.executable, "-m", "gradfabric.cli", "agent"]
+    common = ["--model", str(trace), "--iterations", "2", "--timeout", "20"]
+    ps = subprocess.Popen([*cmd, "ps", "--bind", "127.0.0.1:0", "--workers", "2", "--update", "sum", *common],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        port = _listening(ps)
+        for r in range(2):
+            workers.append(subprocess.Popen(
+                [*cmd, "worker", "--rank", str(r), "--ps", f"127.0.0.1:{port}", "--bind", "127.0.0.1",
+                 "--scheduler", "mgwfbp", "--json", str(tmp_path / f"w{r}.jsonl"), *common],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for proc in [*workers, ps]:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+        lines = [json.loads(l) for l in (tmp_path / "w1.jsonl").read_text().splitlines()]
+        iterations = [l for l in lines if l["event"] == "iteration"]
+        assert [l["iteration"] for l in iterations] == [0, 1]
+        for l in iterations:
+            assert l["bytes"] == 4 * 32_100 and l["loss_rate"] == 0 and l["scheduler"] == "mgwfbp"
+            assert l["iteration_s"] >= 0.0026  # forward + backward of the trace
+    finally:
+        for proc in [*workers, ps]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = gradfabric_cli.main(["agent", "worker", "--rank", "5", "--ring", "127.0.0.1:1,127.0.0.1:2",
+                                "--layers", "10"])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert "rank 5" in err and len(err.splitlines()) == 1
+    assert gradfabric_cli.main(["agent", "send", "--to", "127.0.0.1", "--messages", "1"]) == 1
+    assert "needs a port" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""Parameter server with 4 workers and ring all-reduce over the DLCP transport (loopback)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from hosts.endpoint import Endpoint
+from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
+from hosts.relay import Relay
+from hosts.ring import RingAllReduce
+from hosts.wire import MAX_COUNT_MTU_1500, Flags, Header, MsgType
+
+SIZES = {0: 5_000, 1: 123, 2: 40_000}
+
+
+def grads(worker: int, iteration: int) -> dict[int, np.ndarray]:
+    rng = np.random.default_rng(100 * worker + iteration)
+    return {t: rng.normal(size=n).astype(np.float32) for t, n in SIZES.items()}
+
+
+def test_ps_round_with_four_workers_sums_exactly() -> None:
+    n = 4
+    server = Endpoint(worker_id=PS_WORKER_ID)
+    workers = [Endpoint(worker_id=w) for w in range(n)]
+    try:
+        ps = ParameterServer(server, n, update="sum")
+        clients = [PsClient(e, server.address) for e in workers]
+
+        def worker_round(w: int, it: int) -> dict[int, np.ndarray]:
+            for t in sorted(SIZES, reverse=True):  # backward order: back layers first
+                clients[w].push(it, t, grads(w, it)[t], num_layers=len(SIZES))
+            return {t: clients[w].pull(it, t).values for t in SIZES}
+
+        with ThreadPoolExecutor(n + 1) as pool:
+            for it in range(2):
+                served = pool.submit(ps.serve_iteration, it, list(SIZES))
+                results = [f.result(timeout=30) for f in [pool.submit(worker_round, w, it) for w in range(n)]]
+                round_ = served.result(timeout=30)
+                assert round_.gradient_loss == 0 and len(round_.pulls) == n * len(SIZES)
+                for t in SIZES:
+                    expected = np.sum([grads(w, it)[t] for w in range(n)], axis=0, dtype=np.float64)
+                    for got in results:
+                        np.testing.assert_allclose(got[t], expected, rtol=1e-5, atol=1e-5)
+                        np.testing.assert_array_equal(got[t], results[0][t])  # everyone sees the same
+    finally:
+        for e in [server, *workers]:
+            e.close()
+
+
+def test_ps_sgd_update_and_lost_pull_keeps_previous_parameters() -> None:
+    server = Endpoint(worker_id=PS_WORKER_ID, bounds={MsgType.GRADIENT: 0.01, MsgType.PARAMETER: 0.05})
+    worker = Endpoint(worker_id=0, bounds={MsgType.GRADIENT: 0.01, MsgType.PARAMETER: 0.05})
+    initial = np.ones(36_000, np.float32)
+
+    def lose_in_second_pull(h: Header, data: bytes) -> int:
+        return 0 if h.msg_type == MsgType.PARAMETER and h.iteration == 1 and h.seq == 3 \
+            and not h.flags & Flags.RETRANSMIT else 1
+
+    try:
+        with Relay(worker.address, lose_in_second_pull) as relay:
+            ps = ParameterServer(server, 1, update="sgd", lr=0.5, initial={0: initial},
+                                 workers={0: relay.address})
+            client = PsClient(worker, server.address)
+            g = np.full(36_000, 2.0, np.float32)
+            pulled = []
+            with ThreadPoolExecutor(1) as pool:
+                for it in range(2):
+                    served = pool.submit(ps.serve_iteration, it, [0])
+                    client.push(it, 0, g)
+                    assert served.result(timeout=10).pulls[0].rounds == 0
+                    pulled.append(client.pull(it, 0).values)
+        assert relay.stats.dropped == 1
+        first, second = pulled
+        np.testing.assert_array_equal(first, initial - 0.5 * g)
+        lost = np.zeros(36_000, bool)
+        lost[3 * MAX_COUNT_MTU_1500:4 * MAX_COUNT_MTU_1500] = True
+        np.testing.assert_array_equal(second[~lost], (initial - 2 * 0.5 * g)[~lost])
+        np.testing.assert_array_equal(second[lost], first[lost])  # kept from the previous pull
+    finally:
+        server.close()
+        worker.close()
+
+
+def test_ring_allreduce_four_ranks_sums_exactly() -> None:
+    n = 4
+    endpoints = [Endpoint(worker_id=r) for r in range(n)]
+    try:
+        peers = [e.address for e in endpoints]
+        rings = [RingAllReduce(e, r, peers) for r, e in enumerate(endpoints)]
+        data = [np.random.default_rng(r).normal(size=10_001).astype(np.float32) for r in range(n)]
+        with ThreadPoolExecutor(n) as pool:
+            for it in range(2):
+                futures = [pool.submit(rings[r].allreduce, data[r] * (it + 1), iteration=it, tensor_id=3)
+                           for r in range(n)]
+                results = [f.result(timeout=30) for f in futures]
+                expected = np.sum(data, axis=0, dtype=np.float64) * (it + 1)
+                for values, report in results:
+                    np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-5)
+                    assert report.lost_elements == 0 and len(report.sends) == 2 * (n - 1)
+                    np.testing.assert_array_equal(values, results[0][0])
+    finally:
+        for e in endpoints:
+            e.close()
+
+
+def test_ring_handles_tensors_smaller_than_the_ring() -> None:
+    endpoints = [Endpoint(worker_id=r) for r in range(3)]
+    try:
+        peers = [e.address for e in endpoints]
+        rings = [RingAllReduce(e, r, peers) for r, e in enumerate(endpoints)]
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(rings[r].allreduce, np.array([r + 1.0, 10.0]), iteration=0, average=True)
+                       for r in range(3)]
+            for f in futures:
+                np.testing.assert_allclose(f.result(timeout=30)[0], [2.0, 10.0])
+    finally:
+        for e in endpoints:
+            e.close()

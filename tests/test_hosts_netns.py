@@ -1,0 +1,130 @@
+"""The DLCP transport between two network namespaces, with the agent's `send` in one and its
+`recv` in the other.
+
+Loss, duplication and reordering come from ``tc netem`` on the sender's interface; on a
+kernel built without netem the same impairment comes from the agent's `relay` running in
+the receiver's namespace (the assertions do not change). A second test congests a real
+kernel queue (``tc tbf``) so that the AIMD sender has to slow down.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests import netns
+
+BOUND = 0.05
+ELEMENTS = 36_100  # 100 packets of 361 values
+AGENT = [sys.executable, "-m", "gradfabric.cli", "agent"]
+
+
+def _two_hosts(lab: netns.Lab) -> tuple[netns.Host, netns.Host]:
+    a, a_out = lab.add_host(1, "10.79.0.1")
+    b, b_out = lab.add_host(2, "10.79.0.2")
+    bridge = lab.name("br", 0)
+    netns.sh("ip", "link", "add", bridge, "type", "bridge")
+    lab.links.append(bridge)
+    for port in (a_out, b_out):
+        netns.sh("ip", "link", "set", port, "master", bridge)
+    netns.sh("ip", "link", "set", bridge, "up")
+    return a, b
+
+
+def _agent(ns: str, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, *AGENT, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        proc.kill()
+        raise RuntimeError(f"agent {args[0]} did not start: {proc.communicate()[1]}")
+    assert json.loads(line)["event"] == "listening"
+    return proc
+
+
+def _stop(*procs: subprocess.Popen[str]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _send(ns: str, dest: str, worker: int, messages: int, *extra: str) -> list[dict]:
+    proc = netns.in_ns(ns, *AGENT, "send", "--to", dest, "--worker-id", str(worker), "--messages", str(messages),
+                       "--elements", str(ELEMENTS), "--grad-bound", str(BOUND), "--timeout", "20", *extra,
+                       timeout=150)
+    return [json.loads(line) for line in proc.stdout.splitlines()][1:]
+
+
+@contextmanager
+def _impaired_path(a: netns.Host, b: netns.Host, port: int, loss: float) -> Iterator[str]:
+    """Address to send to so that data packets cross `loss`, 5 % duplication and reordering."""
+    netem = ["tc", "qdisc", "replace", "dev", a.iface, "root", "netem", "delay", "2ms",
+             "reorder", "20%", "50%", "duplicate", "5%", "loss", f"{loss * 100:g}%"]
+    if netns.in_ns(a.ns, *netem, check=False).returncode == 0:
+        try:
+            yield f"{b.ip}:19600"
+        finally:
+            netns.in_ns(a.ns, "tc", "qdisc", "del", "dev", a.iface, "root", check=False)
+        return
+    relay = _agent(b.ns, "relay", "--listen", f"{b.ip}:{port}", "--to", f"{b.ip}:19600", "--loss", str(loss),
+                   "--duplicate", "0.05", "--reorder", "8", "--seed", str(port), "--seconds", "120")
+    try:
+        yield f"{b.ip}:{port}"
+    finally:
+        _stop(relay)
+
+
+@pytest.mark.netns
+def test_bounded_loss_transport_through_loss_duplication_and_reordering(lab: netns.Lab) -> None:
+    a, b = _two_hosts(lab)
+    per_phase = 15
+    recv = _agent(b.ns, "recv", "--bind", f"{b.ip}:19600", "--messages", str(2 * per_phase),
+                  "--grad-bound", str(BOUND), "--linger", "0.5", "--timeout", "60")
+    try:
+        with _impaired_path(a, b, 19601, 0.03) as dest:
+            low = _send(a.ns, dest, 1, per_phase)
+        with _impaired_path(a, b, 19602, 0.15) as dest:
+            high = _send(a.ns, dest, 2, per_phase)
+        out, err = recv.communicate(timeout=120)
+        assert recv.returncode == 0, err
+    finally:
+        _stop(recv)
+    records = [json.loads(line) for line in out.splitlines()]
+    received = [r for r in records if r["event"] == "received"]
+    stats = next(r for r in records if r["event"] == "stats")
+
+    assert len(received) == 2 * per_phase
+    assert all(r["intact"] for r in received)  # every value is what was sent, or zero
+    assert all(r["lost"] <= BOUND * ELEMENTS for r in received)
+    # 3 % loss: most messages complete without any retransmission, some with zero-filled values
+    assert sum(s["rounds"] == 0 for s in low) >= per_phase * 0.6
+    assert any(r["lost"] > 0 for r in received if r["worker"] == 1)
+    # 15 % loss: above the bound, so the sender retransmits until the loss is under it
+    assert all(s["retransmissions"] > 0 and s["missing"] <= BOUND * ELEMENTS for s in high)
+    assert stats["duplicates"] > 0
+
+
+@pytest.mark.netns
+def test_aimd_slows_down_on_a_congested_kernel_queue(lab: netns.Lab) -> None:
+    a, b = _two_hosts(lab)
+    # 20 Mbit/s with a 30 kB queue: the sender's first bursts overflow it
+    netns.in_ns(a.ns, "tc", "qdisc", "add", "dev", a.iface, "root", "tbf", "rate", "20mbit",
+                "burst", "16kb", "limit", "30kb")
+    recv = _agent(b.ns, "recv", "--bind", f"{b.ip}:19600", "--messages", "6", "--grad-bound", str(BOUND),
+                  "--linger", "0.3", "--timeout", "60")
+    try:
+        sent = _send(a.ns, f"{b.ip}:19600", 1, 6, "--rate", "40000")
+        out, err = recv.communicate(timeout=120)
+        assert recv.returncode == 0, err
+    finally:
+        _stop(recv)
+    received = [json.loads(line) for line in out.splitlines() if '"received"' in line]
+    assert len(received) == 6 and all(r["intact"] and r["lost"] <= BOUND * ELEMENTS for r in received)
+    assert sent[0]["retransmissions"] > 0  # the queue dropped what the bound does not tolerate
+    assert sent[-1]["rate_pps"] < 40000 / 2  # multiplicative decrease

@@ -1,0 +1,171 @@
+"""Bounded-loss transport over loopback: exact rebuild, tolerated loss, retransmission."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hosts.endpoint import Endpoint
+from hosts.errors import TransportError
+from hosts.messages import MessageKey
+from hosts.packetize import packetize
+from hosts.receiver import Reassembler
+from hosts.relay import Relay
+from hosts.wire import Flags, Header, MsgType, pack_header
+
+BOUNDS = {MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.01}
+
+
+def tensor(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=n).astype(np.float32) + 0.5
+
+
+def endpoints(**kw: object) -> tuple[Endpoint, Endpoint]:
+    return (Endpoint(worker_id=1, bounds=BOUNDS, count=360, **kw),  # type: ignore[arg-type]
+            Endpoint(worker_id=2, bounds=BOUNDS, count=360, **kw))  # type: ignore[arg-type]
+
+
+def test_exact_rebuild_without_loss() -> None:
+    sender, receiver = endpoints()
+    with sender, receiver:
+        values = tensor(100_000)
+        report = sender.send(receiver.address, values, tensor_id=3, iteration=7)
+        got = receiver.receive(timeout=5)
+    assert got.key == MessageKey(1, 1, 7, 3, MsgType.GRADIENT)
+    np.testing.assert_array_equal(got.values, values)
+    assert report.retransmitted == 0 and report.missing == 0 and got.loss_rate == 0
+    assert report.packets == -(-100_000 // 360)
+
+
+def lose_first_time(seqs: set[int]):
+    def verdict(h: Header, data: bytes) -> int:
+        return 0 if h.msg_type <= MsgType.PARAMETER and h.seq in seqs and not h.flags & Flags.RETRANSMIT else 1
+    return verdict
+
+
+def test_loss_within_bound_completes_without_retransmission_and_zero_fills() -> None:
+    sender, receiver = endpoints()
+    values = tensor(36_000)  # 100 packets
+    with sender, receiver, Relay(receiver.address, lose_first_time({5, 50, 99})) as relay:
+        report = sender.send(relay.address, values, iteration=1)
+        got = receiver.receive(timeout=5)
+    assert relay.stats.dropped == 3
+    assert report.retransmitted == 0 and report.rounds == 0
+    assert report.missing == 3 * 360 - 360 + 36_000 - 99 * 360  # 2 full packets and the short last one
+    lost = np.zeros(36_000, bool)
+    for s in (5, 50, 99):
+        lost[s * 360:(s + 1) * 360] = True
+    assert np.all(got.values[lost] == 0)
+    np.testing.assert_array_equal(got.values[~lost], values[~lost])
+    assert got.received == 36_000 - lost.sum()
+
+
+def test_loss_above_bound_retransmits_until_within() -> None:
+    sender, receiver = endpoints()
+    values = tensor(36_000)
+    dropped = set(range(0, 100, 7))  # 15 % of the packets
+    with sender, receiver, Relay(receiver.address, lose_first_time(dropped)) as relay:
+        report = sender.send(relay.address, values, iteration=2)
+        got = receiver.receive(timeout=5)
+    assert report.rounds == 1 and report.retransmitted == len(dropped)
+    retx = [h for h in relay.stats.seen if h.flags & Flags.RETRANSMIT]
+    assert sorted(h.seq for h in retx) == sorted(dropped)
+    np.testing.assert_array_equal(got.values, values)
+
+
+def test_duplicates_and_reordering_are_harmless() -> None:
+    sender, receiver = endpoints()
+    values = tensor(50_000)
+    with sender, receiver, Relay(receiver.address, lambda h, d: 1 + h.seq % 3, hold=16) as relay:
+        report = sender.send(relay.address, values, iteration=3)
+        got = receiver.receive(timeout=5)
+    assert relay.stats.duplicated > 0
+    assert receiver.reassembler.stats.duplicates >= relay.stats.duplicated - 2
+    assert report.retransmitted == 0
+    np.testing.assert_array_equal(got.values, values)
+
+
+def test_parameters_keep_previous_values_where_lost() -> None:
+    previous = np.full(36_000, 9.0, np.float32)
+    sender = Endpoint(worker_id=1, bounds=BOUNDS, count=360)
+    receiver = Endpoint(worker_id=2, bounds=BOUNDS, count=360, prior=lambda key: previous)
+    values = tensor(36_000)
+    with sender, receiver, Relay(receiver.address, lose_first_time({10})) as relay:
+        report = sender.send(relay.address, values, kind=MsgType.PARAMETER, iteration=4)
+        got = receiver.receive(timeout=5)
+    assert relay.stats.dropped == 1 and report.rounds == 0
+    np.testing.assert_array_equal(got.values[3600:3960], previous[3600:3960])
+    np.testing.assert_array_equal(got.values[:3600], values[:3600])
+
+
+def test_parameter_bound_is_stricter_and_forces_retransmission() -> None:
+    sender, receiver = endpoints()
+    values = tensor(36_000)
+    with sender, receiver, Relay(receiver.address, lose_first_time({1, 2})) as relay:
+        grad = sender.send(relay.address, values, kind=MsgType.GRADIENT, iteration=5)
+        param = sender.send(relay.address, values, kind=MsgType.PARAMETER, iteration=5)
+        receiver.receive(timeout=5)
+        got = receiver.receive(timeout=5)
+    assert grad.rounds == 0 and param.rounds == 1  # 2 % lost: within 5 %, not within 1 %
+    np.testing.assert_array_equal(got.values, values)
+
+
+def test_losing_every_drop_eligible_packet_needs_no_retransmission() -> None:
+    sender, receiver = endpoints()
+    scale = np.repeat(10.0 ** np.arange(-5, 5), 3600).astype(np.float32)
+    values = tensor(36_000) * scale
+    with sender, receiver, Relay(receiver.address, lambda h, d: 0 if h.flags & Flags.DROP_ELIGIBLE else 1) as relay:
+        report = sender.send(relay.address, values, tensor_id=0, num_layers=4)
+        got = receiver.receive(timeout=5)
+    assert report.eligible == relay.stats.dropped > 0
+    assert report.rounds == 0 and 0 < report.missing <= 0.05 * 36_000
+    lost = got.values != values
+    assert np.all(got.values[lost] == 0)
+    assert np.abs(values[lost]).max() < 1e-4  # the smallest gradients went first
+
+
+def test_probe_without_receiver_raises() -> None:
+    sender = Endpoint(worker_id=1, bounds=BOUNDS, probe_timeout=0.01, max_probes=3)
+    with sender, Endpoint(worker_id=9, job_id=99) as other_job:
+        with pytest.raises(TransportError, match="no bitmap"):
+            sender.send(other_job.address, tensor(1000))
+    assert other_job.reassembler.stats.drops["wrong_job"] > 0
+
+
+def test_reassembler_in_any_order_with_duplicates() -> None:
+    values = tensor(10_000)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2,
+                      iteration=0, count=100)
+    order = np.random.default_rng(3).permutation(np.concatenate([np.arange(len(batch))] * 2))
+    r = Reassembler(job_id=1)
+    delivered = []
+    for i in order:
+        delivered += r.handle(bytes(batch.packet(i)), ("127.0.0.1", 1))[1]
+    assert len(delivered) == 1 and r.stats.completed == 1
+    np.testing.assert_array_equal(delivered[0].values, values)
+    probe = pack_header(Header(msg_type=MsgType.PROBE, flags=0, job_id=1, worker_id=4, tensor_id=2,
+                               iteration=0, offset=0, tensor_len=10_000, count=0, mag_class=0,
+                               prio_hint=7, seq=len(batch)))
+    replies, again = r.handle(probe, ("127.0.0.1", 1))
+    assert again == [] and len(replies) == 1
+    assert replies[0][28:] == np.packbits(np.ones(len(batch), bool), bitorder="little").tobytes()
+
+
+def test_tensor_sent_in_parts_completes_once_with_every_part() -> None:
+    sender, receiver = endpoints()
+    values = tensor(20_000)
+    parts = [(0, 5_000), (5_000, 5_100), (5_100, 20_000)]
+    with sender, receiver, Relay(receiver.address, lose_first_time({3, 20})) as relay:
+        reports = [sender.send(relay.address, values[a:b], tensor_id=5, iteration=1, start=a,
+                               tensor_len=20_000) for a, b in parts]
+        got = receiver.receive(timeout=5)
+        with pytest.raises(TransportError):
+            receiver.receive(timeout=0.2)
+    seqs = sorted(h.seq for h in relay.stats.seen if h.msg_type == MsgType.GRADIENT and not h.flags & Flags.RETRANSMIT)
+    assert seqs == list(range(len(seqs)))  # unique per tensor across parts
+    # part 1 lost 1 of 14 packets (7 %: above the 5 % bound), part 3 lost 1 of 42 (within it)
+    assert [r.retransmitted for r in reports] == [1, 0, 0]
+    lost = np.zeros(20_000, bool)
+    lost[5_100 + 5 * 360:5_100 + 6 * 360] = True  # seq 20 is part 3's sixth packet
+    assert np.all(got.values[lost] == 0)
+    np.testing.assert_array_equal(got.values[~lost], values[~lost])

@@ -1,0 +1,142 @@
+"""``p4switch run`` as a process: readiness, run-time queue control, pcaps, logs, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from p4switch.run_commands import parse_queue_setting, parse_queue_target
+from p4switch.errors import P4SwitchError
+from tests.netns import Lab
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(address: str, proc: subprocess.Popen[str], log: Path, timeout: float = 20) -> None:
+    """Until the gRPC port accepts connections (or the process died, with its log)."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"switch exited with {proc.returncode}:\n{_tail(log)}\n{proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"switch not ready after {timeout}s:\n{_tail(log)}")
+
+
+def _tail(path: Path) -> str:
+    return path.read_text()[-3000:] if path.exists() else "(no log)"
+
+
+@contextmanager
+def switch_process(args: list[str], log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A running ``p4switch run``; SIGTERM and a checked exit afterwards, kill as a last resort."""
+    address = f"127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "p4switch.cli", "run", *args, "--grpc-server-addr", address,
+           "--log-file", str(log)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(address, proc, log)
+        yield proc, address
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def ctl(address: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "p4switch.cli", "ctl", "--grpc-server-addr", address, *args],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_queue_setting_syntax() -> None:
+    assert parse_queue_setting("3:7=10Mbps") == (3, 7, "10Mbps")
+    assert parse_queue_setting("2=64") == (2, None, "64")
+    assert parse_queue_target("4:1") == (4, 1)
+    with pytest.raises(P4SwitchError):
+        parse_queue_setting("port2=64")
+
+
+def test_run_needs_a_program_or_no_p4() -> None:
+    proc = subprocess.run([sys.executable, "-m", "p4switch.cli", "run"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode != 0 and "--no-p4" in proc.stderr
+
+
+@pytest.mark.netns
+def test_switch_process_lifecycle_ctl_pcap_and_logs(lab: Lab, tmp_path: Path) -> None:
+    host, outer = lab.add_host(1, "10.0.9.1")
+    log, rlog, pcaps = tmp_path / "s.log", tmp_path / "p4rt.log", tmp_path / "pcaps"
+    args = ["--no-p4", "-i", f"1@{outer}", "--device-id", "3", "--priority-queues", "4",
+            "--pcap", str(pcaps), "--p4runtime-log", str(rlog), "--queue-rate", "1=1000pps",
+            "--queue-depth", "1:3=16"]
+    with switch_process(args, log) as (proc, address):
+        with grpc.insecure_channel(address) as channel:
+            stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+            assert stub.Capabilities(p4runtime_pb2.CapabilitiesRequest()).p4runtime_api_version
+        shown = ctl(address, "show_queues", "1")["1"]
+        assert shown["rate"] == "1000pps" and [q["depth"] for q in shown["queues"]] == [64, 64, 64, 16]
+        changed = ctl(address, "set_queue_rate", "1:2", "5Mbps")
+        assert changed["queues"][2]["rate"] == "5e+06bps"
+        assert ctl(address, "set_queue_depth", "1", "8")["queues"][0]["depth"] == 8
+        # Frames arrive (garbage included) while no pipeline is installed: counted, not fatal.
+        frame = bytes.fromhex("ffffffffffff") + bytes.fromhex(host.mac.replace(":", "")) + b"\x08\x00" + b"\x00" * 3
+        _send_raw(host.ns, host.iface, frame)
+        deadline = time.monotonic() + 10
+        while ctl(address, "stats")["packets"].get("no_pipeline", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ctl(address, "stats")["packets"]["no_pipeline"] >= 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    text = log.read_text()
+    assert "ready" in text and "stopped" in text
+    assert "/p4.v1.P4Runtime/Capabilities" in rlog.read_text()
+    pcap_in = pcaps / f"{outer}_in.pcap"
+    assert pcap_in.exists() and (pcaps / f"{outer}_out.pcap").exists()
+    assert frame in pcap_in.read_bytes()
+
+
+@pytest.mark.netns
+def test_bad_interface_fails_with_a_message(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "p4switch.cli", "run", "--no-p4", "-i", "1@gftnosuchif0",
+         "--grpc-server-addr", f"127.0.0.1:{free_port()}", "--log-file", str(tmp_path / "s.log")],
+        capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "gftnosuchif0" in proc.stderr
+
+
+def _send_raw(ns: str, iface: str, frame: bytes) -> None:
+    code = (f"import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+            f"s.bind(({iface!r}, 0)); s.send(bytes.fromhex({frame.hex()!r}))")
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], check=True, timeout=30,
+                   env={**os.environ})
