@@ -46,7 +46,8 @@ $(DEB_STAMP):
 	@$(PY) -c "import mininet.net" || { echo "install: the venv cannot import Debian's mininet module" >&2; exit 1; }
 	@touch $@
 
-$(PIP_STAMP): $(DEB_STAMP) pyproject.toml
+# A new top-level package needs a new editable install, so its __init__.py is a prerequisite.
+$(PIP_STAMP): $(DEB_STAMP) pyproject.toml $(wildcard */__init__.py)
 	@echo "install: pip install -e .[dev] into $(VENV)"
 	@$(PY) -m pip install -q --upgrade "pip>=24" || { echo "install: pip upgrade failed" >&2; exit 1; }
 	@$(PY) -m pip install -q -e '.[dev]' || { echo "install: pip install -e .[dev] failed" >&2; exit 1; }

@@ -14,7 +14,16 @@ from p4.v1 import p4runtime_pb2
 
 from controller.arbitration import ElectionId
 from controller.diff import compute_diff
-from controller.entities import CounterEntry, DirectCounterEntry, Entity, TableEntry, Update, decode_entity
+from controller.entities import (
+    CounterEntry,
+    DirectCounterEntry,
+    Entity,
+    MulticastGroupEntry,
+    PacketOut,
+    TableEntry,
+    Update,
+    decode_entity,
+)
 from controller.errors import ConnectionFailed
 from controller.pipeline import Pipeline
 from controller.request_log import RequestLog
@@ -125,7 +134,9 @@ class SwitchSession:
         """Put back every owned entry the switch lost (and remove strays in owned tables)."""
         tables = frozenset(e.table for e in self.owned.values() if isinstance(e, TableEntry))
         actual = self._read_tables(tables) + self._read_defaults(self.owned.values())
-        updates = compute_diff(self.owned.values(), actual, tables)
+        if any(isinstance(e, MulticastGroupEntry) for e in self.owned.values()):
+            actual += self._read_multicast()
+        updates = compute_diff(self.owned.values(), actual)
         self._write(updates)
         return updates
 
@@ -213,6 +224,18 @@ class SwitchSession:
         """Entries of ``tables`` plus the default entries of the tables ``defaults_of`` sets."""
         defaults_of = list(defaults_of)
         return self._with_reconnect(lambda: self._read_tables(tables) + self._read_defaults(defaults_of))
+
+    def _read_multicast(self) -> list[Entity]:
+        request = MulticastGroupEntry(0).encode()
+        return [decode_entity(self.schema, e) for e in self.transport.read([request], "multicast groups")]
+
+    def read_multicast_groups(self) -> list[MulticastGroupEntry]:
+        return [e for e in self._with_reconnect(self._read_multicast) if isinstance(e, MulticastGroupEntry)]
+
+    def send_packet(self, packet: PacketOut) -> None:
+        """Send a packet out of the switch's CPU port (metadata per the program's packet_out header)."""
+        encoded = packet.encode(self.schema)
+        self._with_reconnect(lambda: self.transport.send_packet(encoded))
 
     def read_entries(self, tables: Iterable[str] | None = None) -> list[TableEntry]:
         """Entries of the given tables (names resolve by suffix), or of every table."""

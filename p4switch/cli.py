@@ -13,6 +13,7 @@ from p4switch.errors import P4SwitchError
 #: Modules that add subcommands through ``add_commands(subparsers)``.
 COMMAND_MODULES: tuple[str, ...] = (
     "p4switch.run_commands",
+    "p4switch.lang_commands",
 )
 
 

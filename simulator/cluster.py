@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hosts.schedulers import AlphaBeta
+from hosts.schedulers import AlphaBeta, Transfer
 from simulator.errors import SimulatorError
 
 ARCHITECTURES = ("ring", "ps")
@@ -67,5 +67,5 @@ class AlphaBetaLink:
 
     cost: AlphaBeta
 
-    def seconds(self, transfer: object) -> float:
-        return self.cost.seconds(transfer.nbytes)  # type: ignore[attr-defined]
+    def seconds(self, transfer: Transfer) -> float:
+        return self.cost.seconds(transfer.nbytes)

@@ -104,3 +104,11 @@ def test_inverse_updates() -> None:
     assert Update("INSERT", entry).inverse(None) == Update("DELETE", entry)
     assert Update("MODIFY", entry).inverse(other) == Update("MODIFY", other)
     assert Update("DELETE", entry).inverse(entry) == Update("INSERT", entry)
+
+
+def test_packet_out_needs_the_programs_controller_header() -> None:
+    from controller.entities import PacketOut
+
+    assert PacketOut(b"\x01\x02").encode(S).payload == b"\x01\x02"
+    with pytest.raises(SchemaError, match="no packet_out controller header"):
+        PacketOut(b"x", (("egress_port", 1),)).encode(S)

@@ -115,3 +115,16 @@ def test_unreachable_switch_fails_after_backoff(tmp_path: Path) -> None:
     with pytest.raises(ConnectionFailed, match=f"s9: no P4Runtime server at {address}"):
         session.read_entries(["spray_mode"])
     assert not session.status().reachable
+
+
+def test_multicast_groups_are_owned_and_reconciled(fake: FakeSwitch, session: SwitchSession) -> None:
+    from controller.entities import MulticastGroupEntry
+
+    session.connect()
+    group = MulticastGroupEntry(3, ((1, 0), (2, 0), (4, 0)))
+    session.write([Update("INSERT", group), Update("INSERT", spray(1))])
+    assert session.read_multicast_groups() == [group]
+    assert session.reconcile() == [], "nothing lost, nothing written"
+    fake.restart()
+    assert session.read_multicast_groups() == [group]
+    assert set(session.read_entries(["spray_mode"])) == {spray(1)}
