@@ -48,9 +48,9 @@ $(DEB_STAMP):
 
 # A new top-level package needs a new editable install, so its __init__.py is a prerequisite.
 $(PIP_STAMP): $(DEB_STAMP) pyproject.toml $(wildcard */__init__.py)
-	@echo "install: pip install -e .[dev] into $(VENV)"
+	@echo "install: pip install -e .[dev,train] into $(VENV)"
 	@$(PY) -m pip install -q --upgrade "pip>=24" || { echo "install: pip upgrade failed" >&2; exit 1; }
-	@$(PY) -m pip install -q -e '.[dev]' || { echo "install: pip install -e .[dev] failed" >&2; exit 1; }
+	@$(PY) -m pip install -q -e '.[dev,train]' || { echo "install: pip install -e .[dev,train] failed" >&2; exit 1; }
 	@touch $@
 
 run: install

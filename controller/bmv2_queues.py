@@ -44,6 +44,7 @@ def apply_queue_settings(
     )
     if proc.returncode != 0 or "Error" in proc.stdout:
         raise ControllerError(
-            f"{cli} --thrift-port {thrift_port} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-500:]}"
+            f"{cli} --thrift-port {thrift_port} failed ({proc.returncode}): "
+            f"{(proc.stderr or proc.stdout).strip()[-500:]}"
         )
     return proc.stdout

@@ -154,8 +154,7 @@ def _policy_show(args: argparse.Namespace) -> int:
         held = {}
         for name, session in controller.sessions.items():
             entries = session.read_entries(sorted(POLICY_TABLES))
-            default = [e for e in session.snapshot(frozenset(), [_default_probe(session, LAYER_PRIORITY)])]
-            held[name] = (sorted(entries, key=_sort_key), default)
+            held[name] = (sorted(entries, key=_sort_key), [session.read_default(LAYER_PRIORITY)])
         first_name = next(iter(held))
         first, first_default = held[first_name]
         schema = controller[first_name].schema
@@ -164,14 +163,9 @@ def _policy_show(args: argparse.Namespace) -> int:
             print(f"  {e.text(schema)}")
         for name, (entries, default) in held.items():
             same = entries == first and default == first_default
-            print(f"{name}: {len(entries)} entries, {'same as ' + first_name if same else 'DIFFERS from ' + first_name}")
+            verdict = f"same as {first_name}" if same else f"DIFFERS from {first_name}"
+            print(f"{name}: {len(entries)} entries, {verdict}")
     return 0
-
-
-def _default_probe(session, table: str):
-    from controller.entities import TableEntry
-
-    return TableEntry(session.schema.tables[table].name, is_default=True)
 
 
 def _sort_key(entry) -> tuple:

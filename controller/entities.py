@@ -29,7 +29,11 @@ from controller.values import (
 )
 
 UpdateType = Literal["INSERT", "MODIFY", "DELETE"]
-_UPDATE_TYPES = {"INSERT": p4runtime_pb2.Update.INSERT, "MODIFY": p4runtime_pb2.Update.MODIFY, "DELETE": p4runtime_pb2.Update.DELETE}
+_UPDATE_TYPES = {
+    "INSERT": p4runtime_pb2.Update.INSERT,
+    "MODIFY": p4runtime_pb2.Update.MODIFY,
+    "DELETE": p4runtime_pb2.Update.DELETE,
+}
 
 
 @dataclass(frozen=True)
@@ -306,14 +310,6 @@ class Update:
         if isinstance(self.entity, TableEntry):
             return f"{self.type} {self.entity.text(schema)}"
         return f"{self.type} multicast group {self.entity.group_id}"
-
-    def inverse(self, previous: Entity | None) -> Update:
-        """The update that undoes this one, given what the switch had before it."""
-        if self.type == "INSERT":
-            return Update("DELETE", self.entity)
-        if previous is None:
-            raise EncodingError(f"cannot undo {self.type} without the previous entity")
-        return Update("MODIFY" if self.type == "MODIFY" else "INSERT", previous)
 
 
 def decode_entity(schema: P4Schema, entity: p4runtime_pb2.Entity) -> Entity:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from controller.arbitration import ElectionId
 from controller.diff import compute_diff
@@ -11,7 +12,13 @@ from controller.entities import Entity, Update
 from controller.errors import ControllerError
 from controller.pipeline import Pipeline
 from controller.switch import SwitchSession, SwitchStatus
-from gradfabric.fabric import Fabric
+from gradfabric.fabric import Fabric, Switch
+
+
+def controller_log_path(fabric: Fabric, switch: Switch) -> Path:
+    """The controller's request log of a switch: ``<name>-controller.log`` beside the switch's own
+    P4Runtime log (``request_log`` in the fabric description, written by the switch itself)."""
+    return fabric.path(switch.request_log).with_name(f"{switch.name}-controller.log")
 
 
 class ApplyFailed(ControllerError):
@@ -56,7 +63,7 @@ class FabricController:
                 sw.device_id,
                 pipeline,
                 election_id=election_id,
-                request_log=str(fabric.path(sw.request_log)) if request_logs and sw.request_log else None,
+                request_log=str(controller_log_path(fabric, sw)) if request_logs and sw.request_log else None,
                 connect_timeout=connect_timeout,
             )
             for sw in fabric.switches

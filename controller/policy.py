@@ -167,7 +167,9 @@ def layers_by_volume(sizes: list[float], priorities: list[int]) -> tuple[LayerRu
     return tuple(rules)
 
 
-def parse_policy(data: Any, source: str = "policy", *, base: Path | None = None, hosts: set[str] | None = None) -> Policy:
+def parse_policy(
+    data: Any, source: str = "policy", *, base: Path | None = None, hosts: set[str] | None = None
+) -> Policy:
     """A validated Policy; raises PolicyError listing every problem as 'key.path: reason'."""
     v = _Validator()
     base = base or Path.cwd()
@@ -237,7 +239,8 @@ def parse_policy(data: Any, source: str = "policy", *, base: Path | None = None,
             raw_thresholds = []
         for j, rule in enumerate(raw_thresholds):
             tpath = f"{path}.thresholds[{j}]"
-            if not v.keys(rule, tpath, {"priority", "mag_threshold", "queue_threshold"}, {"mag_threshold", "queue_threshold"}):
+            needed = {"mag_threshold", "queue_threshold"}
+            if not v.keys(rule, tpath, needed | {"priority"}, needed):
                 continue
             prio_spec = rule.get("priority", "any")
             prio = None if prio_spec == "any" else v.int_in(prio_spec, f"{tpath}.priority", 0, 7)
@@ -246,7 +249,9 @@ def parse_policy(data: Any, source: str = "policy", *, base: Path | None = None,
             if prio in seen_prio:
                 v.fail(f"{tpath}.priority", f"{prio_spec} is already set by {seen_prio[prio]}")
             seen_prio.setdefault(prio, tpath)
-            mag = v.int_in(rule.get("mag_threshold"), f"{tpath}.mag_threshold", 0, 255) if "mag_threshold" in rule else None
+            mag = (
+                v.int_in(rule.get("mag_threshold"), f"{tpath}.mag_threshold", 0, 255) if "mag_threshold" in rule else None
+            )
             queue = (
                 v.int_in(rule.get("queue_threshold"), f"{tpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
                 if "queue_threshold" in rule
@@ -287,7 +292,8 @@ def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
         )
     for job in policy.jobs:
         if job.spraying in SPRAY_ACTIONS:
-            entries.append(TableEntry.build(schema, SPRAY_MODE, {"hdr.dlcp.job_id": job.id}, SPRAY_ACTIONS[job.spraying]))
+            action = SPRAY_ACTIONS[job.spraying]
+            entries.append(TableEntry.build(schema, SPRAY_MODE, {"hdr.dlcp.job_id": job.id}, action))
         for index, rule in enumerate(job.layers):
             entries.append(
                 TableEntry.build(

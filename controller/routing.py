@@ -67,7 +67,8 @@ def next_hops(fabric: Fabric) -> dict[str, dict[str, tuple[NextHop, ...]]]:
                 for _, neighbour, data in graph.edges(sw.name, data=True):
                     if distances[neighbour].get(host.switch) == here - 1:
                         out, back = data["ports"][sw.name], data["ports"][neighbour]
-                        found.add(NextHop(out, switch_port_mac(sw.device_id, out), switch_port_mac(device[neighbour], back)))
+                        smac, dmac = switch_port_mac(sw.device_id, out), switch_port_mac(device[neighbour], back)
+                        found.add(NextHop(out, smac, dmac))
                 hops = tuple(sorted(found))
             table[sw.name][host.name] = hops
     return table
@@ -84,7 +85,11 @@ def route_entries(fabric: Fabric, schema: P4Schema) -> dict[str, list[TableEntry
             for index, hop in enumerate(members):
                 entries.append(
                     TableEntry.build(
-                        schema, ECMP_MEMBER, {"meta.ecmp_group_id": group_id, "meta.ecmp_member": index}, SET_NHOP, hop.params()
+                        schema,
+                        ECMP_MEMBER,
+                        {"meta.ecmp_group_id": group_id, "meta.ecmp_member": index},
+                        SET_NHOP,
+                        hop.params(),
                     )
                 )
         for host in fabric.hosts:

@@ -104,7 +104,8 @@ class SwitchSession:
         self.close()
 
     def pipeline_loaded(self) -> bool:
-        return self.pipeline.matches(self.transport.get_pipeline(p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE))
+        loaded = self.transport.get_pipeline(p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
+        return self.pipeline.matches(loaded)
 
     def ensure_pipeline(self) -> bool:
         """Load our pipeline unless the switch already runs it; returns whether it was pushed."""
@@ -155,14 +156,17 @@ class SwitchSession:
             return operation()
 
     def status(self) -> SwitchStatus:
+        """Reachable, primary and pipeline loaded; never raises for an unreachable switch."""
         try:
-            if not self.connected or not self.transport.stream_open:
+            if not (self.connected and self.transport.stream_open):
                 self.close()
-                self.connect(load_pipeline=False)
+                self.connected = self.transport.open(self.election_id, timeout=self.connect_timeout)
+            primary = self.transport.primary
             loaded = self.pipeline_loaded()
         except ConnectionFailed as exc:
             return SwitchStatus(self.name, self.address, False, False, False, str(exc))
-        return SwitchStatus(self.name, self.address, True, self.transport.primary, loaded)
+        detail = "" if primary else "another controller is primary"
+        return SwitchStatus(self.name, self.address, True, primary, loaded, detail)
 
     # -- writes ---------------------------------------------------------------------------
     def _write(self, updates: Sequence[Update]) -> None:
@@ -241,6 +245,12 @@ class SwitchSession:
         """Entries of the given tables (names resolve by suffix), or of every table."""
         names = [self.schema.tables[t].name for t in tables] if tables else [t.name for t in self.schema.tables]
         return [e for e in self._with_reconnect(lambda: self._read_tables(names)) if isinstance(e, TableEntry)]
+
+    def read_default(self, table: str) -> TableEntry:
+        """The default entry of a table (name resolves by suffix)."""
+        probe = TableEntry(self.schema.tables[table].name, is_default=True)
+        found = self._with_reconnect(lambda: self._read_defaults([probe]))
+        return next(e for e in found if isinstance(e, TableEntry))
 
     def read_counter(self, counter: str, index: int | None = None) -> list[CounterEntry]:
         request = CounterEntry(self.schema.counters[counter].name, index).encode(self.schema)

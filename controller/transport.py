@@ -28,24 +28,23 @@ def _code_name(code: int) -> str:
     return code_pb2.Code.Name(code) if code in code_pb2.Code.values() else str(code)
 
 
-def write_failures(error: grpc.RpcError, described: Sequence[str]) -> tuple[list[str], list[int]]:
-    """The refused updates of a failed Write (by description) and the indices that succeeded."""
+def write_failures(error: grpc.RpcError, described: Sequence[str]) -> list[str]:
+    """The refused updates of a failed Write, each named by its description and the switch's reason."""
     status = None
     for key, value in error.trailing_metadata() or ():
         if key == "grpc-status-details-bin":
             status = status_pb2.Status.FromString(value)
     if status is None or not status.details:
-        return [f"{error.code().name}: {error.details()}"], []
-    failures, ok = [], []
+        return [f"{error.code().name}: {error.details()}"]
+    failures = []
     for index, detail in enumerate(status.details):
         p4_error = p4runtime_pb2.Error()
         detail.Unpack(p4_error)
         if p4_error.canonical_code == code_pb2.OK:
-            ok.append(index)
             continue
         what = described[index] if index < len(described) else f"update #{index}"
         failures.append(f"{what}: {_code_name(p4_error.canonical_code)} {p4_error.message}".rstrip())
-    return failures, ok
+    return failures
 
 
 class _Described(Sequence[str]):
@@ -83,19 +82,24 @@ class Transport:
         """Connect, open the stream and arbitrate; returns whether this client is primary."""
         self.close()
         self._channel = grpc.insecure_channel(
-            self.address, options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+            self.address,
+            options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
         )
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
             self.close()
-            raise ConnectionFailed(f"{self.name}: no P4Runtime server at {self.address} (waited {timeout:g} s)") from None
+            raise ConnectionFailed(
+                f"{self.name}: no P4Runtime server at {self.address} (waited {timeout:g} s)"
+            ) from None
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
         self._requests = queue.Queue()
         self._arbitration = queue.Queue()
         responses = self._stub.StreamChannel(iter(self._requests.get, None))
         self.stream_open = True
-        self._reader = threading.Thread(target=self._read_stream, args=(responses,), daemon=True, name=f"p4rt-{self.name}")
+        self._reader = threading.Thread(
+            target=self._read_stream, args=(responses,), daemon=True, name=f"p4rt-{self.name}"
+        )
         self._reader.start()
         self.election_id = election_id
         update = p4runtime_pb2.MasterArbitrationUpdate(device_id=self.device_id)
@@ -106,7 +110,9 @@ class Transport:
             reply = self._arbitration.get(timeout=timeout)
         except queue.Empty:
             self.close()
-            raise ConnectionFailed(f"{self.name}: no arbitration answer from {self.address} within {timeout:g} s") from None
+            raise ConnectionFailed(
+                f"{self.name}: no arbitration answer from {self.address} within {timeout:g} s"
+            ) from None
         self.primary = reply.status.code == code_pb2.OK
         self.log.record("arbitration answer", result="primary" if self.primary else "backup")
         return self.primary
@@ -167,7 +173,7 @@ class Transport:
             if error.code() in _SESSION_LOST:
                 self.log.record(f"Write {count} update(s)", lines(), result=error.code().name)
                 raise self._rpc_error("Write", error) from None
-            failures, _ = write_failures(error, _Described(describe, count))
+            failures = write_failures(error, _Described(describe, count))
             self.log.record(f"Write {count} update(s)", lines(), result="; ".join(failures))
             raise WriteRefused(self.name, failures) from None
         self.log.record(f"Write {count} update(s)", lines(), result="OK")
@@ -184,7 +190,9 @@ class Transport:
 
     def get_pipeline(self, response_type: int) -> p4runtime_pb2.ForwardingPipelineConfig | None:
         """The loaded pipeline, or None when the switch has none."""
-        request = p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=self.device_id, response_type=response_type)
+        request = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id, response_type=response_type
+        )
         try:
             reply = self.stub.GetForwardingPipelineConfig(request, timeout=30)
         except grpc.RpcError as error:
@@ -197,7 +205,9 @@ class Transport:
 
     def set_pipeline(self, config: p4runtime_pb2.ForwardingPipelineConfig) -> None:
         request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT, config=config
+            device_id=self.device_id,
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+            config=config,
         )
         request.election_id.high, request.election_id.low = self.election_id.high, self.election_id.low
         try:

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "controller.cli",
     "simulator.cli",
     "hosts.cli",
+    "experiments.cli",
 )
 
 

@@ -184,9 +184,17 @@ def from_dict(data: Any, source: str = "fabric") -> Fabric:
         for j, p in enumerate(c.get(sw, "ports", path, list, []) or []):
             ppath = f"{path}.ports[{j}]"
             number = c.get(p, "port", ppath, int)
-            c.check(number is None or 1 <= number <= 510, f"{ppath}.port: must be 1..510 (ports are numbered from 1), got {number}")
+            c.check(
+                number is None or 1 <= number <= 510,
+                f"{ppath}.port: must be 1..510 (ports are numbered from 1), got {number}",
+            )
             ports.append(
-                SwitchPort(number or 0, c.get(p, "iface", ppath, str, ""), c.get(p, "peer", ppath, str) or "", c.get(p, "peer_port", ppath, int, 0))
+                SwitchPort(
+                    port=number or 0,
+                    iface=c.get(p, "iface", ppath, str, ""),
+                    peer=c.get(p, "peer", ppath, str) or "",
+                    peer_port=c.get(p, "peer_port", ppath, int, 0),
+                )
             )
         numbers = [p.port for p in ports]
         c.check(len(set(numbers)) == len(numbers), f"{path}.ports: port numbers repeat: {sorted(numbers)}")
@@ -204,7 +212,9 @@ def from_dict(data: Any, source: str = "fabric") -> Fabric:
         )
         if device_id is not None:
             c.check(0 <= device_id < 1 << 64, f"{path}.device_id: must be a 64-bit unsigned number, got {device_id}")
-            c.check(device_id not in seen_ids, f"{path}.device_id: {device_id} is already used by {seen_ids.get(device_id)}")
+            c.check(
+                device_id not in seen_ids, f"{path}.device_id: {device_id} is already used by {seen_ids.get(device_id)}"
+            )
             seen_ids.setdefault(device_id, f"{path} ({s.name})")
         if addr is not None:
             c.check(bool(_ADDR.match(addr)), f"{path}.grpc_addr: must be HOST:PORT, got {addr!r}")
@@ -229,7 +239,10 @@ def from_dict(data: Any, source: str = "fabric") -> Fabric:
             c.problems.append(f"{path}.ip: not an IPv4 address: {host.ip!r}")
         c.check(0 <= host.prefix_len <= 32, f"{path}.prefix_len: must be 0..32, got {host.prefix_len}")
         c.check(bool(_MAC.match(host.mac)), f"{path}.mac: not a MAC address: {host.mac!r}")
-        c.check(not host.gateway_mac or bool(_MAC.match(host.gateway_mac)), f"{path}.gateway_mac: not a MAC address: {host.gateway_mac!r}")
+        c.check(
+            not host.gateway_mac or bool(_MAC.match(host.gateway_mac)),
+            f"{path}.gateway_mac: not a MAC address: {host.gateway_mac!r}",
+        )
         hosts.append(host)
     links = []
     for i, link in enumerate(c.get(data, "links", "", list, []) or []):

@@ -57,12 +57,10 @@ def artifact_paths(source: Path, out_dir: Path) -> Artifacts:
 
 def compile_embedded(source: Path, out_dir: Path) -> Artifacts:
     """Compile `source` with the embedded front end; write its P4Info and device config."""
-    from google.protobuf import text_format
-
     from p4switch.device_config import write_device_config
     from p4switch.errors import P4SwitchError
     from p4switch.frontend import load_program
-    from p4switch.p4info import build_p4info
+    from p4switch.p4info import build_p4info, write_p4info
 
     out = artifact_paths(source, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,9 +68,9 @@ def compile_embedded(source: Path, out_dir: Path) -> Artifacts:
         program = load_program(source)
         p4info = build_p4info(program)
         write_device_config(program, out.device_config)
+        write_p4info(p4info, out.p4info)
     except P4SwitchError as exc:
         raise P4BuildError(f"embedded front end rejected {source}: {exc}") from exc
-    out.p4info.write_text(text_format.MessageToString(p4info))
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from hosts.errors import HostError
 
+DLCP_PORT = 19600  # hosts.wire.DLCP_PORT, without importing Scapy for --help
 DEFAULT_ALPHA = 9.08e-4  # MG-WFBP's fitted 10GbE startup cost (s)
 DEFAULT_BETA = 7.40e-10  # and per-byte cost (s/B)
 
@@ -25,7 +26,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     cmds.required = True
 
     ps = cmds.add_parser("ps", help="run a parameter server for N workers")
-    ps.add_argument("--bind", default="127.0.0.1:19600", help="IP:PORT to listen on (port 0: any)")
+    ps.add_argument("--bind", default="0.0.0.0:19600", help="IP:PORT to listen on (port 0: any)")
     ps.add_argument("--workers", type=int, required=True, help="number of workers")
     _model_args(ps)
     ps.add_argument("--update", choices=("sum", "mean", "sgd"), default="mean")
@@ -38,7 +39,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     where = worker.add_mutually_exclusive_group(required=True)
     where.add_argument("--ps", help="IP:PORT of the parameter server")
     where.add_argument("--ring", help="comma-separated IP:PORT of every rank, in rank order")
-    worker.add_argument("--bind", default=None, help="IP[:PORT] to send from (ring: its own peer entry)")
+    worker.add_argument("--bind", default=None,
+                        help="IP[:PORT] to use (default 0.0.0.0:19600, so that pulls reach the DLCP port; "
+                             "ring: its own entry of --ring)")
     _model_args(worker)
     worker.add_argument("--scheduler", default="wfbp", help="wfbp, synceasgd, fusion, mgwfbp, p3, prophet, dlcp")
     worker.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="all-reduce startup cost (s)")
@@ -63,9 +66,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     recv.add_argument("--bind", default="0.0.0.0:19600")
     recv.add_argument("--messages", type=int, default=10)
     recv.add_argument("--seed", type=int, default=0)
-    recv.add_argument("--linger", type=float, default=1.0, help="seconds to keep answering probes at the end")
+    recv.add_argument("--linger", type=float, default=1.0,
+                      help="at the end, keep answering probes until this many seconds pass without any")
     _common(recv)
     recv.set_defaults(handler=_run_recv)
+
+    decode = cmds.add_parser("decode", help="print the DLCP packets of a pcap file as JSON lines")
+    decode.add_argument("pcap", type=Path)
+    decode.add_argument("--limit", type=int, default=None, help="stop after this many DLCP packets")
+    decode.set_defaults(handler=_run_decode)
 
     relay = cmds.add_parser("relay", help="forward DLCP traffic with random loss, duplication and reordering")
     relay.add_argument("--listen", required=True, help="IP:PORT senders talk to")
@@ -184,6 +193,7 @@ def _run_ps(args: argparse.Namespace) -> int:
                     "retransmissions": sum(p.retransmitted for p in served.pulls),
                     "drops": dict(endpoint.reassembler.stats.drops),
                 })
+            endpoint.drain()
         return 0
 
     return _with_lines(args, body)
@@ -204,9 +214,9 @@ def _run_worker(args: argparse.Namespace) -> int:
     if peers and not 0 <= args.rank < len(peers):
         raise HostError(f"--rank {args.rank} is not a position in a ring of {len(peers)}")
     if args.bind:
-        bind = parse_address(args.bind, default_port=0)
+        bind = parse_address(args.bind, default_port=DLCP_PORT)
     else:
-        bind = peers[args.rank] if peers else ("0.0.0.0", 0)
+        bind = peers[args.rank] if peers else ("0.0.0.0", DLCP_PORT)
 
     def body(lines: _Lines) -> int:
         with _endpoint(args, bind, args.rank) as endpoint:
@@ -218,6 +228,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             for it in range(args.iterations):
                 _, report = agent.run_iteration(it, source(it))
                 lines.emit({"event": "iteration", **json.loads(report.to_json())})
+            endpoint.drain()
         return 0
 
     return _with_lines(args, body)
@@ -247,13 +258,11 @@ def _run_send(args: argparse.Namespace) -> int:
 
 
 def _run_recv(args: argparse.Namespace) -> int:
-    import time
-
     import numpy as np
 
     def body(lines: _Lines) -> int:
         bad = 0
-        with _endpoint(args, parse_address(args.bind, default_port=19600), 0) as endpoint:
+        with _endpoint(args, parse_address(args.bind, default_port=DLCP_PORT), 0) as endpoint:
             _listening(lines, endpoint)
             for _ in range(args.messages):
                 got = endpoint.receive(timeout=args.timeout)
@@ -264,7 +273,7 @@ def _run_recv(args: argparse.Namespace) -> int:
                 lines.emit({"event": "received", "iteration": got.key.iteration, "worker": got.key.worker_id,
                             "elements": int(got.values.size), "lost": int((~exact).sum()),
                             "loss_rate": got.loss_rate, "intact": intact})
-            time.sleep(args.linger)  # late probes still get their bitmap
+            endpoint.drain(quiet=args.linger, limit=10 * args.linger)  # late probes still get their bitmap
             stats = endpoint.reassembler.stats
             lines.emit({"event": "stats", "data_packets": stats.data_packets, "duplicates": stats.duplicates,
                         "probes": stats.probes, "drops": dict(stats.drops)})
@@ -294,3 +303,32 @@ def _run_relay(args: argparse.Namespace) -> int:
         return 0
 
     return _with_lines(args, body)
+
+
+def _run_decode(args: argparse.Namespace) -> int:
+    from scapy.error import Scapy_Exception
+    from scapy.layers.inet import IP, UDP
+    from scapy.utils import PcapReader
+
+    from hosts.wire import DLCP
+
+    shown = 0
+    try:
+        with PcapReader(str(args.pcap)) as reader:
+            for frame in reader:
+                if not frame.haslayer(DLCP):
+                    continue
+                d = frame[DLCP]
+                print(json.dumps({
+                    "src": frame[IP].src if frame.haslayer(IP) else None,
+                    "dst": frame[IP].dst if frame.haslayer(IP) else None,
+                    "sport": frame[UDP].sport, "dport": frame[UDP].dport,
+                    **{f.name: int(d.getfieldval(f.name)) for f in DLCP.fields_desc},
+                    "payload_bytes": len(bytes(d.payload)),
+                }, sort_keys=True), flush=True)
+                shown += 1
+                if args.limit is not None and shown >= args.limit:
+                    break
+    except (OSError, Scapy_Exception) as exc:
+        raise HostError(f"cannot read {args.pcap}: {exc}") from None
+    return 0

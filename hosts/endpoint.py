@@ -133,12 +133,21 @@ class Endpoint:
         self._waits_lock = threading.Lock()
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
         self._stop = threading.Event()
+        self._last_rx = time.monotonic()
         self._thread = threading.Thread(target=self._receive_loop, name=f"dlcp-rx-{worker_id}", daemon=True)
         self._thread.start()
 
     @property
     def address(self) -> Address:
         return self._sock.getsockname()
+
+    def drain(self, quiet: float = 0.5, limit: float = 5.0) -> None:
+        """Keep answering (late probes, retransmissions) until nothing arrived for `quiet`
+        seconds, at most `limit` seconds: call before closing after the last message, so
+        the peer's final probe still gets its bitmap."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and time.monotonic() - self._last_rx < quiet:
+            time.sleep(min(0.05, quiet))
 
     def close(self) -> None:
         self._stop.set()
@@ -153,9 +162,13 @@ class Endpoint:
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def receive(self, timeout: float = 10.0) -> Delivered:
-        """The oldest completed message not taken yet (TransportError after `timeout` s)."""
-        return self._wait_for(lambda: next(iter(self._inbox), None), timeout, "a complete message")
+    def receive(self, timeout: float = 10.0, match: Callable[[MessageKey], bool] | None = None) -> Delivered:
+        """The oldest completed message not taken yet (whose key satisfies `match`, when
+        given); TransportError after `timeout` seconds. Other messages stay queued."""
+        if match is None:
+            return self._wait_for(lambda: next(iter(self._inbox), None), timeout, "a complete message")
+        return self._wait_for(lambda: next((k for k in self._inbox if match(k)), None), timeout,
+                              "a matching complete message")
 
     def take(self, key: MessageKey, timeout: float = 10.0) -> Delivered:
         """The completed message `key`, waiting for it up to `timeout` seconds."""
@@ -179,28 +192,34 @@ class Endpoint:
         view = memoryview(buf)
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
+        recv = self._sock.recvfrom_into
+        handle = self.reassembler.handle
         while not self._stop.is_set():
             if not poller.poll(50):
                 continue
-            try:
-                n, source = self._sock.recvfrom_into(buf)
-            except OSError:
-                continue
-            data = view[:n]
-            if n >= HEADER_LEN and buf[0] & 0x0F == MsgType.BITMAP:
-                self._on_bitmap(data, source)
-                continue
-            replies, delivered = self.reassembler.handle(data, source)
-            for reply in replies:
+            while True:  # drain what is queued before polling again
                 try:
-                    self._sock.sendto(reply, source)
+                    n, source = recv(buf, 0, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
                 except OSError:
-                    self.reassembler.stats.drops["reply_failed"] += 1
-            if delivered:
-                with self._inbox_ready:
-                    for message in delivered:
-                        self._inbox[message.key] = message
-                    self._inbox_ready.notify_all()
+                    break
+                self._last_rx = time.monotonic()
+                data = view[:n]
+                if n >= HEADER_LEN and buf[0] & 0x0F == MsgType.BITMAP:
+                    self._on_bitmap(data, source)
+                    continue
+                replies, delivered = handle(data, source)
+                for reply in replies:
+                    try:
+                        self._sock.sendto(reply, source)
+                    except OSError:
+                        self.reassembler.stats.drops["reply_failed"] += 1
+                if delivered:
+                    with self._inbox_ready:
+                        for message in delivered:
+                            self._inbox[message.key] = message
+                        self._inbox_ready.notify_all()
 
     def _on_bitmap(self, data: memoryview, source: Address) -> None:
         vt, flags, job, worker, tensor, iteration, start, _tlen, nbits, kind, _prio, _seq = HEADER_STRUCT.unpack_from(data)
@@ -301,11 +320,13 @@ class Endpoint:
 
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None:
         sendto = self._sock.sendto
-        i, total = 0, len(indices)
+        views = batch.views()
+        order = indices.tolist()
+        i, total = 0, len(order)
         while i < total:
             allowed = self.pacer.burst()
-            for j in indices[i:i + allowed]:
-                sendto(batch.packet(j), dest)
+            for j in order[i:i + allowed]:
+                sendto(views[j], dest)
             i += allowed
 
     def _probe(self, wait: _BitmapWait, probe: bytes, dest: Address, key: MessageKey) -> tuple[np.ndarray, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -13,8 +14,7 @@ from hosts.wire import MsgType
 DEFAULT_BOUNDS: dict[MsgType, float] = {MsgType.GRADIENT: 0.01, MsgType.PARAMETER: 0.002}
 
 
-@dataclass(frozen=True, slots=True)
-class MessageKey:
+class MessageKey(NamedTuple):
     """Identity of a message: (job, sender, iteration, tensor, kind of data)."""
 
     job_id: int

@@ -50,8 +50,12 @@ def magnitude_classes(values: np.ndarray, count: int) -> np.ndarray:
     """Magnitude class of each run of `count` values (the last run may be shorter)."""
     n = max(1, math.ceil(values.size / count))
     padded = np.zeros(n * count, dtype=np.float32)
-    padded[: values.size] = np.abs(values)
-    peak = padded.reshape(n, count).max(axis=1)
+    padded[: values.size] = values
+    return _classes_of_rows(padded.reshape(n, count))
+
+
+def _classes_of_rows(rows: np.ndarray) -> np.ndarray:
+    peak = np.maximum(rows.max(axis=1), -rows.min(axis=1))  # max |v| without an |rows| copy
     _, exponent = np.frexp(peak)  # peak = m * 2**e with 0.5 <= m < 1, so floor(log2) = e - 1
     classes = np.clip(exponent.astype(np.int64) - 1 + 128, 1, 255)
     classes[~np.isfinite(peak)] = 255
@@ -108,6 +112,12 @@ class PacketBatch:
     def packet(self, i: int) -> memoryview:
         return memoryview(self.buffer[i, : self.lengths[i]])
 
+    def views(self) -> list[memoryview]:
+        """Every packet as a memoryview (built once per call; cheap to send)."""
+        flat = memoryview(self.buffer).cast("B")
+        width = self.buffer.shape[1]
+        return [flat[i * width:i * width + n] for i, n in enumerate(self.lengths.tolist())]
+
     @property
     def eligible(self) -> np.ndarray:
         return (self.headers["flags"] & Flags.DROP_ELIGIBLE) != 0
@@ -151,14 +161,16 @@ def packetize(
     n = math.ceil(flat.size / count)
     width = HEADER_LEN + 4 * count
     buffer = np.zeros((n, width), dtype=np.uint8)
-    padded = np.zeros(n * count, dtype="<f4")
-    padded[: flat.size] = flat
-    buffer[:, HEADER_LEN:].view("<f4")[:] = padded.reshape(n, count)
+    payload = buffer[:, HEADER_LEN:].view("<f4")  # (n, count), zero padded
+    full, rest = divmod(flat.size, count)
+    payload[:full] = flat[: full * count].reshape(full, count)
+    if rest:
+        payload[full, :rest] = flat[full * count:]
     headers = buffer[:, :HEADER_LEN].view(HEADER_DTYPE).reshape(n)
     offsets = np.arange(n, dtype=np.int64) * count
     counts = np.minimum(count, flat.size - offsets)
     offsets += start
-    classes = magnitude_classes(flat, count)
+    classes = _classes_of_rows(payload)
     headers["ver_type"] = (VERSION << 4) | int(kind)
     headers["job_id"] = job_id
     headers["worker_id"] = worker_id

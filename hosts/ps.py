@@ -103,15 +103,14 @@ class ParameterServer:
         return result
 
     def _next_push(self, iteration: int, wanted: set[int], deadline: float) -> Delivered:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TransportError(f"iteration {iteration}: still waiting for tensors {sorted(wanted)} "
-                                     f"from some of {self.num_workers} workers")
-            message = self.endpoint.receive(timeout=left)
-            key = message.key
-            if key.kind == MsgType.GRADIENT and key.iteration == iteration and key.tensor_id in wanted:
-                return message
+        def match(key: MessageKey) -> bool:
+            return key.kind == MsgType.GRADIENT and key.iteration == iteration and key.tensor_id in wanted
+
+        try:
+            return self.endpoint.receive(timeout=max(0.0, deadline - time.monotonic()), match=match)
+        except TransportError:
+            raise TransportError(f"iteration {iteration}: still waiting for tensors {sorted(wanted)} "
+                                 f"from some of {self.num_workers} workers") from None
 
     def _apply(self, tensor_id: int, aggregate: np.ndarray) -> np.ndarray:
         if self.update == "sum":

@@ -6,10 +6,11 @@ a probe is answered with bitmaps of the data packets it covers; a message comple
 every element arrived, or at a probe once at least (1 - bound) of its elements arrived; a
 completed message answers every later probe with a full bitmap (it needs nothing more).
 A tensor may be sent in parts (each part its own probe); sequence numbers are unique per
-tensor, so the parts share one assembly. Lost
-gradient values are zero; lost parameter values keep what ``prior(key)`` returned (the
-previous iteration's values). Anything malformed or unexpected is counted by reason and
-dropped: nothing in a packet can make it write outside a tensor or allocate without limit.
+tensor, so the parts share one assembly. Lost gradient values are zero; lost parameter
+values keep what ``prior(key)`` returned (the previous iteration's values). Anything
+malformed or unexpected is counted by reason and dropped: nothing in a packet can make it
+write outside a tensor, and the memory held by incomplete messages is bounded (the oldest
+are given up first).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from hosts.wire import HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, MsgTy
 BITMAP_BITS_PER_PACKET = 8192
 
 Address = tuple[str, int]
+_KINDS = (MsgType.GRADIENT, MsgType.PARAMETER)
+_F32 = np.dtype("<f4")
+_ONES = memoryview(b"\x01" * 0xFFFF)
 
 
 class DropReason(str, Enum):
@@ -41,7 +45,6 @@ class DropReason(str, Enum):
     BAD_PAYLOAD = "bad_payload"
     INCONSISTENT = "inconsistent"
     LATE = "late"
-    TOO_MANY_OPEN = "too_many_open"
     UNEXPECTED = "unexpected"
 
 
@@ -52,6 +55,7 @@ class ReceiverStats:
     probes: int = 0
     bitmaps_sent: int = 0
     completed: int = 0
+    evicted: int = 0  # incomplete messages given up to make room for new ones
     drops: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -62,19 +66,19 @@ class ReceiverStats:
 class Assembly:
     """A message being rebuilt."""
 
-    __slots__ = ("key", "values", "have", "seqs", "received", "source")
+    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address) -> None:
         self.key = key
         if initial is not None and initial.size == tensor_len:
-            self.values = np.array(initial, dtype=np.float32, copy=True).reshape(-1)
+            self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
         else:
-            self.values = np.zeros(tensor_len, dtype=np.float32)
-        self.have = np.zeros(tensor_len, dtype=bool)
-        self.seqs = np.zeros(tensor_len, dtype=bool)  # a packet holds >= 1 element
+            self.values = np.zeros(tensor_len, dtype=_F32)
+        self.raw = memoryview(self.values).cast("B")  # the values' bytes, for plain copies
+        self.have = bytearray(tensor_len)  # 1 where an element arrived
+        self.seqs = bytearray(tensor_len)  # 1 where a data packet arrived (a packet holds >= 1 element)
         self.received = 0
         self.source = source
-
 
 
 class Reassembler:
@@ -87,6 +91,7 @@ class Reassembler:
         bounds: dict[MsgType, float] | None = None,
         max_tensor_len: int = 1 << 26,
         max_open: int = 4096,
+        max_open_elements: int = 1 << 27,
         done_memory: int = 65536,
         prior: Callable[[MessageKey], np.ndarray | None] | None = None,
     ) -> None:
@@ -94,6 +99,8 @@ class Reassembler:
         self.bounds = dict(DEFAULT_BOUNDS if bounds is None else bounds)
         self.max_tensor_len = max_tensor_len
         self.max_open = max_open
+        self.max_open_elements = max_open_elements
+        self._open_elements = 0
         self.done_memory = done_memory
         self.prior = prior
         self.stats = ReceiverStats()
@@ -118,15 +125,15 @@ class Reassembler:
         if self.job_id is not None and job != self.job_id:
             return self._drop(DropReason.WRONG_JOB)
         msg_type = vt & 0x0F
-        if msg_type in (MsgType.GRADIENT, MsgType.PARAMETER):
-            key = MessageKey(job, worker, iteration, tensor, MsgType(msg_type))
+        if msg_type <= 1:
+            key = MessageKey(job, worker, iteration, tensor, _KINDS[msg_type])
             return self._data(key, data, offset, tensor_len, count, seq, source)
-        if msg_type == MsgType.PROBE:
-            if mag not in (MsgType.GRADIENT, MsgType.PARAMETER):
+        if msg_type == 2:
+            if mag > 1:
                 return self._drop(DropReason.BAD_TYPE)
-            key = MessageKey(job, worker, iteration, tensor, MsgType(mag))
+            key = MessageKey(job, worker, iteration, tensor, _KINDS[mag])
             return self._probe(key, tensor_len, offset, seq, source)
-        if msg_type == MsgType.BITMAP:
+        if msg_type == 3:
             return self._drop(DropReason.UNEXPECTED)
         return self._drop(DropReason.BAD_TYPE)
 
@@ -149,21 +156,22 @@ class Reassembler:
         if asm.values.size != tensor_len:
             return self._drop(DropReason.INCONSISTENT)
         self.stats.data_packets += 1
-        if asm.seqs[seq]:
+        seqs = asm.seqs
+        if seqs[seq]:
             self.stats.duplicates += 1
             return [], []
-        asm.seqs[seq] = True
-        values = np.frombuffer(data, dtype="<f4", count=count, offset=HEADER_LEN)
+        seqs[seq] = 1
         end = offset + count
-        have = asm.have[offset:end]
-        if have.any():
-            fresh = ~have
+        have = asm.have
+        if have.find(1, offset, end) < 0:  # the usual case: nothing of it arrived yet
+            asm.raw[offset * 4:end * 4] = data[HEADER_LEN:]
+            asm.received += count
+        else:  # overlaps elements that arrived in another packet: keep those
+            fresh = np.frombuffer(have, np.uint8, count, offset) == 0
+            values = np.frombuffer(data, _F32, count, HEADER_LEN)
             asm.values[offset:end][fresh] = values[fresh]
             asm.received += int(fresh.sum())
-        else:
-            asm.values[offset:end] = values
-            asm.received += count
-        have[:] = True
+        have[offset:end] = _ONES[:count]
         if asm.received == tensor_len:
             return [], [self._complete(asm)]
         return [], []
@@ -172,12 +180,20 @@ class Reassembler:
         asm = self._open.get(key)
         if asm is not None:
             return asm
-        if len(self._open) >= self.max_open:
-            self._drop(DropReason.TOO_MANY_OPEN)
+        if tensor_len > self.max_open_elements:
+            self._drop(DropReason.TOO_LARGE)
             return None
+        # Make room by giving up the oldest incomplete messages (their sender is gone or
+        # will probe again and start over).
+        while self._open and (len(self._open) >= self.max_open
+                              or self._open_elements + tensor_len > self.max_open_elements):
+            oldest = next(iter(self._open))
+            self._open_elements -= self._open.pop(oldest).values.size
+            self.stats.evicted += 1
         initial = self.prior(key) if (self.prior is not None and key.kind == MsgType.PARAMETER) else None
         asm = Assembly(key, tensor_len, initial, source)
         self._open[key] = asm
+        self._open_elements += tensor_len
         return asm
 
     # -- probes -----------------------------------------------------------------------------
@@ -201,7 +217,7 @@ class Reassembler:
         if asm.values.size != tensor_len:
             return self._drop(DropReason.INCONSISTENT)
         self.stats.probes += 1
-        bits = asm.seqs[first:first + n_packets].copy()
+        bits = np.frombuffer(asm.seqs, dtype=np.uint8, count=n_packets, offset=first).astype(bool)
         delivered: list[Delivered] = []
         if within_bound(tensor_len - asm.received, tensor_len, self.bounds.get(key.kind, 0.0)):
             delivered.append(self._complete(asm))
@@ -224,18 +240,12 @@ class Reassembler:
 
     def _complete(self, asm: Assembly) -> Delivered:
         del self._open[asm.key]
+        self._open_elements -= asm.values.size
         self._done[asm.key] = asm.values.size
         while len(self._done) > self.done_memory:
             self._done.popitem(last=False)
         self.stats.completed += 1
         return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source)
-
-    def expire(self, key: MessageKey) -> Delivered | None:
-        """Give up waiting on an open message: deliver what arrived (e.g. after a timeout)."""
-        asm = self._open.get(key)
-        if asm is None:
-            return None
-        return self._complete(asm)
 
     def _drop(self, reason: DropReason) -> tuple[list[bytes], list[Delivered]]:
         self.stats.drops[reason.value] += 1

@@ -196,7 +196,8 @@ class P4SwitchNode(Switch):
                  **params: Any) -> None:
         if target not in TARGETS:
             raise GradfabricError(f"unknown target {target!r} (expected one of {', '.join(TARGETS)})")
-        super().__init__(name, dpid=f"{config.device_id:x}", **params)
+        params.setdefault("dpid", f"{config.device_id:x}")
+        super().__init__(name, **params)
         self.config = config
         self.target = target
         self.process: SwitchProcess | None = None

@@ -10,7 +10,7 @@ from p4switch.compile_expr import expr_text
 from p4switch.compile_stmt import seq
 from p4switch.compiled import (
     E, ActionImpl, CompiledProgram, Const, ControlImpl, ExternInstance, Fn, FunctionImpl,
-    PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type,
+    PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type, anno_texts,
 )
 from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray
 from p4switch.frontend.program import (
@@ -86,8 +86,7 @@ class BlockCompiler:
                 infos.append(ParamInfo(pname, scalar_width(ptype)))
         impl = ActionImpl(qualified, params, self.block(body.children[1:], inner), data_slots)
         impl.bool_slots = [p[3] for p in params if p[2] is None and isinstance(p[1], BoolT)]
-        anno_names = [f"@{k}" for k in annos if k != "name"]
-        self.info.actions.setdefault(qualified, ActionInfo(qualified, infos, anno_names))
+        self.info.actions.setdefault(qualified, ActionInfo(qualified, infos, anno_texts(annos_node)))
         return impl
 
     # -- extern instances ----------------------------------------------------------------------
@@ -271,7 +270,7 @@ class BlockCompiler:
         info = TableInfo(qualified, tuple(keys), refs, size, default, const_default, const_entries,
                          direct_counter.name if direct_counter else None,
                          direct_meter.name if direct_meter else None,
-                         annotations=[f"@{k}" for k in annos if k != "name"])
+                         annotations=anno_texts(annos_node))
         for inst in (direct_counter, direct_meter):
             if inst is not None:
                 table_map = self.info.counters if inst.kind == "direct_counter" else self.info.meters

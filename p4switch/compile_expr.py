@@ -194,6 +194,13 @@ class ExprCompiler:
                 raise self.unsupported(node, "member of a non-lvalue struct")
             offset, ftype = found
             place = base.place.at(offset, ftype)
+            if isinstance(t, StructT) and t.is_union:
+                siblings = []
+                for other, other_t in t.fields:
+                    if other != member:
+                        o_off, _ = field_offset(t, other)  # type: ignore[misc]
+                        siblings.append(base.place.at(o_off, BoolT()).writer())
+                return E(ftype, place.block_reader(), place=place, extra=("union_member", siblings))
             if isinstance(ftype, HeaderT | StructT | StackT):
                 return E(ftype, place.block_reader(), place=place)
             return E(ftype, place.reader(), place=place)

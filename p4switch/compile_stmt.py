@@ -10,7 +10,7 @@ from lark import Tree
 from p4switch import hashes
 from p4switch.compiled import (
     E, ActionImpl, Const, ControlImpl, ExternInstance, Fn, FunctionImpl, PacketParam, Place,
-    Scope, TableImpl, Var, _mask, _same_type, const,
+    Scope, TableImpl, Var, _mask, _same_type, const, generate,
 )
 from p4switch.externs import GREEN
 from p4switch.frontend.types import (
@@ -430,6 +430,14 @@ class StmtCompiler:
             for item in e.extra:
                 out.extend(self.leaves(item, node))
             return out
+        if isinstance(t, StructT) and e.place is None and e.fn is not None and all(
+                isinstance(ft, BitT | BoolT) for _, ft in t.fields):
+            build = e.fn
+            out = []
+            for i, (_, ft) in enumerate(t.fields):
+                w = 1 if isinstance(ft, BoolT) else ft.width
+                out.append(((lambda k, m: (lambda s: int(build(s)[k]) & m))(i, _mask(w)), w))
+            return out
         if isinstance(t, HeaderT | StructT):
             if e.place is None:
                 raise self.unsupported(node, "only lvalues may be hashed or digested")
@@ -454,6 +462,7 @@ class StmtCompiler:
         raise self.type_error(node, f"a value of type {t} cannot be used as data here")
 
     def data_bytes(self, e: E, node: Any) -> Fn:
+        """Closure packing the leaves of `e` MSB first into bytes (zero-padded at the end)."""
         leaves = self.leaves(e, node)
         fns = [f for f, _ in leaves]
         widths = [w for _, w in leaves]
@@ -465,6 +474,11 @@ class StmtCompiler:
         for w in widths:
             acc -= w
             shifts.append(acc + pad)
+        slots = [getattr(f, "slot", None) for f in fns]
+        if leaves and all(slot is not None for slot in slots):
+            terms = " | ".join(f"(s[{slot}] << {sh})" if sh else f"s[{slot}]"
+                               for slot, sh in zip(slots, shifts))
+            return generate(f"def pack(s):\n    return ({terms}).to_bytes({nbytes}, 'big')\n", "pack")
         pairs = tuple(zip(fns, shifts, [_mask(w) for w in widths]))
 
         def pack(s: list) -> bytes:
@@ -479,6 +493,7 @@ class StmtCompiler:
     def _extern_function(self, node: Tree, name: str, args: list, type_args: Any, scope: Scope) -> E:
         args = [a.children[1] if isinstance(a, Tree) and a.data == "named_arg" else a for a in args]
         handler = getattr(self, f"_v1_{name}", None)
+        self.call_type_args = type_args
         if handler is None:
             raise self.unsupported(node, f"extern function {name} is not supported")
         return handler(node, args, scope)
@@ -596,7 +611,12 @@ class StmtCompiler:
 
     def _v1_digest(self, node: Tree, args: list, scope: Scope) -> E:
         self._expect_args(node, "digest", args, 2)
-        data = self.expr(args[1], scope)
+        type_args = self.call_type_args
+        if type_args is not None:
+            target = self.resolve_type(type_args.children[0])
+            data = self.coerce(self.expr(args[1], scope, target), target, args[1])
+        else:
+            data = self.expr(args[1], scope)
         leaves = self.leaves(data, args[1])
         if isinstance(data.type, StructT):
             dname = data.type.name
@@ -874,21 +894,19 @@ class StmtCompiler:
         stack_next = target.extra[1] if isinstance(target.extra, tuple) and target.extra and \
             target.extra[0] == "stack_next" else None
         if place.base is not None and plain and not siblings:
-            slots = tuple((place.base + o, sh, m) for o, sh, m in offsets)
-            valid = place.base
-
-            def extract_static(s: list) -> None:
-                ctx = s[0]
-                p = ctx.pos
-                end = p + nbytes
-                if end > ctx.length:
-                    raise ParserError("PacketTooShort")
-                v = int.from_bytes(ctx.data[p:end], "big")
-                ctx.pos = end
-                for slot, sh, m in slots:
-                    s[slot] = (v >> sh) & m
-                s[valid] = True
-            return extract_static
+            lines = [
+                "def extract(s):",
+                "    ctx = s[0]",
+                "    p = ctx.pos",
+                f"    end = p + {nbytes}",
+                "    if end > ctx.length:",
+                "        raise ParserError('PacketTooShort')",
+                "    v = int.from_bytes(ctx.data[p:end], 'big')",
+                "    ctx.pos = end",
+            ]
+            lines += [f"    s[{place.base + o}] = (v >> {sh}) & {m}" for o, sh, m in offsets]
+            lines.append(f"    s[{place.base}] = True")
+            return generate("\n".join(lines) + "\n", "extract", {"ParserError": ParserError})
         base_of = (lambda s: place.base) if place.base is not None else place.dyn
         bump = stack_next.writer() if stack_next is not None else None
         read_next = stack_next.reader() if stack_next is not None else None
@@ -921,15 +939,10 @@ class StmtCompiler:
             if place.base is None:
                 raise self.unsupported(node, "emit of a dynamically indexed header")
             b = place.base
-            slots = tuple((b + 1 + i, sh, m) for i, (sh, m, _) in enumerate(layout))
-
-            def emit(s: list) -> None:
-                if s[b]:
-                    v = 0
-                    for slot, sh, m in slots:
-                        v |= (int(s[slot]) & m) << sh
-                    s[0].out.append(v.to_bytes(nbytes, "big"))
-            return emit
+            terms = " | ".join(f"((s[{b + 1 + i}] & {m}) << {sh})" for i, (sh, m, _) in enumerate(layout))
+            source = (f"def emit(s):\n    if s[{b}]:\n"
+                      f"        s[0].out.append(({terms}).to_bytes({nbytes}, 'big'))\n")
+            return generate(source, "emit")
         if isinstance(t, StructT):
             parts = []
             for fname, ft in t.fields:

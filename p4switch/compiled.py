@@ -20,6 +20,13 @@ Fn = Callable[[list], Any]
 _NOCONST = object()
 
 
+def generate(source: str, name: str, env: dict[str, Any] | None = None) -> Callable:
+    """Compile generated Python source defining function `name` (straight-line packet code)."""
+    namespace: dict[str, Any] = dict(env or {})
+    exec(compile(source, f"<p4switch:{name}>", "exec"), namespace)  # noqa: S102
+    return namespace[name]
+
+
 def _mask(width: int) -> int:
     return (1 << width) - 1
 
@@ -57,7 +64,9 @@ class Place:
     def reader(self) -> Fn:
         if self.base is not None:
             b = self.base
-            return lambda s: s[b]
+            read = lambda s: s[b]  # noqa: E731
+            read.slot = b  # type: ignore[attr-defined]  # lets code generation read s[b] directly
+            return read
         dyn = self.dyn
         return lambda s: s[dyn(s)]
 
@@ -233,6 +242,32 @@ def _anno_map(tree: Tree | None) -> dict[str, list]:
         args = anno.children[1].children if len(anno.children) > 1 and anno.children[1] is not None else []
         result[name] = list(args)
     return result
+
+
+def anno_texts(tree: Tree | None, skip: tuple[str, ...] = ("name", "id")) -> list[str]:
+    """Annotations as P4Info writes them: ``@name`` or ``@name(args)``."""
+    out = []
+    if tree is None:
+        return out
+    for anno in tree.children:
+        name = str(anno.children[0].children[0])
+        if name in skip:
+            continue
+        args = anno.children[1].children if len(anno.children) > 1 and anno.children[1] is not None else []
+        if args:
+            out.append(f"@{name}(" + ", ".join(_anno_arg_text(a) for a in args) + ")")
+        else:
+            out.append(f"@{name}")
+    return out
+
+
+def _anno_arg_text(node: Any) -> str:
+    if isinstance(node, Tree) and node.data in ("string_lit", "int_lit"):
+        return str(node.children[0])
+    if isinstance(node, Tree) and node.data in ("true_lit", "false_lit"):
+        return node.data[:-4]
+    from p4switch.compile_expr import expr_text
+    return expr_text(node)
 
 
 def _anno_string(annos: dict[str, list], key: str) -> str | None:

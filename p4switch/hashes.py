@@ -35,9 +35,12 @@ def csum16(data: bytes) -> int:
     """The Internet checksum (RFC 1071): one's complement of the one's-complement sum."""
     if len(data) % 2:
         data += b"\x00"
-    total = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
+    # The one's-complement sum of 16-bit words is the number modulo 0xFFFF (2**16 = 1 mod
+    # 0xFFFF), except that a non-zero multiple of 0xFFFF sums to 0xFFFF, not 0.
+    number = int.from_bytes(data, "big")
+    total = number % 0xFFFF
+    if total == 0 and number:
+        total = 0xFFFF
     return ~total & 0xFFFF
 
 

@@ -84,6 +84,9 @@ def build_p4info(program: Program) -> p4info_pb2.P4Info:
 def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     p4info = p4info_pb2.P4Info()
     p4info.pkg_info.arch = "v1model"
+    used = {a for t in info.tables.values() for a, _ in t.actions}
+    info = ProgramInfo(**{**vars(info), "actions": {
+        n: a for n, a in info.actions.items() if n in used}})
     ids = _Ids()
     resources: list[tuple[int, str]] = []
     resources += [(P.TABLE, n) for n in info.tables]

@@ -237,20 +237,15 @@ class Switch:
         self._wake_r, self._wake_w = socket.socketpair()
         self.server: P4RuntimeServer | None = None
         self._pipeline_factory = pipeline_factory
+        self._initial: tuple[Any, bytes, Any] | None = None
         try:
             for spec in config.interfaces:
                 self.datapath.add_port(RawSocketPort(spec.number, spec.iface))
-            kwargs = {"pipeline_factory": pipeline_factory} if pipeline_factory else {}
-            control = ControlService(self.tm, self.datapath.tm_ready, self.statistics)
-            self.server = P4RuntimeServer(self.datapath, config.device_id, config.grpc_address,
-                                          request_log=config.request_log,
-                                          extra_handlers=(control.generic_handler(),), **kwargs)
         except BaseException:
             self._close_ports()
             self._wake_r.close()
             self._wake_w.close()
             raise
-        self.datapath.packet_in = self.server.servicer.packet_in
 
     def statistics(self) -> dict[str, Any]:
         """Packet counts and queue drops, for ``p4switch ctl stats``."""
@@ -258,8 +253,8 @@ class Switch:
         return {"packets": dict(self.datapath.stats), "queue_drops": drops}
 
     def load_program(self, source: Path, p4info_path: Path | None = None) -> None:
-        """Install a program given on the command line (P4 source, or device config + P4Info)."""
-        assert self.server is not None
+        """Compile a program given on the command line (P4 source, or device config + P4Info);
+        :meth:`start` installs it before the P4Runtime port opens."""
         if source.suffix == ".json":
             from google.protobuf import text_format
             from p4.config.v1 import p4info_pb2
@@ -281,12 +276,20 @@ class Switch:
                 path = Path(tmp) / "device_config.json"
                 write_device_config(program, path)
                 data = path.read_bytes()
-        self.server.servicer.load(p4info, data, pipeline_from_device_config(data))
+        self._initial = (p4info, data, pipeline_from_device_config(data))
         log.info("program %s loaded", source)
 
     def start(self) -> None:
-        """Start the packet threads, then the P4Runtime server (the switch is then ready)."""
-        assert self.server is not None
+        """Open the P4Runtime port, install the initial program, start the packet threads, then
+        serve (the switch is ready when its port accepts connections)."""
+        kwargs = {"pipeline_factory": self._pipeline_factory} if self._pipeline_factory else {}
+        control = ControlService(self.tm, self.datapath.tm_ready, self.statistics)
+        self.server = P4RuntimeServer(self.datapath, self.config.device_id, self.config.grpc_address,
+                                      request_log=self.config.request_log,
+                                      extra_handlers=(control.generic_handler(),), **kwargs)
+        self.datapath.packet_in = self.server.servicer.packet_in
+        if self._initial is not None:
+            self.server.servicer.load(*self._initial)
         for name, target in (("ingress", self._ingress_loop), ("egress", self._egress_loop)):
             thread = threading.Thread(target=target, name=f"p4switch-{name}", daemon=True)
             thread.start()

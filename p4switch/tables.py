@@ -135,6 +135,7 @@ class Table:
     _exact_only: bool = field(init=False, default=False)
     _needs_priority: bool = field(init=False, default=False)
     _lpm_index: int = field(init=False, default=-1)
+    _levels: list | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._default = self.initial_default
@@ -343,12 +344,34 @@ class Table:
             return None
         if self._exact_only:
             return entries.get((key, 0))
+        i = self._lpm_index
+        if i >= 0:
+            if self._sorted is None:
+                self._sorted = self._sort()
+                self._levels = self._lpm_levels()
+            single = len(key) == 1
+            for mask, level in self._levels:  # type: ignore[union-attr]
+                probe = (key[0] & mask,) if single else key[:i] + (key[i] & mask,) + key[i + 1:]
+                hit = level.get(probe)
+                if hit is not None:
+                    return hit
+            return None
         if self._sorted is None:
             self._sorted = self._sort()
         for installed in self._sorted:
             if _matches(installed.norm, key):
                 return installed
         return None
+
+    def _lpm_levels(self) -> list[tuple[int, dict]]:
+        """Entries by prefix length, longest first: one dict lookup per length."""
+        i = self._lpm_index
+        by_len: dict[int, tuple[int, dict]] = {}
+        for installed in reversed(self._sorted or []):
+            lpm = installed.norm[i]
+            key = tuple(n if isinstance(n, int) else n[1] for n in installed.norm)
+            by_len.setdefault(lpm[2], (lpm[3], {}))[1][key] = installed
+        return [by_len[plen] for plen in sorted(by_len, reverse=True)]
 
     def _sort(self) -> list[_Installed]:
         items = []

@@ -109,9 +109,7 @@ class _Port:
     queues: list[_PriorityQueue]
     rate: Rate | None = None
     free_at: float = 0.0
-
-    def size(self) -> int:
-        return sum(len(q.packets) for q in self.queues)
+    queued: int = 0  # packets in all priority queues together
 
 
 class TrafficManager:
@@ -125,6 +123,7 @@ class TrafficManager:
         self.priority_queues = priority_queues
         self.default_depth = default_depth
         self._ports: dict[int, _Port] = {}
+        self._queued = 0  # packets queued on every port together
         #: Drops by (port, priority, reason); reasons: ``queue_full``, ``bad_priority``.
         self.drops: Counter[tuple[int, int, str]] = Counter()
         #: Packets that left, by (port, priority).
@@ -196,12 +195,14 @@ class TrafficManager:
             for queue in state.queues:
                 discarded += len(queue.packets)
                 queue.packets.clear()
+            state.queued = 0
+        self._queued = 0
         return discarded
 
     def depth(self, port: int) -> int:
         """Packets queued on a port, all priorities together."""
         state = self._ports.get(port)
-        return state.size() if state else 0
+        return state.queued if state else 0
 
     def enqueue(self, item: Any, port: int, priority: int, size: int, now_us: int) -> bool:
         """Queue a packet; False (and a counted, logged drop) when it cannot be queued."""
@@ -216,11 +217,15 @@ class TrafficManager:
             self.drops[(port, priority, "queue_full")] += 1
             log.debug("drop port %d prio %d: queue full (%d packets)", port, priority, queue.depth)
             return False
-        queue.packets.append(_Queued(item, size, now_us, state.size()))
+        queue.packets.append(_Queued(item, size, now_us, state.queued))
+        state.queued += 1
+        self._queued += 1
         return True
 
     def _candidate(self, state: _Port) -> tuple[float, int] | None:
         """Earliest departure time on a port and the priority that would leave then."""
+        if not state.queued:
+            return None
         best: tuple[float, int] | None = None
         for priority in range(self.priority_queues - 1, -1, -1):
             queue = state.queues[priority]
@@ -233,27 +238,32 @@ class TrafficManager:
 
     def next_departure_us(self) -> float | None:
         """When the next packet can leave (None when every queue is empty)."""
+        if not self._queued:
+            return None
         times = [c[0] for s in self._ports.values() if (c := self._candidate(s)) is not None]
         return min(times) if times else None
 
     def dequeue(self, now_us: int) -> list[Departure]:
         """Every packet whose departure time has come by ``now_us``, in departure order."""
         out: list[Departure] = []
-        while True:
+        while self._queued:
             found: tuple[float, int, int] | None = None
             for port, state in self._ports.items():
                 candidate = self._candidate(state)
                 if candidate and candidate[0] <= now_us and (found is None or candidate[0] < found[0]):
                     found = (candidate[0], port, candidate[1])
             if found is None:
-                return out
+                break
             time, port, priority = found
             out.append(self._pop(port, priority, time))
+        return out
 
     def _pop(self, port: int, priority: int, time: float) -> Departure:
         state = self._ports[port]
         queue = state.queues[priority]
         packet = queue.packets.popleft()
+        state.queued -= 1
+        self._queued -= 1
         if state.rate is not None:
             state.free_at = time + state.rate.service_us(packet.size)
         if queue.rate is not None:
@@ -264,7 +274,7 @@ class TrafficManager:
             enq_timestamp=packet.enq_timestamp,
             enq_qdepth=packet.enq_qdepth,
             deq_timedelta=max(0, tick - packet.enq_timestamp),
-            deq_qdepth=state.size(),
+            deq_qdepth=state.queued,
             qid=self.priority_queues - 1 - priority,
         )
         return Departure(packet.item, port, priority, packet.size, tick, meta)

@@ -42,7 +42,7 @@ def test_routes_then_again_writes_nothing(fabric, capsys) -> None:
     assert len(fakes[2].entries()) == 4  # a spine: four direct next hops
     code, out, _ = run(capsys, "routes", "--fabric", str(path))
     assert code == 0 and "(0 updates)" in out
-    assert (path.parent / "s1-p4runtime.log").read_text().count("Write") == 1
+    assert (path.parent / "s1-controller.log").read_text().count("Write") == 1
 
 
 def test_policy_apply_is_idempotent_and_show_reads_it_back(fabric, capsys) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.entities import CounterEntry, MulticastGroupEntry, TableEntry, Update
+from controller.entities import CounterEntry, MulticastGroupEntry, TableEntry
 from controller.errors import EncodingError, SchemaError
 from controller.schema import NameIndex
 from controller.values import Lpm, Range, Ternary
@@ -96,14 +96,6 @@ def test_default_entry_counter_and_multicast_encode() -> None:
         CounterEntry("ingress_drops", 9).encode(S)
     group = MulticastGroupEntry(5, ((1, 0), (2, 0)))
     assert MulticastGroupEntry.decode(None, group.encode()) == group
-
-
-def test_inverse_updates() -> None:
-    entry = TableEntry.build(S, "spray_mode", {"job_id": 1}, "spray_random")
-    other = TableEntry.build(S, "spray_mode", {"job_id": 1}, "flow_hash")
-    assert Update("INSERT", entry).inverse(None) == Update("DELETE", entry)
-    assert Update("MODIFY", entry).inverse(other) == Update("MODIFY", other)
-    assert Update("DELETE", entry).inverse(entry) == Update("INSERT", entry)
 
 
 def test_packet_out_needs_the_programs_controller_header() -> None:

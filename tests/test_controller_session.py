@@ -128,3 +128,12 @@ def test_multicast_groups_are_owned_and_reconciled(fake: FakeSwitch, session: Sw
     fake.restart()
     assert session.read_multicast_groups() == [group]
     assert set(session.read_entries(["spray_mode"])) == {spray(1)}
+
+
+def test_status_tells_backup_from_unreachable(fake: FakeSwitch, session: SwitchSession) -> None:
+    session.connect()
+    older = SwitchSession("s1", fake.address, 1, pipeline(), election_id=ElectionId(1, 1))
+    status = older.status()
+    older.close()
+    assert (status.reachable, status.primary, status.pipeline_loaded) == (True, False, True)
+    assert "another controller is primary" in status.detail

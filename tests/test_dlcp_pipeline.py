@@ -7,6 +7,7 @@ case is deterministic. Expected frames are built independently with Scapy.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass
 
@@ -253,7 +254,10 @@ MEMBERS = [2, 3, 4, 5]
 def test_flow_hash_keeps_each_flow_on_one_member(switch: DlcpSwitch) -> None:
     switch.group("10.0.2.0", 24, 7, MEMBERS)
     ports_of_flow: dict[int, set[int]] = {}
-    for sport in range(5000, 5032):
+    # Ephemeral source ports as Linux picks them (random); CRC-16 is linear, so consecutive
+    # ports alone would only exercise a subspace of its low bits.
+    sports = random.Random(5).sample(range(32768, 61000), 32)
+    for sport in sports:
         for ident in range(8):
             out = switch.send(udp_frame(sport=sport, ident=ident))
             assert len(out) == 1

@@ -23,7 +23,8 @@ def run_stf(stf: Path) -> subprocess.CompletedProcess[str]:
 
 def test_every_mechanism_has_an_stf_file() -> None:
     names = {f.stem for f in STF_FILES}
-    assert {"dlcp_forwarding", "dlcp_priority", "dlcp_spray", "dlcp_threshold_calm"} <= names
+    assert {"dlcp_forwarding", "dlcp_flow_hash", "dlcp_priority", "dlcp_spray",
+            "dlcp_threshold_calm"} <= names
 
 
 @pytest.mark.parametrize("stf", STF_FILES, ids=[f.stem for f in STF_FILES])
@@ -40,4 +41,6 @@ def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
     text[index] = line[:-1] + ("0" if line[-1] != "0" else "1")
     broken = tmp_path / "dlcp_broken.stf"
     broken.write_text("\n".join(text) + "\n")
-    assert run_stf(broken).returncode != 0
+    proc = run_stf(broken)
+    assert proc.returncode == 1, proc.stderr  # 1: a mismatch (2 would be a bad STF file)
+    assert "FAILED" in proc.stderr

@@ -105,7 +105,7 @@ def test_cli_ps_and_two_workers_write_json_lines(tmp_path: Path) -> None:
         port = _listening(ps)
         for r in range(2):
             workers.append(subprocess.Popen(
-                [*cmd, "worker", "--rank", str(r), "--ps", f"127.0.0.1:{port}", "--bind", "127.0.0.1",
+                [*cmd, "worker", "--rank", str(r), "--ps", f"127.0.0.1:{port}", "--bind", "127.0.0.1:0",
                  "--scheduler", "mgwfbp", "--json", str(tmp_path / f"w{r}.jsonl"), *common],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for proc in [*workers, ps]:
@@ -132,3 +132,27 @@ def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "rank 5" in err and len(err.splitlines()) == 1
     assert gradfabric_cli.main(["agent", "send", "--to", "127.0.0.1", "--messages", "1"]) == 1
     assert "needs a port" in capsys.readouterr().err
+
+
+def test_cli_default_port_is_the_dlcp_port() -> None:
+    from hosts import cli as hosts_cli
+    from hosts.wire import DLCP_PORT
+
+    assert hosts_cli.DLCP_PORT == DLCP_PORT
+    assert hosts_cli.parse_address("10.0.1.1", default_port=DLCP_PORT) == ("10.0.1.1", 19600)
+    assert hosts_cli.parse_address(":0") == ("0.0.0.0", 0)
+
+
+def test_npz_gradient_source_checks_the_model(tmp_path: Path) -> None:
+    from hosts.errors import ModelError
+    from hosts.model import npz_source
+
+    path = tmp_path / "grads.npz"
+    arrays = [np.full(l.numel, l.index, np.float32) for l in LAYERS]
+    np.savez(path, *arrays)
+    got = npz_source(path, LAYERS)(7)
+    assert [a.size for a in got] == [l.numel for l in LAYERS] and got[3][0] == 3
+    with pytest.raises(ModelError, match="do not match"):
+        npz_source(path, LAYERS[:2])
+    with pytest.raises(ModelError, match="cannot read"):
+        npz_source(tmp_path / "missing.npz", LAYERS)

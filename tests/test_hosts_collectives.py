@@ -118,3 +118,40 @@ def test_ring_handles_tensors_smaller_than_the_ring() -> None:
     finally:
         for e in endpoints:
             e.close()
+
+
+def test_ring_all_gather_loss_keeps_the_previous_result() -> None:
+    bounds = {MsgType.GRADIENT: 0.01, MsgType.PARAMETER: 0.05}
+    endpoints = [Endpoint(worker_id=r, bounds=bounds) for r in range(3)]
+    steps = 2 * (3 - 1)
+
+    def lose_one_gather_packet(h: Header, data: bytes) -> int:
+        gather = h.iteration % steps == 2  # the first all-gather step
+        second_iteration = h.iteration // steps // 1024 == 1
+        return 0 if (h.msg_type == MsgType.PARAMETER and gather and second_iteration and h.seq == 2
+                     and not h.flags & Flags.RETRANSMIT) else 1
+
+    try:
+        with Relay(endpoints[1].address, lose_one_gather_packet) as relay:
+            peers = [e.address for e in endpoints]
+            rings = [RingAllReduce(e, r, [peers[0], relay.address, peers[2]] if r == 0 else peers)
+                     for r, e in enumerate(endpoints)]
+            data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
+            with ThreadPoolExecutor(3) as pool:
+                first = [f.result(timeout=30)[0] for f in
+                         [pool.submit(rings[r].allreduce, data[r], iteration=0) for r in range(3)]]
+                second = [f.result(timeout=30) for f in
+                          [pool.submit(rings[r].allreduce, data[r] * 2, iteration=1) for r in range(3)]]
+        assert relay.stats.dropped == 1
+        exact = np.sum(data, axis=0, dtype=np.float64) * 2
+        np.testing.assert_allclose(second[0][0], exact, rtol=1e-5, atol=1e-5)
+        values, report = second[1]
+        assert report.lost_elements == MAX_COUNT_MTU_1500
+        stale = ~np.isclose(values, exact, rtol=1e-5, atol=1e-5)
+        assert stale.sum() == MAX_COUNT_MTU_1500
+        np.testing.assert_array_equal(values[stale], first[1][stale])  # the previous all-reduce's values
+        # rank 1 forwards that chunk to rank 2 in the next all-gather step, stale values included
+        np.testing.assert_array_equal(second[2][0], values)
+    finally:
+        for e in endpoints:
+            e.close()

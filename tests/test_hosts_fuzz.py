@@ -45,8 +45,9 @@ def check_invariants(r: Reassembler, handled: int) -> None:
     assert s.data_packets + s.probes + s.dropped == handled
     for asm in r._open.values():  # noqa: SLF001 - the invariant is about internal state
         assert asm.values.size <= r.max_tensor_len
-        assert int(asm.have.sum()) == asm.received
-        assert np.all(asm.values[~asm.have] == 0)  # nothing written outside what arrived
+        have = np.frombuffer(asm.have, dtype=bool)
+        assert int(have.sum()) == asm.received
+        assert np.all(asm.values[~have] == 0)  # nothing written outside what arrived
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,3 +116,22 @@ def test_each_kind_of_bad_packet_is_counted_by_reason() -> None:
     inconsistent = variant(16, (3000).to_bytes(4, "big"))
     r.handle(inconsistent, SOURCE)
     assert r.stats.drops["inconsistent"] == 1
+
+
+def test_stale_incomplete_messages_are_evicted_not_blocking() -> None:
+    r = Reassembler(job_id=1, max_open=2, max_open_elements=5_000)
+    batches = [packetize(TENSOR, kind=MsgType.GRADIENT, job_id=1, worker_id=w, tensor_id=2, iteration=5, count=100)
+               for w in range(4)]
+    for b in batches[:3]:  # three senders that vanish after one packet
+        r.handle(bytes(b.packet(0)), SOURCE)
+    assert r.open_messages == 2 and r.stats.evicted == 1
+    delivered = []
+    for i in range(len(batches[3])):
+        delivered += r.handle(bytes(batches[3].packet(i)), SOURCE)[1]
+    assert len(delivered) == 1 and r.stats.evicted == 2  # one more made room: 2 000 + 2 000 <= 5 000
+    np.testing.assert_array_equal(delivered[0].values, TENSOR)
+    huge = bytearray(VALID[0])
+    huge[4:6] = (9).to_bytes(2, "big")  # a new sender
+    huge[16:20] = (6_000).to_bytes(4, "big")  # more than all open messages may hold
+    r.handle(bytes(huge), SOURCE)
+    assert r.stats.drops["too_large"] == 1

@@ -147,3 +147,70 @@ def test_bitmap_roundtrip_lsb_first() -> None:
 
 def test_flags_values_match_contract() -> None:
     assert (Flags.DROP_ELIGIBLE, Flags.LAST, Flags.RETRANSMIT) == (1, 2, 4)
+
+
+def test_scapy_layer_matches_the_p4_header_field_for_field() -> None:
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[1] / "p4src" / "dlcp.p4").read_text()
+    body = re.search(r"header\s+dlcp_t\s*\{(.*?)\}", source, re.S)
+    assert body, "p4src/dlcp.p4 has no dlcp_t header"
+    p4 = [(name, int(width)) for width, name in re.findall(r"bit<(\d+)>\s+(\w+)\s*;", body.group(1))]
+    scapy = []
+    for f in DLCP.fields_desc:
+        if f.name == "flags":  # one 8-bit field on the host, bit by bit in P4 (bit 0 = LSB)
+            scapy += [("flags_rsvd", 5), ("retx", 1), ("last", 1), ("drop_eligible", 1)]
+        else:
+            scapy.append((f.name, f.size if hasattr(f, "size") and f.size else 8 * f.sz))
+    assert scapy == p4
+    assert sum(w for _, w in p4) == 8 * HEADER_LEN
+
+
+def test_decode_command_reads_dlcp_packets_from_a_pcap(tmp_path, capsys) -> None:
+    import json
+
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from gradfabric import cli as gradfabric_cli
+
+    batch = packetize(np.arange(700, dtype=np.float32), kind=MsgType.PARAMETER, job_id=4, worker_id=1,
+                      tensor_id=2, iteration=3, count=300)
+    frames = [Ether() / IP(src="10.0.1.1", dst="10.0.2.1") / UDP(sport=5000, dport=DLCP_PORT) / Raw(bytes(batch.packet(i)))
+              for i in range(len(batch))]
+    frames.insert(1, Ether() / IP() / UDP(sport=1, dport=53) / Raw(b"not dlcp"))
+    path = tmp_path / "s1-eth1.pcap"
+    wrpcap(str(path), frames)
+    assert gradfabric_cli.main(["agent", "decode", str(path)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["seq"], r["offset"], r["count"], r["payload_bytes"]) for r in rows] == [
+        (0, 0, 300, 1200), (1, 300, 300, 1200), (2, 600, 100, 400)]
+    assert rows[-1]["flags"] == Flags.LAST and rows[0]["msg_type"] == MsgType.PARAMETER
+    assert gradfabric_cli.main(["agent", "decode", str(tmp_path / "missing.pcap")]) == 1
+
+
+def test_torch_like_tensors_are_accepted_without_torch() -> None:
+    from hosts.packetize import as_float32
+
+    class FakeTensor:  # the duck-typed surface of a torch tensor on any device
+        def __init__(self, data: np.ndarray) -> None:
+            self.data = data
+            self.calls: list[str] = []
+
+        def detach(self) -> "FakeTensor":
+            self.calls.append("detach")
+            return self
+
+        def cpu(self) -> "FakeTensor":
+            self.calls.append("cpu")
+            return self
+
+        def numpy(self) -> np.ndarray:
+            self.calls.append("numpy")
+            return self.data
+
+    t = FakeTensor(np.arange(6, dtype=np.float64).reshape(2, 3))
+    flat = as_float32(t)
+    assert flat.dtype == np.float32 and list(flat) == [0, 1, 2, 3, 4, 5]
+    assert t.calls == ["detach", "cpu", "numpy"]

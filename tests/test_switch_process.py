@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -15,10 +14,13 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from p4switch.run_commands import parse_queue_setting, parse_queue_target
 from p4switch.errors import P4SwitchError
+from p4switch.run_commands import parse_queue_setting, parse_queue_target
+from p4switch.server import control
 from tests.netns import Lab
 
 
@@ -28,6 +30,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def accepts_connections(host: str, port: int) -> bool:
+    """True when something listens on the port (a connection to itself does not count)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2) as sock:
+            return sock.getsockname() != sock.getpeername()
+    except OSError:
+        return False
+
+
 def wait_ready(address: str, proc: subprocess.Popen[str], log: Path, timeout: float = 20) -> None:
     """Until the gRPC port accepts connections (or the process died, with its log)."""
     host, port = address.rsplit(":", 1)
@@ -35,11 +46,9 @@ def wait_ready(address: str, proc: subprocess.Popen[str], log: Path, timeout: fl
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"switch exited with {proc.returncode}:\n{_tail(log)}\n{proc.stderr.read() if proc.stderr else ''}")
-        try:
-            with socket.create_connection((host, int(port)), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if accepts_connections(host, int(port)):
+            return
+        time.sleep(0.05)
     raise AssertionError(f"switch not ready after {timeout}s:\n{_tail(log)}")
 
 
@@ -103,18 +112,21 @@ def test_switch_process_lifecycle_ctl_pcap_and_logs(lab: Lab, tmp_path: Path) ->
         with grpc.insecure_channel(address) as channel:
             stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
             assert stub.Capabilities(p4runtime_pb2.CapabilitiesRequest()).p4runtime_api_version
-        shown = ctl(address, "show_queues", "1")["1"]
+        shown = control.call(address, "ShowQueues", {"port": 1})["1"]
         assert shown["rate"] == "1000pps" and [q["depth"] for q in shown["queues"]] == [64, 64, 64, 16]
-        changed = ctl(address, "set_queue_rate", "1:2", "5Mbps")
+        changed = ctl(address, "set_queue_rate", "1:2", "5Mbps")  # the command line, once
         assert changed["queues"][2]["rate"] == "5e+06bps"
-        assert ctl(address, "set_queue_depth", "1", "8")["queues"][0]["depth"] == 8
+        changed = control.call(address, "SetQueueDepth", {"port": 1, "priority": None, "depth": 8})
+        assert [q["depth"] for q in changed["queues"]] == [8, 8, 8, 8]
+        with pytest.raises(P4SwitchError, match="out of range"):
+            control.call(address, "SetQueueDepth", {"port": 1, "priority": 4, "depth": 8})
         # Frames arrive (garbage included) while no pipeline is installed: counted, not fatal.
         frame = bytes.fromhex("ffffffffffff") + bytes.fromhex(host.mac.replace(":", "")) + b"\x08\x00" + b"\x00" * 3
         _send_raw(host.ns, host.iface, frame)
         deadline = time.monotonic() + 10
-        while ctl(address, "stats")["packets"].get("no_pipeline", 0) < 1 and time.monotonic() < deadline:
+        while control.call(address, "Stats", {})["packets"].get("no_pipeline", 0) < 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert ctl(address, "stats")["packets"]["no_pipeline"] >= 1
+        assert control.call(address, "Stats", {})["packets"]["no_pipeline"] >= 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     text = log.read_text()
@@ -123,6 +135,38 @@ def test_switch_process_lifecycle_ctl_pcap_and_logs(lab: Lab, tmp_path: Path) ->
     pcap_in = pcaps / f"{outer}_in.pcap"
     assert pcap_in.exists() and (pcaps / f"{outer}_out.pcap").exists()
     assert frame in pcap_in.read_bytes()
+
+
+ROUTER = Path(__file__).parent / "p4programs" / "ipv4_router.p4"
+
+
+def _installed_p4info(address: str, device_id: int) -> p4info_pb2.P4Info:
+    with grpc.insecure_channel(address) as channel:
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        request = p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=device_id)
+        return stub.GetForwardingPipelineConfig(request).config.p4info
+
+
+def test_program_on_the_command_line_is_installed_before_the_port_opens(tmp_path: Path) -> None:
+    with switch_process([str(ROUTER), "--device-id", "2"], tmp_path / "s.log") as (_, address):
+        p4info = _installed_p4info(address, 2)
+    assert [t.preamble.name for t in p4info.tables] == ["MyIngress.ipv4_lpm"]
+
+
+def test_device_config_with_p4info_on_the_command_line(tmp_path: Path) -> None:
+    from p4switch.device_config import write_device_config
+    from p4switch.frontend import load_program
+    from p4switch.p4info import build_p4info
+
+    program = load_program(ROUTER)
+    write_device_config(program, tmp_path / "router.json")
+    (tmp_path / "router.p4info.txtpb").write_text(text_format.MessageToString(build_p4info(program)))
+    args = [str(tmp_path / "router.json"), "--p4info", str(tmp_path / "router.p4info.txtpb"), "--device-id", "4"]
+    with switch_process(args, tmp_path / "s.log") as (_, address):
+        assert _installed_p4info(address, 4) == build_p4info(program)
+    proc = subprocess.run([sys.executable, "-m", "p4switch.cli", "run", str(tmp_path / "router.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--p4info" in proc.stderr
 
 
 @pytest.mark.netns
@@ -138,5 +182,15 @@ def test_bad_interface_fails_with_a_message(tmp_path: Path) -> None:
 def _send_raw(ns: str, iface: str, frame: bytes) -> None:
     code = (f"import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
             f"s.bind(({iface!r}, 0)); s.send(bytes.fromhex({frame.hex()!r}))")
-    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], check=True, timeout=30,
-                   env={**os.environ})
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], check=True, timeout=30)
+
+
+def test_second_switch_on_a_taken_port_fails_cleanly(tmp_path: Path) -> None:
+    with switch_process(["--no-p4"], tmp_path / "first.log") as (_, address):
+        proc = subprocess.run(
+            [sys.executable, "-m", "p4switch.cli", "run", "--no-p4", "--grpc-server-addr", address,
+             "--log-file", str(tmp_path / "second.log")], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and f"cannot listen on {address}" in proc.stderr
+        with grpc.insecure_channel(address) as channel:  # the first switch still serves
+            stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+            assert stub.Capabilities(p4runtime_pb2.CapabilitiesRequest()).p4runtime_api_version == "1.4.1"

@@ -21,7 +21,7 @@ _DECLARES_TYPE = {"header", "struct", "header_union", "parser", "control", "pack
 def p4_parser() -> Lark:
     grammar = resources.files("p4switch.frontend").joinpath("p4.lark").read_text()
     return Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True,
-                maybe_placeholders=True)
+                maybe_placeholders=True, cache=True)
 
 
 def _type_names(tokens: list[Token]) -> set[str]:
@@ -64,6 +64,49 @@ def _type_names(tokens: list[Token]) -> set[str]:
     return names
 
 
+@lru_cache(maxsize=1)
+def _terminal_names(parser: Lark) -> dict[str, str]:
+    """Readable names of terminals for messages: literals quoted, the rest in words."""
+    names = {"IDENTIFIER": "a name", "TYPE_IDENTIFIER": "a type name", "INTEGER": "a number",
+             "STRING": "a string", "_R_ANGLE_SHIFT": "'>'", "_L_ANGLE_ARGS": "'<'"}
+    for term in parser.terminals:
+        if term.name not in names and term.pattern.type == "str":
+            names[term.name] = repr(term.pattern.value)
+    return names
+
+
+_TYPE_START = {"TYPE_IDENTIFIER", "BIT", "INT", "VARBIT", "BOOL", "TUPLE", "UNDERSCORE", "ERROR"}
+
+
+def _mark_type_argument_lists(tokens: list[Token]) -> None:
+    """Tag `<` that opens explicit type arguments of a call (``f<bit<8>>(...)``).
+
+    Only after a plain identifier (a function or method name), when a type follows and the
+    matching `>` is followed by `(`; otherwise `<` stays a comparison.
+    """
+    n = len(tokens)
+    for i in range(1, n - 1):
+        tok = tokens[i]
+        if tok.value != "<" or tokens[i - 1].type != "IDENTIFIER" or tokens[i + 1].type not in _TYPE_START:
+            continue
+        before = tokens[i - 2] if i >= 2 else None
+        if before is not None and (before.type in _TYPE_START or before.type in ("VOID", "MORETHAN",
+                                                                                  "_R_ANGLE_SHIFT")):
+            continue  # a generic declaration: `T name<T>(...)`
+        depth, j = 1, i + 1
+        while j < n and depth > 0:
+            v = tokens[j].value
+            if v == "<":
+                depth += 1
+            elif v == ">":
+                depth -= 1
+            elif v in (";", "{", "}", ")"):
+                break
+            j += 1
+        if depth == 0 and j < n and tokens[j].value == "(":
+            tok.type = "_L_ANGLE_ARGS"
+
+
 def parse_source(text: str, locate: LineMapper) -> Tree:
     """Parse preprocessed P4 text; syntax errors carry the original file:line:col."""
     parser = p4_parser()
@@ -73,9 +116,12 @@ def parse_source(text: str, locate: LineMapper) -> Tree:
         raise P4SyntaxError(f"unexpected character {text[exc.pos_in_stream]!r}",
                             locate(exc.line, exc.column)) from None
     types = _type_names(tokens)
-    for tok in tokens:
+    for tok, nxt in zip(tokens, tokens[1:] + tokens[-1:]):
         if tok.type == "IDENTIFIER" and tok.value in types:
             tok.type = "TYPE_IDENTIFIER"
+        elif tok.value == ">" and nxt is not tok and nxt.value == ">" and nxt.start_pos == tok.end_pos:
+            tok.type = "_R_ANGLE_SHIFT"  # `>>`: a shift, or two closing angles (p4c's lexer does this)
+    _mark_type_argument_lists(tokens)
     interactive = parser.parse_interactive()
     last: Token | None = None
     try:
@@ -88,8 +134,12 @@ def parse_source(text: str, locate: LineMapper) -> Tree:
         if tok.type == "$END":
             where = locate(last.end_line or 1, last.end_column or 1) if last else None
             raise P4SyntaxError("unexpected end of input", where) from None
-        expected = sorted(e for e in exc.expected if not e.startswith("__"))
-        hint = f"; expected one of: {', '.join(expected[:8])}" if expected else ""
-        raise P4SyntaxError(f"unexpected {tok.value!r}{hint}", locate(tok.line, tok.column)) from None
+        names = _terminal_names(parser)
+        expected = sorted({names.get(e, e) for e in exc.expected if not e.startswith("__")})
+        hint = f"; expected {' or '.join(expected[:10])}" if expected else ""
+        what = repr(tok.value)
+        if tok.type == "IDENTIFIER" and "TYPE_IDENTIFIER" in exc.expected:
+            what += " (not a declared type)"
+        raise P4SyntaxError(f"unexpected {what}{hint}", locate(tok.line, tok.column)) from None
     except (UnexpectedEOF, UnexpectedInput) as exc:
         raise P4SyntaxError(f"cannot parse: {exc}", None) from None

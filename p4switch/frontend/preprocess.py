@@ -66,13 +66,29 @@ class _Preprocessor(pcpp.Preprocessor):
         self.line_directive = "#line"
         self.compress = 0
         self.failure: str | None = None
+        self.main_text = ""
+        self.main_name = ""
 
     def on_error(self, file: str, line: int, msg: str) -> None:
         if self.failure is None:
             self.failure = f"{file}:{line}: {msg}"
 
     def on_include_not_found(self, is_malformed, is_system_include, curdir, includepath):  # type: ignore[override]
-        raise P4PreprocessError(f"include file not found: {includepath}")
+        where = None
+        for number, line in enumerate(self.main_text.splitlines(), start=1):
+            if line.lstrip().startswith("#") and "include" in line and includepath in line:
+                where = SourceLocation(self.main_name, number, line.index(includepath) + 1)
+                break
+        raise P4PreprocessError(f"include file not found: {includepath}", where)
+
+    def on_directive_unknown(self, directive, toks, ifpassthru, precedingtoks):  # type: ignore[override]
+        text = "".join(tok.value for tok in toks).strip()
+        if directive.value == "error":
+            raise P4PreprocessError(f"#error {text}", SourceLocation(directive.source, directive.lineno, 1))
+        if directive.value == "warning":
+            return True
+        raise P4PreprocessError(f"unknown directive #{directive.value}",
+                                SourceLocation(directive.source, directive.lineno, 1))
 
     def on_comment(self, tok) -> bool:  # type: ignore[override]
         return False
@@ -86,6 +102,7 @@ def preprocess_text(text: str, name: str, include_dirs=(), defines=None) -> str:
     pp.add_path(str(BUILTIN_INCLUDE))
     for key, value in (defines or {}).items():
         pp.define(f"{key} {value}" if value not in (None, "") else f"{key} 1")
+    pp.main_text, pp.main_name = text, name
     pp.parse(text, name)
     out = io.StringIO()
     pp.write(out)

@@ -99,8 +99,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             pipeline = self.pipeline_factory(config.p4_device_config)
         except P4SwitchError as exc:
             raise invalid(f"device config rejected: {exc}") from exc
-        except (ValueError, KeyError, UnicodeDecodeError) as exc:
-            raise invalid(f"device config is not one this target can load: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any broken config is the client's error
+            raise invalid(f"device config is not one this target can load: {type(exc).__name__}: {exc}") from exc
         schema = Schema.build(config.p4info)
         _check_consistent(schema, pipeline)
         return schema, pipeline

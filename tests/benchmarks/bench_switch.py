@@ -30,8 +30,8 @@ ROUTER = ROOT / "tests" / "p4programs" / "ipv4_router.p4"
 DLCP = ROOT / "p4src" / "dlcp.p4"
 SWITCH_MAC = "00:00:00:00:01:01"
 SEND_SECONDS = 3.0
-WRITE_ENTRIES = 2000
-WRITE_BATCH = 200
+WRITE_ENTRIES = 1000  # the router's table holds 1024
+WRITE_BATCH = 100
 
 BLASTER = r"""
 import socket, sys, time
@@ -56,6 +56,15 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    """Something listens on the loopback port (a TCP self-connection does not count)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+            return sock.getsockname() != sock.getpeername()
+    except OSError:
+        return False
 
 
 def _rx_packets(host: netns.Host) -> int:
@@ -156,13 +165,11 @@ def _switch(program: Path, interfaces: list[str], workdir: Path) -> Iterator[_Cl
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"p4switch run {program.name} exited: {proc.stderr.read() if proc.stderr else ''}")
-            try:
-                with socket.create_connection(("127.0.0.1", int(address.rsplit(":", 1)[1])), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"p4switch run {program.name} not ready") from None
-                time.sleep(0.1)
+            if _listening(int(address.rsplit(":", 1)[1])):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"p4switch run {program.name} not ready")
+            time.sleep(0.1)
         client = _Client(address, 1)
         yield client
     finally:
@@ -206,20 +213,24 @@ def _forwarding_figures(workdir: Path) -> list[Figure]:
 
 
 def _write_figure(workdir: Path) -> Figure:
+    """The same entries written one per request, deleted, then written in batches."""
     with _switch(ROUTER, [], workdir) as client:
-        def updates(base: int) -> list[p4runtime_pb2.Update]:
-            return [client.lpm_update("MyIngress.ipv4_lpm", (base + i) << 8, 24, "MyIngress.ipv4_forward",
-                                      {"dstAddr": i, "port": 1}) for i in range(WRITE_ENTRIES)]
-
-        single = updates(0x0A0000)
+        inserts = [client.lpm_update("MyIngress.ipv4_lpm", (0x0A0000 + i) << 8, 24, "MyIngress.ipv4_forward",
+                                     {"dstAddr": i, "port": 1}) for i in range(WRITE_ENTRIES)]
         start = time.perf_counter()
-        for update in single:
+        for update in inserts:
             client.write([update])
         single_rate = WRITE_ENTRIES / (time.perf_counter() - start)
-        batched = updates(0x0B0000)
+        deletes = []
+        for update in inserts:
+            delete = p4runtime_pb2.Update()
+            delete.CopyFrom(update)
+            delete.type = p4runtime_pb2.Update.DELETE
+            deletes.append(delete)
+        client.write(deletes)
         start = time.perf_counter()
         for i in range(0, WRITE_ENTRIES, WRITE_BATCH):
-            client.write(batched[i:i + WRITE_BATCH])
+            client.write(inserts[i:i + WRITE_BATCH])
         batched_rate = WRITE_ENTRIES / (time.perf_counter() - start)
     return Figure(f"P4Runtime table writes, {WRITE_BATCH} updates per Write", batched_rate,
                   "one update per Write", single_rate, "entries/s")

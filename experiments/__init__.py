@@ -1,0 +1,1 @@
+"""Experiments: training jobs over the DLCP transport, background traffic, the fabric experiment."""
