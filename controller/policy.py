@@ -167,14 +167,95 @@ def layers_by_volume(sizes: list[float], priorities: list[int]) -> tuple[LayerRu
     return tuple(rules)
 
 
+def _list(v: _Validator, raw: Any, path: str, what: str) -> list:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        v.fail(path, f"must be a list of {what}, got {raw!r}")
+        return []
+    return raw
+
+
+def _parse_layers(v: _Validator, raw: dict, path: str, base: Path) -> tuple[LayerRule, ...]:
+    if "layers" in raw and "layers_from_trace" in raw:
+        v.fail(path, "give either layers or layers_from_trace, not both")
+    layers: list[LayerRule] = []
+    if "layers_from_trace" in raw:
+        layers += _layers_from_trace(v, raw["layers_from_trace"], f"{path}.layers_from_trace", base)
+    for j, rule in enumerate(_list(v, raw.get("layers"), f"{path}.layers", "layer rules")):
+        lpath = f"{path}.layers[{j}]"
+        if not v.keys(rule, lpath, {"tensors", "priority", "dscp", "mag_class"}, {"tensors", "priority"}):
+            continue
+        tensors = v.range_in(rule["tensors"], f"{lpath}.tensors", 0, 0xFFFF) if "tensors" in rule else None
+        prio = v.int_in(rule["priority"], f"{lpath}.priority", 0, 7) if "priority" in rule else None
+        dscp = v.int_in(rule.get("dscp", 0), f"{lpath}.dscp", 0, 63)
+        mag = v.range_in(rule.get("mag_class", "0..255"), f"{lpath}.mag_class", 0, 255)
+        if tensors and prio is not None and dscp is not None and mag:
+            layers.append(LayerRule(tensors, prio, dscp, mag))
+    return tuple(layers)
+
+
+def _parse_thresholds(v: _Validator, raw: dict, path: str) -> tuple[ThresholdRule, ...]:
+    thresholds: list[ThresholdRule] = []
+    seen: dict[int | None, str] = {}
+    for j, rule in enumerate(_list(v, raw.get("thresholds"), f"{path}.thresholds", "threshold rules")):
+        tpath = f"{path}.thresholds[{j}]"
+        needed = {"mag_threshold", "queue_threshold"}
+        if not v.keys(rule, tpath, needed | {"priority"}, needed):
+            continue
+        spec = rule.get("priority", "any")
+        prio = None if spec == "any" else v.int_in(spec, f"{tpath}.priority", 0, 7)
+        if prio is None and spec != "any":
+            continue
+        if prio in seen:
+            v.fail(f"{tpath}.priority", f"{spec} is already set by {seen[prio]}")
+        seen.setdefault(prio, tpath)
+        mag = queue = None
+        if "mag_threshold" in rule:
+            mag = v.int_in(rule["mag_threshold"], f"{tpath}.mag_threshold", 0, 255)
+        if "queue_threshold" in rule:
+            queue = v.int_in(rule["queue_threshold"], f"{tpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
+        if mag is not None and queue is not None:
+            thresholds.append(ThresholdRule(prio, mag, queue))
+    return tuple(thresholds)
+
+
+def _parse_job(v: _Validator, raw: Any, path: str, base: Path, hosts: set[str] | None) -> Job | None:
+    allowed = {"id", "name", "workers", "spraying", "layers", "layers_from_trace", "thresholds"}
+    if not v.keys(raw, path, allowed, {"id"}):
+        return None
+    job_id = v.int_in(raw["id"], f"{path}.id", 0, MAX_JOB_ID) if "id" in raw else None
+    name = raw.get("name", f"job{job_id}")
+    if not isinstance(name, str):
+        v.fail(f"{path}.name", f"must be a string, got {name!r}")
+    workers = raw.get("workers", [])
+    if not isinstance(workers, list) or not all(isinstance(w, str) for w in workers):
+        v.fail(f"{path}.workers", "must be a list of host names")
+        workers = []
+    for j, w in enumerate(workers):
+        if hosts is not None and w not in hosts:
+            v.fail(f"{path}.workers[{j}]", f"no host named {w!r} in the fabric")
+    spraying = raw.get("spraying", "off")
+    if isinstance(spraying, bool):
+        spraying = "random" if spraying else "off"
+    if spraying not in ("random", "round_robin", "off"):
+        v.fail(f"{path}.spraying", f"must be random, round_robin or off, got {spraying!r}")
+    layers = _parse_layers(v, raw, path, base)
+    thresholds = _parse_thresholds(v, raw, path)
+    if job_id is None:
+        return None
+    return Job(job_id, str(name), tuple(workers), str(spraying), layers, thresholds)
+
+
 def parse_policy(
     data: Any, source: str = "policy", *, base: Path | None = None, hosts: set[str] | None = None
 ) -> Policy:
-    """A validated Policy; raises PolicyError listing every problem as 'key.path: reason'."""
+    """A validated Policy; raises PolicyError listing every problem as 'key.path: reason'.
+
+    ``base`` resolves relative trace files; ``hosts``, when given, are the names workers may use.
+    """
     v = _Validator()
-    base = base or Path.cwd()
-    if data is None:
-        data = {}
+    data = {} if data is None else data
     if not v.keys(data, "", {"version", "default_priority", "jobs"}, {"jobs"}):
         raise PolicyError(source, v.problems)
     if "version" in data and data["version"] != 1:
@@ -184,83 +265,14 @@ def parse_policy(
         default_priority = v.int_in(data["default_priority"], "default_priority", 0, 7)
     jobs: list[Job] = []
     seen: dict[int, str] = {}
-    raw_jobs = data.get("jobs")
-    if not isinstance(raw_jobs, list):
-        v.fail("jobs", f"must be a list of jobs, got {raw_jobs!r}")
-        raw_jobs = []
-    for i, raw in enumerate(raw_jobs):
-        path = f"jobs[{i}]"
-        allowed = {"id", "name", "workers", "spraying", "layers", "layers_from_trace", "thresholds"}
-        if not v.keys(raw, path, allowed, {"id"}):
+    for i, raw in enumerate(_list(v, data.get("jobs"), "jobs", "jobs")):
+        job = _parse_job(v, raw, f"jobs[{i}]", base or Path.cwd(), hosts)
+        if job is None:
             continue
-        job_id = v.int_in(raw.get("id"), f"{path}.id", 0, MAX_JOB_ID) if "id" in raw else None
-        if job_id is not None:
-            if job_id in seen:
-                v.fail(f"{path}.id", f"{job_id} is already used by {seen[job_id]}")
-            seen.setdefault(job_id, path)
-        name = raw.get("name", f"job{job_id}")
-        if not isinstance(name, str):
-            v.fail(f"{path}.name", f"must be a string, got {name!r}")
-        workers = raw.get("workers", [])
-        if not isinstance(workers, list) or not all(isinstance(w, str) for w in workers):
-            v.fail(f"{path}.workers", "must be a list of host names")
-            workers = []
-        for j, w in enumerate(workers):
-            if hosts is not None and w not in hosts:
-                v.fail(f"{path}.workers[{j}]", f"no host named {w!r} in the fabric")
-        spraying = raw.get("spraying", "off")
-        spraying = {True: "random", False: "off"}.get(spraying, spraying) if isinstance(spraying, bool) else spraying
-        if spraying not in ("random", "round_robin", "off"):
-            v.fail(f"{path}.spraying", f"must be random, round_robin or off, got {spraying!r}")
-        if "layers" in raw and "layers_from_trace" in raw:
-            v.fail(path, "give either layers or layers_from_trace, not both")
-        layers: list[LayerRule] = []
-        if "layers_from_trace" in raw:
-            layers = list(_layers_from_trace(v, raw["layers_from_trace"], f"{path}.layers_from_trace", base))
-        raw_layers = raw.get("layers", [])
-        if not isinstance(raw_layers, list):
-            v.fail(f"{path}.layers", "must be a list of layer rules")
-            raw_layers = []
-        for j, rule in enumerate(raw_layers):
-            lpath = f"{path}.layers[{j}]"
-            if not v.keys(rule, lpath, {"tensors", "priority", "dscp", "mag_class"}, {"tensors", "priority"}):
-                continue
-            tensors = v.range_in(rule["tensors"], f"{lpath}.tensors", 0, 0xFFFF) if "tensors" in rule else None
-            prio = v.int_in(rule["priority"], f"{lpath}.priority", 0, 7) if "priority" in rule else None
-            dscp = v.int_in(rule.get("dscp", 0), f"{lpath}.dscp", 0, 63)
-            mag = v.range_in(rule.get("mag_class", "0..255"), f"{lpath}.mag_class", 0, 255)
-            if tensors and prio is not None and dscp is not None and mag:
-                layers.append(LayerRule(tensors, prio, dscp, mag))
-        thresholds: list[ThresholdRule] = []
-        seen_prio: dict[int | None, str] = {}
-        raw_thresholds = raw.get("thresholds", [])
-        if not isinstance(raw_thresholds, list):
-            v.fail(f"{path}.thresholds", "must be a list of threshold rules")
-            raw_thresholds = []
-        for j, rule in enumerate(raw_thresholds):
-            tpath = f"{path}.thresholds[{j}]"
-            needed = {"mag_threshold", "queue_threshold"}
-            if not v.keys(rule, tpath, needed | {"priority"}, needed):
-                continue
-            prio_spec = rule.get("priority", "any")
-            prio = None if prio_spec == "any" else v.int_in(prio_spec, f"{tpath}.priority", 0, 7)
-            if prio is None and prio_spec != "any":
-                continue
-            if prio in seen_prio:
-                v.fail(f"{tpath}.priority", f"{prio_spec} is already set by {seen_prio[prio]}")
-            seen_prio.setdefault(prio, tpath)
-            mag = (
-                v.int_in(rule.get("mag_threshold"), f"{tpath}.mag_threshold", 0, 255) if "mag_threshold" in rule else None
-            )
-            queue = (
-                v.int_in(rule.get("queue_threshold"), f"{tpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
-                if "queue_threshold" in rule
-                else None
-            )
-            if mag is not None and queue is not None:
-                thresholds.append(ThresholdRule(prio, mag, queue))
-        if job_id is not None:
-            jobs.append(Job(job_id, str(name), tuple(workers), str(spraying), tuple(layers), tuple(thresholds)))
+        if job.id in seen:
+            v.fail(f"jobs[{i}].id", f"{job.id} is already used by {seen[job.id]}")
+        seen.setdefault(job.id, f"jobs[{i}]")
+        jobs.append(job)
     if v.problems:
         raise PolicyError(source, v.problems)
     return Policy(tuple(jobs), default_priority)

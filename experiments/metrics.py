@@ -10,6 +10,10 @@ import numpy as np
 from experiments.training.processes import JobOutcome
 
 
+#: Iterations left out of the iteration-time figures (first-call costs of the libraries).
+WARM_UP = 1
+
+
 @dataclass
 class RunMetrics:
     name: str
@@ -36,9 +40,9 @@ def _received(receive: dict[str, Any]) -> int:
 
 
 def summarize(name: str, outcome: JobOutcome, target: float) -> RunMetrics:
-    """Worker 0's curve and iteration times; packets over every role of the job."""
+    """Worker 0's curve and iteration times (after the warm-up); packets over every role of the job."""
     records = outcome.records.get(0, [])
-    times = [float(r["iteration_s"]) for r in records]
+    times = [float(r["iteration_s"]) for r in records[WARM_UP:]]
     curve = [(float(r["wall_s"]), float(r["accuracy"])) for r in records if r.get("accuracy") is not None]
     reached = next((t for t, a in curve if a >= target), None)
     server = outcome.server.get("server", {})

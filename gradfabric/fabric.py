@@ -161,6 +161,78 @@ class _Checker:
             self.problems.append(message)
 
 
+def _parse_switch(c: _Checker, sw: Any, path: str) -> Switch:
+    ports = []
+    for j, p in enumerate(c.get(sw, "ports", path, list, []) or []):
+        ppath = f"{path}.ports[{j}]"
+        number = c.get(p, "port", ppath, int)
+        c.check(
+            number is None or 1 <= number <= 510,
+            f"{ppath}.port: must be 1..510 (ports are numbered from 1), got {number}",
+        )
+        ports.append(
+            SwitchPort(
+                port=number or 0,
+                iface=c.get(p, "iface", ppath, str, ""),
+                peer=c.get(p, "peer", ppath, str) or "",
+                peer_port=c.get(p, "peer_port", ppath, int, 0),
+            )
+        )
+    numbers = [p.port for p in ports]
+    c.check(len(set(numbers)) == len(numbers), f"{path}.ports: port numbers repeat: {sorted(numbers)}")
+    device_id = c.get(sw, "device_id", path, int)
+    if device_id is not None:
+        c.check(0 <= device_id < 1 << 64, f"{path}.device_id: must be a 64-bit unsigned number, got {device_id}")
+    addr = c.get(sw, "grpc_addr", path, str)
+    if addr is not None:
+        c.check(bool(_ADDR.match(addr)), f"{path}.grpc_addr: must be HOST:PORT, got {addr!r}")
+    return Switch(
+        name=c.get(sw, "name", path, str) or "",
+        device_id=device_id if device_id is not None else -1,
+        grpc_addr=addr or "",
+        cpu_port=c.get(sw, "cpu_port", path, int, 510),
+        log=c.get(sw, "log", path, str, ""),
+        request_log=c.get(sw, "request_log", path, str, ""),
+        ports=tuple(ports),
+        thrift_port=c.get(sw, "thrift_port", path, (int, type(None)), None),
+    )
+
+
+def _parse_host(c: _Checker, h: Any, path: str) -> Host:
+    host = Host(
+        name=c.get(h, "name", path, str) or "",
+        ip=c.get(h, "ip", path, str) or "",
+        prefix_len=c.get(h, "prefix_len", path, int, 24),
+        mac=(c.get(h, "mac", path, str) or "").lower(),
+        switch=c.get(h, "switch", path, str) or "",
+        switch_port=c.get(h, "switch_port", path, int) or 0,
+        gateway_mac=(c.get(h, "gateway_mac", path, str, "") or "").lower(),
+    )
+    try:
+        ipaddress.IPv4Address(host.ip)
+    except ValueError:
+        c.problems.append(f"{path}.ip: not an IPv4 address: {host.ip!r}")
+    c.check(0 <= host.prefix_len <= 32, f"{path}.prefix_len: must be 0..32, got {host.prefix_len}")
+    c.check(bool(_MAC.match(host.mac)), f"{path}.mac: not a MAC address: {host.mac!r}")
+    c.check(
+        not host.gateway_mac or bool(_MAC.match(host.gateway_mac)),
+        f"{path}.gateway_mac: not a MAC address: {host.gateway_mac!r}",
+    )
+    return host
+
+
+def _parse_link(c: _Checker, link: Any, path: str) -> Link:
+    return Link(
+        a=c.get(link, "a", path, str) or "",
+        a_port=c.get(link, "a_port", path, int) or 0,
+        b=c.get(link, "b", path, str) or "",
+        b_port=c.get(link, "b_port", path, int) or 0,
+        bw_mbps=c.get(link, "bw_mbps", path, (int, float), 0),
+        delay_ms=c.get(link, "delay_ms", path, (int, float), 0),
+        loss_pct=c.get(link, "loss_pct", path, (int, float), 0),
+    )
+
+
 def from_dict(data: Any, source: str = "fabric") -> Fabric:
     """A validated Fabric; raises FabricError listing every problem with its key path."""
     c = _Checker()
@@ -175,108 +247,48 @@ def from_dict(data: Any, source: str = "fabric") -> Fabric:
         p4info=c.get(prog, "p4info", "program", str) or "",
         device_config=c.get(prog, "device_config", "program", str) or "",
     )
-    switches: list[Switch] = []
-    seen_ids: dict[int, str] = {}
-    seen_addr: dict[str, str] = {}
-    for i, sw in enumerate(c.get(data, "switches", "", list) or []):
-        path = f"switches[{i}]"
-        ports = []
-        for j, p in enumerate(c.get(sw, "ports", path, list, []) or []):
-            ppath = f"{path}.ports[{j}]"
-            number = c.get(p, "port", ppath, int)
-            c.check(
-                number is None or 1 <= number <= 510,
-                f"{ppath}.port: must be 1..510 (ports are numbered from 1), got {number}",
-            )
-            ports.append(
-                SwitchPort(
-                    port=number or 0,
-                    iface=c.get(p, "iface", ppath, str, ""),
-                    peer=c.get(p, "peer", ppath, str) or "",
-                    peer_port=c.get(p, "peer_port", ppath, int, 0),
-                )
-            )
-        numbers = [p.port for p in ports]
-        c.check(len(set(numbers)) == len(numbers), f"{path}.ports: port numbers repeat: {sorted(numbers)}")
-        device_id = c.get(sw, "device_id", path, int)
-        addr = c.get(sw, "grpc_addr", path, str)
-        s = Switch(
-            name=c.get(sw, "name", path, str) or "",
-            device_id=device_id or 0,
-            grpc_addr=addr or "",
-            cpu_port=c.get(sw, "cpu_port", path, int, 510),
-            log=c.get(sw, "log", path, str, ""),
-            request_log=c.get(sw, "request_log", path, str, ""),
-            ports=tuple(ports),
-            thrift_port=c.get(sw, "thrift_port", path, (int, type(None)), None),
-        )
-        if device_id is not None:
-            c.check(0 <= device_id < 1 << 64, f"{path}.device_id: must be a 64-bit unsigned number, got {device_id}")
-            c.check(
-                device_id not in seen_ids, f"{path}.device_id: {device_id} is already used by {seen_ids.get(device_id)}"
-            )
-            seen_ids.setdefault(device_id, f"{path} ({s.name})")
-        if addr is not None:
-            c.check(bool(_ADDR.match(addr)), f"{path}.grpc_addr: must be HOST:PORT, got {addr!r}")
-            c.check(addr not in seen_addr, f"{path}.grpc_addr: {addr} is already used by {seen_addr.get(addr)}")
-            seen_addr.setdefault(addr, f"{path} ({s.name})")
-        switches.append(s)
-    hosts: list[Host] = []
-    for i, h in enumerate(c.get(data, "hosts", "", list, []) or []):
-        path = f"hosts[{i}]"
-        host = Host(
-            name=c.get(h, "name", path, str) or "",
-            ip=c.get(h, "ip", path, str) or "",
-            prefix_len=c.get(h, "prefix_len", path, int, 24),
-            mac=(c.get(h, "mac", path, str) or "").lower(),
-            switch=c.get(h, "switch", path, str) or "",
-            switch_port=c.get(h, "switch_port", path, int) or 0,
-            gateway_mac=(c.get(h, "gateway_mac", path, str, "") or "").lower(),
-        )
-        try:
-            ipaddress.IPv4Address(host.ip)
-        except ValueError:
-            c.problems.append(f"{path}.ip: not an IPv4 address: {host.ip!r}")
-        c.check(0 <= host.prefix_len <= 32, f"{path}.prefix_len: must be 0..32, got {host.prefix_len}")
-        c.check(bool(_MAC.match(host.mac)), f"{path}.mac: not a MAC address: {host.mac!r}")
-        c.check(
-            not host.gateway_mac or bool(_MAC.match(host.gateway_mac)),
-            f"{path}.gateway_mac: not a MAC address: {host.gateway_mac!r}",
-        )
-        hosts.append(host)
-    links = []
-    for i, link in enumerate(c.get(data, "links", "", list, []) or []):
-        path = f"links[{i}]"
-        links.append(
-            Link(
-                a=c.get(link, "a", path, str) or "",
-                a_port=c.get(link, "a_port", path, int) or 0,
-                b=c.get(link, "b", path, str) or "",
-                b_port=c.get(link, "b_port", path, int) or 0,
-                bw_mbps=c.get(link, "bw_mbps", path, (int, float), 0),
-                delay_ms=c.get(link, "delay_ms", path, (int, float), 0),
-                loss_pct=c.get(link, "loss_pct", path, (int, float), 0),
-            )
-        )
+    switches = [_parse_switch(c, sw, f"switches[{i}]") for i, sw in enumerate(c.get(data, "switches", "", list) or [])]
+    hosts = [_parse_host(c, h, f"hosts[{i}]") for i, h in enumerate(c.get(data, "hosts", "", list, []) or [])]
+    links = [_parse_link(c, link, f"links[{i}]") for i, link in enumerate(c.get(data, "links", "", list, []) or [])]
     fabric = Fabric(name or "", target, program, tuple(switches), tuple(hosts), tuple(links))
+    _check_unique(fabric, c)
     _check_references(fabric, c)
     if c.problems:
         raise FabricError(source, c.problems)
     return fabric
 
 
-def _check_references(fabric: Fabric, c: _Checker) -> None:
+def _check_unique(fabric: Fabric, c: _Checker) -> None:
+    """Device ids, P4Runtime addresses and names are each used once."""
+    ids: dict[int, str] = {}
+    addrs: dict[str, str] = {}
     names: dict[str, str] = {}
     for i, s in enumerate(fabric.switches):
-        c.check(s.name not in names, f"switches[{i}].name: {s.name!r} is already used by {names.get(s.name)}")
-        names.setdefault(s.name, f"switches[{i}]")
+        path = f"switches[{i}]"
+        if s.device_id >= 0:
+            used = ids.get(s.device_id)
+            c.check(used is None, f"{path}.device_id: {s.device_id} is already used by {used}")
+            ids.setdefault(s.device_id, f"{path} ({s.name})")
+        if s.grpc_addr:
+            used = addrs.get(s.grpc_addr)
+            c.check(used is None, f"{path}.grpc_addr: {s.grpc_addr} is already used by {used}")
+            addrs.setdefault(s.grpc_addr, f"{path} ({s.name})")
+        c.check(s.name not in names, f"{path}.name: {s.name!r} is already used by {names.get(s.name)}")
+        names.setdefault(s.name, path)
     ips: dict[str, str] = {}
     for i, h in enumerate(fabric.hosts):
         c.check(h.name not in names, f"hosts[{i}].name: {h.name!r} is already used by {names.get(h.name)}")
         names.setdefault(h.name, f"hosts[{i}]")
         c.check(h.ip not in ips, f"hosts[{i}].ip: {h.ip} is already used by {ips.get(h.ip)}")
         ips.setdefault(h.ip, f"hosts[{i}] ({h.name})")
-        sw = next((s for s in fabric.switches if s.name == h.switch), None)
+
+
+def _check_references(fabric: Fabric, c: _Checker) -> None:
+    """Hosts attach to existing switch ports; links join existing nodes and ports."""
+    names = {s.name for s in fabric.switches} | {h.name for h in fabric.hosts}
+    switches = {s.name: s for s in fabric.switches}
+    for i, h in enumerate(fabric.hosts):
+        sw = switches.get(h.switch)
         if sw is None:
             c.problems.append(f"hosts[{i}].switch: no switch named {h.switch!r}")
         else:
@@ -287,7 +299,7 @@ def _check_references(fabric: Fabric, c: _Checker) -> None:
     for i, link in enumerate(fabric.links):
         for end, port in ((link.a, link.a_port), (link.b, link.b_port)):
             c.check(end in names, f"links[{i}]: no switch or host named {end!r}")
-            sw = next((s for s in fabric.switches if s.name == end), None)
+            sw = switches.get(end)
             if sw is not None:
                 c.check(any(p.port == port for p in sw.ports), f"links[{i}]: {end} has no port {port}")
 

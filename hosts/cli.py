@@ -284,7 +284,6 @@ def _run_recv(args: argparse.Namespace) -> int:
     return _with_lines(args, body)
 
 
-
 def _run_relay(args: argparse.Namespace) -> int:
     import time
 

@@ -265,7 +265,8 @@ class Endpoint:
             flat, kind=kind, job_id=self.job_id, worker_id=self.worker_id, tensor_id=tensor_id,
             iteration=iteration, count=self.count,
             prio_hint=priority_hint(position) if prio_hint is None else prio_hint,
-            drop_rule=self._drop_rule(bound, eligible_share) if drop_eligible else None, position=position,
+            drop_rule=self._drop_rule(bound, eligible_share) if drop_eligible else None,
+            position=position,
             start=start, tensor_len=total, seq_base=seq_base,
         )
         n = len(batch)

@@ -1,9 +1,9 @@
 """AIMD rate control and a packet pacer for the bounded-loss sender.
 
 The rate (packets per second) grows additively after each message that completed within its
-loss bound at the first try, and is cut multiplicatively when a message needed
-retransmission (loss above the bound is the congestion signal: random loss within the
-bound is tolerated by design and must not throttle the sender).
+loss bound at the first try, and is cut multiplicatively at every retransmission round:
+loss above the bound is the congestion signal; random loss within the bound is tolerated
+by design and must not throttle the sender.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 @dataclass
 class Aimd:
+    """Sending rate in packets per second, with its limits and steps."""
+
     rate: float = 50_000.0
     min_rate: float = 500.0
     max_rate: float = 1_000_000.0

@@ -61,7 +61,8 @@ class ParameterServer:
         self.num_workers = num_workers
         self.update = update
         self.lr = lr
-        self.params: dict[int, np.ndarray] = {t: np.array(v, np.float32).reshape(-1) for t, v in (initial or {}).items()}
+        self.params: dict[int, np.ndarray] = {
+            t: np.array(v, np.float32).reshape(-1) for t, v in (initial or {}).items()}
         self.workers: dict[int, Address] = dict(workers or {})
 
     def serve_iteration(self, iteration: int, tensor_ids: Sequence[int], *, num_layers: int | None = None,

@@ -322,32 +322,39 @@ control DlcpIngress(inout headers_t hdr,
             spray_mode.apply();
         }
 
-        if (!ipv4_lpm.apply().hit) {
-            return;   /* no route: dropped and counted by the default action drop_no_route */
-        }
-
-        if (meta.ecmp_group_size != 0) {
-            if (meta.lb_mode == LB_RANDOM) {
-                bit<32> draw;
-                random(draw, (bit<32>)0, (bit<32>)0xFFFFFFFF);
-                hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
-                     { draw }, meta.ecmp_group_size);
-            } else if (meta.lb_mode == LB_ROUND_ROBIN
-                       && (bit<32>)meta.ecmp_group_id < ECMP_GROUPS) {
-                bit<32> position;
-                rr_position.read(position, (bit<32>)meta.ecmp_group_id);
-                hash(meta.ecmp_member, HashAlgorithm.identity, (bit<16>)0,
-                     { position }, meta.ecmp_group_size);
-                rr_position.write((bit<32>)meta.ecmp_group_id, position + 1);
-            } else {
-                hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
-                     { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
-                       meta.l4_src, meta.l4_dst },
-                     meta.ecmp_group_size);
+        switch (ipv4_lpm.apply().action_run) {
+            drop_no_route: {
+                return;   /* no route (a miss runs it too): dropped and counted */
             }
-            if (!ecmp_member.apply().hit) {
-                drop_no_route();
-                return;
+            set_ecmp_group: {
+                if (meta.ecmp_group_size == 0) {
+                    drop_no_route();   /* an empty group routes nowhere */
+                    return;
+                }
+                if (meta.lb_mode == LB_RANDOM) {
+                    bit<32> draw;
+                    random(draw, (bit<32>)0, (bit<32>)0xFFFFFFFF);
+                    hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
+                         { draw }, meta.ecmp_group_size);
+                } else if (meta.lb_mode == LB_ROUND_ROBIN
+                           && (bit<32>)meta.ecmp_group_id < ECMP_GROUPS) {
+                    bit<32> position;
+                    rr_position.read(position, (bit<32>)meta.ecmp_group_id);
+                    hash(meta.ecmp_member, HashAlgorithm.identity, (bit<16>)0,
+                         { position }, meta.ecmp_group_size);
+                    rr_position.write((bit<32>)meta.ecmp_group_id, position + 1);
+                } else {
+                    hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
+                         { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
+                           meta.l4_src, meta.l4_dst },
+                         meta.ecmp_group_size);
+                }
+                if (!ecmp_member.apply().hit) {
+                    drop_no_route();   /* a member index without an entry */
+                    return;
+                }
+            }
+            default: {
             }
         }
 

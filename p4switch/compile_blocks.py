@@ -14,13 +14,13 @@ from p4switch.compiled import (
 )
 from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray
 from p4switch.frontend.program import (
-    ActionInfo, ActionProfileInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, TableInfo,
+    ActionInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, TableInfo,
 )
 from p4switch.frontend.types import (
-    BitT, BoolT, DeclT, EnumT, ErrorT, ExternT, HeaderT, IntLitT, P4Type, StackT, StructT,
-    TypeVarT, field_offset, scalar_width,
+    BitT, BoolT, DeclT, EnumT, ExternT, IntLitT, P4Type, StructT,
+    field_offset, scalar_width,
 )
-from p4switch.runtime import ExitSignal, ParserError, ReturnSignal
+from p4switch.runtime import ParserError, ReturnSignal
 from p4switch.tables import ActionSpec, Exact, KeyField, Lpm, Optional, Range, Table, TableEntry, Ternary
 
 _V1_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
@@ -707,4 +707,3 @@ class BlockCompiler:
         return lists
 
 
-_UNUSED = (E, ActionProfileInfo, ErrorT, HeaderT, StackT, TypeVarT, ExitSignal)

@@ -8,8 +8,7 @@ from typing import Any
 from lark import Token, Tree
 
 from p4switch.compiled import (
-    E, ActionImpl, Const, ControlImpl, ExternInstance, FunctionImpl, PacketParam, Place, Scope,
-    TableImpl, Var, _mask, _same_type, const, parse_int_literal, to_unsigned, wrapper,
+    E, Const, Place, Scope, Var, _mask, _same_type, const, parse_int_literal, wrapper,
 )
 from p4switch.frontend.types import (
     BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StringT, StructT,
@@ -569,5 +568,3 @@ class ExprCompiler:
         return e
 
 
-_UNUSED = (ActionImpl, ControlImpl, ExternInstance, FunctionImpl, PacketParam, TableImpl,
-           to_unsigned, StringT)

@@ -14,7 +14,7 @@ from p4switch.compiled import (
 )
 from p4switch.externs import GREEN
 from p4switch.frontend.types import (
-    BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StringT, StructT,
+    BitT, BoolT, EnumT, ErrorT, HeaderT, ListT, P4Type, StackT, StringT, StructT,
     VoidT, field_offset, scalar_width, slot_count,
 )
 from p4switch.runtime import (
@@ -967,4 +967,3 @@ def _callee_text(node: Any) -> str:
     return expr_text(node)
 
 
-_UNUSED = (Var, IntLitT, const, LOG, ExitSignal)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lark import Token, Tree
+from lark import Tree
 
 from p4switch.frontend.program import DigestInfo, ProgramInfo, TableInfo
 from p4switch.frontend.types import (

@@ -16,7 +16,7 @@ from p4switch.compile_blocks import BlockCompiler
 from p4switch.compile_expr import ExprCompiler
 from p4switch.compile_stmt import StmtCompiler
 from p4switch.compiled import (
-    _NOCONST, E, ActionImpl, Const, Place, Scope, _anno_map, _anno_string, _same_type, const,
+    E, ActionImpl, Const, Place, Scope, _anno_map, _anno_string, _same_type, const,
     parse_int_literal, to_unsigned, wrapper, Fn,
 )
 from p4switch.externs import CounterArray, MeterArray, RegisterArray

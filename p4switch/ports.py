@@ -1,4 +1,4 @@
-"""Switch ports: Linux interfaces through AF_PACKET raw sockets, or in-memory ports.
+"""Switch ports: Linux interfaces through AF_PACKET raw sockets, or in-memory ports; pcaps.
 
 In-memory ports and :class:`VirtualClock` play the role of BMv2's ``--use-files``: a test
 injects frames and reads what left, with time under its control.
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import BinaryIO, Protocol
 
 from p4switch.errors import P4SwitchError
 
@@ -157,20 +158,53 @@ class MemoryPort:
         pass
 
 
-@dataclass
-class CpuPort:
-    """The CPU port: frames the pipeline sends there are handed to a callback (PacketIn)."""
+class PcapFile:
+    """A classic pcap file (microsecond timestamps, Ethernet)."""
 
-    number: int
-    name: str = "cpu"
-    pending: deque[bytes] = field(default_factory=deque)
-    sink: object = None
+    def __init__(self, path: Path) -> None:
+        self._file: BinaryIO = path.open("wb")
+        self._file.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        self._lock = threading.Lock()
 
-    def send(self, frame: bytes) -> None:
-        if callable(self.sink):
-            self.sink(frame)
-        else:
-            self.pending.append(bytes(frame))
+    def write(self, frame: bytes) -> None:
+        now = time.time()
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(struct.pack("<IIII", int(now), int(now % 1 * 1e6), len(frame), len(frame)))
+            self._file.write(frame)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
 
     def close(self) -> None:
-        pass
+        with self._lock:
+            self._file.close()
+
+
+@dataclass
+class PcapSet:
+    """``<port name>_in.pcap`` and ``<port name>_out.pcap`` for every port, as BMv2's --pcap."""
+
+    directory: Path
+    files: dict[tuple[int, str], PcapFile] = field(default_factory=dict)
+
+    def open(self, port: int, name: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for way in ("in", "out"):
+            self.files[(port, way)] = PcapFile(self.directory / f"{name}_{way}.pcap")
+
+    def write(self, port: int, way: str, frame: bytes) -> None:
+        pcap = self.files.get((port, way))
+        if pcap is not None:
+            pcap.write(frame)
+
+    def flush(self) -> None:
+        for pcap in self.files.values():
+            pcap.flush()
+
+    def close(self) -> None:
+        for pcap in self.files.values():
+            pcap.close()

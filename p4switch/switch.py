@@ -7,21 +7,21 @@ ingress thread, an egress thread, the P4Runtime server, pcap files and a log.
 
 from __future__ import annotations
 
+import functools
 import logging
 import selectors
 import socket
-import struct
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from p4switch.errors import P4SwitchError
-from p4switch.ports import Clock, Port, PortSpec, RawSocketPort, WallClock
+from p4switch.ports import Clock, PcapSet, Port, PortSpec, RawSocketPort, WallClock
 from p4switch.server import P4RuntimeServer
 from p4switch.server.control import ControlService
 from p4switch.traffic_manager import Departure, TrafficManager
@@ -33,64 +33,17 @@ PCAP_FLUSH_SECONDS = 0.5
 _HEX_PREVIEW = 32
 
 
-def _queue_meta(departure: Departure) -> Any:
-    """The pipeline's ``QueueMeta`` for a departure."""
+@functools.cache
+def _queue_meta_type() -> Any:
     from p4switch.pipeline import QueueMeta  # imported late: the compiler is only needed with a program
 
+    return QueueMeta
+
+
+def _queue_meta(departure: Departure) -> Any:
+    """The pipeline's ``QueueMeta`` for a departure."""
     q = departure.queue
-    return QueueMeta(q.enq_timestamp, q.enq_qdepth, q.deq_timedelta, q.deq_qdepth, q.qid)
-
-
-class PcapFile:
-    """A classic pcap file (microsecond timestamps, Ethernet)."""
-
-    def __init__(self, path: Path) -> None:
-        self._file: BinaryIO = path.open("wb")
-        self._file.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        self._lock = threading.Lock()
-
-    def write(self, frame: bytes) -> None:
-        now = time.time()
-        with self._lock:
-            if self._file.closed:
-                return
-            self._file.write(struct.pack("<IIII", int(now), int(now % 1 * 1e6), len(frame), len(frame)))
-            self._file.write(frame)
-
-    def flush(self) -> None:
-        with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
-
-
-@dataclass
-class PcapSet:
-    """``<port name>_in.pcap`` and ``<port name>_out.pcap`` for every port, as BMv2's --pcap."""
-
-    directory: Path
-    files: dict[tuple[int, str], PcapFile] = field(default_factory=dict)
-
-    def open(self, port: int, name: str) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for way in ("in", "out"):
-            self.files[(port, way)] = PcapFile(self.directory / f"{name}_{way}.pcap")
-
-    def write(self, port: int, way: str, frame: bytes) -> None:
-        pcap = self.files.get((port, way))
-        if pcap is not None:
-            pcap.write(frame)
-
-    def flush(self) -> None:
-        for pcap in self.files.values():
-            pcap.flush()
-
-    def close(self) -> None:
-        for pcap in self.files.values():
-            pcap.close()
+    return _queue_meta_type()(q.enq_timestamp, q.enq_qdepth, q.deq_timedelta, q.deq_qdepth, q.qid)
 
 
 class Datapath:
@@ -104,6 +57,7 @@ class Datapath:
         self.pcaps = pcaps
         self.lock = threading.RLock()  # pipeline state: packet path and P4Runtime writes
         self.tm_ready = threading.Condition()  # traffic manager state, wakes the egress thread
+        self._egress = threading.Lock()  # departures leave in order whichever thread sends them
         self.pipeline: Any = None
         self.ports: dict[int, Port] = {}
         self.packet_in: Callable[[bytes], None] | None = None
@@ -163,21 +117,22 @@ class Datapath:
 
     def transmit_due(self) -> int:
         """Run egress for every packet whose departure time has come; returns frames sent."""
-        with self.tm_ready:
-            departures = self.tm.dequeue(self.clock.now_us())
         sent = 0
-        for departure in departures:
-            with self.lock:
-                pipeline = self.pipeline
-                if pipeline is None:
-                    continue
-                try:
-                    frames = pipeline.egress(departure.item, _queue_meta(departure))
-                except Exception as exc:  # noqa: BLE001
-                    self._pipeline_error("egress", departure.port, b"", exc)
-                    continue
-            for port, frame in frames:
-                sent += self._emit(port, frame)
+        with self._egress:
+            with self.tm_ready:
+                departures = self.tm.dequeue(self.clock.now_us())
+            for departure in departures:
+                with self.lock:
+                    pipeline = self.pipeline
+                    if pipeline is None:
+                        continue
+                    try:
+                        frames = pipeline.egress(departure.item, _queue_meta(departure))
+                    except Exception as exc:  # noqa: BLE001 - one bad packet must not stop the switch
+                        self._pipeline_error("egress", departure.port, b"", exc)
+                        continue
+                for port, frame in frames:
+                    sent += self._emit(port, frame)
         return sent
 
     def _emit(self, port: int, frame: bytes) -> int:
@@ -205,11 +160,6 @@ class Datapath:
         self.stats["pipeline_error"] += 1
         log.warning("%s error on port %d (%s: %s); packet dropped: %s", stage, port,
                     type(exc).__name__, exc, frame[:_HEX_PREVIEW].hex())
-
-    def next_wakeup_us(self) -> float | None:
-        with self.tm_ready:
-            return self.tm.next_departure_us()
-
 
 @dataclass
 class SwitchConfig:

@@ -125,7 +125,7 @@ def leftovers(prefix: str) -> list[str]:
 def test_leafspine_on_the_embedded_target(tmp_path: Path) -> None:
     prefix = f"{netns.PREFIX}{uuid.uuid4().hex[:2]}"
     options = LaunchOptions(topo="leafspine", target="embedded", workdir=tmp_path, prefix=prefix,
-                            policy=DEFAULT_POLICY, log_level="warn")
+                            policy=DEFAULT_POLICY, log_level="info")
     switches: list[cleanup.TrackedProcess] = []
     try:
         with Fabric(options) as fab:

@@ -1,5 +1,9 @@
 """A gradient burst through the DLCP program and the traffic manager, on a virtual clock.
 
+Driven two ways: step by step (ingress, traffic manager, egress, so every queue depth the
+egress pipeline saw is known) and through the switch's own packet path (``Datapath`` with
+in-memory ports).
+
 The egress port is rate-limited (strict-priority queues, BMv2's model), so the switch queue
 is the bottleneck. Back-layer gradients arrive first, front-layer gradients right after
 (backpropagation's order). With the controller's policy installed the front layers leave
@@ -18,6 +22,8 @@ from scapy.layers.l2 import Ether
 
 from hosts.wire import DLCP
 from p4switch.pipeline import QueueMeta
+from p4switch.ports import MemoryPort, VirtualClock
+from p4switch.switch import Datapath
 from p4switch.traffic_manager import Rate, TrafficManager
 from tests.test_dlcp_pipeline import (  # noqa: F401  (program, switch: fixtures)
     IN_PORT,
@@ -168,3 +174,44 @@ def test_without_the_policy_the_burst_leaves_in_arrival_order(switch: DlcpSwitch
     assert all(len(o.frames) == 1 for o in outcomes)
     assert switch.counter("DlcpEgress.egress_drops", 1)[0] == 0
     assert switch.counter("DlcpEgress.port_tx", OUT_PORT * 8)[0] == len(packets)
+
+
+def test_the_switch_datapath_gives_the_same_result(switch: DlcpSwitch) -> None:
+    """The same burst through the switch's own packet path (in-memory ports, virtual clock)."""
+    switch.route("10.0.2.0", 24, OUT_PORT)
+    install_policy(switch)
+    clock = VirtualClock()
+    tm = TrafficManager(priority_queues=8, default_depth=64)
+    tm.set_queue_rate(OUT_PORT, Rate(RATE_PPS))
+    datapath = Datapath(tm, clock)
+    wire = MemoryPort(OUT_PORT, clock)
+    datapath.add_port(MemoryPort(IN_PORT, clock))
+    datapath.add_port(wire)
+    datapath.install(switch.pipeline)
+
+    packets = burst()
+    by_seq = {p.seq: p for p in packets}
+    for i, packet in enumerate(packets):
+        clock.time_us = i * ARRIVAL_GAP_US
+        datapath.transmit_due()
+        assert datapath.receive(packet.frame, IN_PORT) == 1
+    while (due := tm.next_departure_us()) is not None:
+        clock.time_us = max(clock.time_us, math.ceil(due))
+        datapath.transmit_due()
+
+    left = [(t, Ether(frame)) for t, frame in wire.sent]
+    seqs = [pkt[DLCP].seq for _, pkt in left]
+    tensors = [by_seq[s].tensor for s in seqs]
+    assert tensors[1:1 + FRONT_PACKETS] == [FRONT_TENSOR] * FRONT_PACKETS
+    assert set(tensors[1 + FRONT_PACKETS:]) == {BACK_TENSOR}
+    lost = set(by_seq) - set(seqs)
+    assert lost and all(by_seq[s].mag < MAG_THRESHOLD for s in lost)
+    assert all(pkt[IP].tos >> 2 == 46 for _, pkt in left if pkt[DLCP].tensor_id == FRONT_TENSOR)
+    # One packet per millisecond on the wire, the front layers within the first 13 ms.
+    times = [t for t, _ in left]
+    assert times == sorted(times)
+    assert max(t for (t, pkt) in left if pkt[DLCP].tensor_id == FRONT_TENSOR) <= 13 * 1000
+    assert not tm.drops
+    assert switch.counter("DlcpEgress.egress_drops", 1)[0] == len(lost)
+    assert switch.counter("DlcpEgress.port_tx", OUT_PORT * 8 + BACK_PRIO)[0] == (
+        BACK_PACKETS - len(lost))

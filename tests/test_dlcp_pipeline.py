@@ -324,6 +324,13 @@ def test_group_member_without_entry_is_dropped_as_no_route(switch: DlcpSwitch) -
     assert switch.counter("DlcpIngress.ingress_drops", NO_ROUTE)[0] == 2
 
 
+def test_an_empty_group_routes_nowhere(switch: DlcpSwitch) -> None:
+    switch.insert("DlcpIngress.ipv4_lpm", [Lpm(ip_int("10.0.2.0"), 24)],
+                  "DlcpIngress.set_ecmp_group", (7, 0))
+    assert switch.send(udp_frame()) == []
+    assert switch.counter("DlcpIngress.ingress_drops", NO_ROUTE)[0] == 1
+
+
 # -- layer priority ------------------------------------------------------------------------
 
 

@@ -156,3 +156,40 @@ def test_npz_gradient_source_checks_the_model(tmp_path: Path) -> None:
         npz_source(path, LAYERS[:2])
     with pytest.raises(ModelError, match="cannot read"):
         npz_source(tmp_path / "missing.npz", LAYERS)
+
+
+def _free_udp_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_cli_ring_workers(tmp_path: Path) -> None:
+    ring = ",".join(f"127.0.0.1:{p}" for p in _free_udp_ports(2))
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "gradfabric.cli", "agent", "worker", "--rank", str(r), "--ring", ring,
+         "--layers", "4000,700,12000", "--iterations", "2", "--scheduler", "wfbp", "--timeout", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err
+        rows = [json.loads(l) for l in out.splitlines()]
+        assert rows[0]["event"] == "listening"
+        its = [r for r in rows if r["event"] == "iteration"]
+        assert [r["iteration"] for r in its] == [0, 1]
+        assert all(r["collective"] == "ring" and r["transfers"] == 3 and r["loss_rate"] == 0 for r in its)
+        # each rank sends half of every layer twice (reduce-scatter and all-gather)
+        assert all(r["bytes"] == 4 * 16_700 for r in its)

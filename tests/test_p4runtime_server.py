@@ -365,9 +365,13 @@ def test_bad_writes_have_per_update_status_codes(primary: Client) -> None:
         update(U.INSERT, table_entry=lpm_entry(0, 8, 1, table_id=999)),  # unknown table
         update(U.INSERT, table_entry=lpm_entry(0, 8, 1, value_bytes=b"\x01\x00\x00\x00\x00")),  # too wide
         update(U.INSERT, table_entry=lpm_entry(0x0D000000, 8, 600)),  # port does not fit 9 bits
+        update(U.INSERT, table_entry=lpm_entry(0x0A000001, 8, 1)),  # bits beyond the prefix
+        update(U.INSERT, table_entry=lpm_entry(0x0E000000, 8, 1, value_bytes=b"")),  # empty value
     )
+    # Values wider than their field are OUT_OF_RANGE (P4Runtime specification, Bytestrings).
     assert codes == [code_pb2.OK, code_pb2.ALREADY_EXISTS, code_pb2.NOT_FOUND, code_pb2.NOT_FOUND,
-                     code_pb2.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT]
+                     code_pb2.OUT_OF_RANGE, code_pb2.OUT_OF_RANGE, code_pb2.INVALID_ARGUMENT,
+                     code_pb2.OUT_OF_RANGE]
     # The good update of the batch was applied all the same.
     assert len(primary.target.pipeline.tables["Ing.ipv4_lpm"].entries()) == 2
 

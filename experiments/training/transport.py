@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from hosts.model import model_from_sizes
 from hosts.pacing import Aimd
 from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
 from hosts.receiver import Address
-from hosts.schedulers import AlphaBeta, create
+from hosts.schedulers import AlphaBeta, Decision, Layer, LossPolicy, Scheduler, Transfer, create
 from hosts.wire import MsgType
 
 #: MG-WFBP's fitted 10GbE cost model; only planning schedulers use it.
@@ -34,6 +34,51 @@ def make_endpoint(options: TransportOptions, worker_id: int, host: str = "127.0.
                     aimd=Aimd(rate=options.rate_pps))
 
 
+class BoundedLoss(Scheduler):
+    """Any scheduler's order, with DLCP's bounded-loss tags added to its transfers.
+
+    Lets a configuration turn on loss tolerance (drop-eligible packets, zero-filled
+    gradients) without DLCP's front-first order: front layers (the first half) tolerate
+    `front_bound`, the others `back_bound`."""
+
+    def __init__(self, inner: Scheduler, front_bound: float, back_bound: float) -> None:
+        super().__init__(cost=inner.cost)
+        self.inner = inner
+        self.name = f"{inner.name}+bounded-loss"
+        self.front_bound = front_bound
+        self.back_bound = back_bound
+        self._originals: dict[int, Transfer] = {}
+
+    def start_iteration(self, layers: Sequence[Layer], now: float) -> None:
+        super().start_iteration(layers, now)
+        self.inner.start_iteration(layers, now)
+        self._originals.clear()
+
+    def on_gradient_ready(self, layer_index: int, now: float) -> None:
+        self.inner.on_gradient_ready(layer_index, now)
+
+    def next_transfer(self, now: float, link_idle: bool) -> Decision:
+        decision = self.inner.next_transfer(now, link_idle)
+        if not isinstance(decision, Transfer):
+            return decision
+        front = min(decision.layer_indices) < len(self.layers) / 2
+        bound = self.front_bound if front else self.back_bound
+        tagged = replace(decision, loss=LossPolicy(loss_bound=bound, drop_eligible_share=bound))
+        self._originals[tagged.id] = decision
+        return tagged
+
+    def on_transfer_done(self, transfer: Transfer, now: float, achieved_bytes_per_s: float) -> None:
+        self.inner.on_transfer_done(self._originals.pop(transfer.id, transfer), now, achieved_bytes_per_s)
+
+
+def make_scheduler(options: TransportOptions) -> Scheduler:
+    """The options' scheduler; a non-DLCP one gets bounded-loss tags when gradients may be lost."""
+    scheduler = create(options.scheduler, cost=COST, **options.scheduler_options())
+    if options.scheduler != "dlcp" and options.grad_bound > 0:
+        return BoundedLoss(scheduler, options.front_loss_bound, options.back_loss_bound)
+    return scheduler
+
+
 class PsExchange:
     """A worker's exchange through a parameter server (the :class:`Exchange` protocol)."""
 
@@ -43,7 +88,7 @@ class PsExchange:
         self.client = PsClient(endpoint, server)
         # Parameter values lost in the very first pull keep the common initial values.
         self.client.previous = {i: np.array(a, np.float32) for i, a in enumerate(initial)}
-        scheduler = create(options.scheduler, cost=COST, **options.scheduler_options())
+        scheduler = make_scheduler(options)
         layers = model_from_sizes(sizes, backward_s=0.0)
         self.agent = WorkerAgent(layers, scheduler, self.client, rank=rank, timeout=options.timeout_s)
 

@@ -10,17 +10,18 @@ import grpc
 from p4.v1 import p4runtime_pb2
 
 from p4switch import tables
-from p4switch.server.errors import RpcError, invalid, unimplemented
+from p4switch.server.errors import RpcError, invalid, out_of_range, unimplemented
 from p4switch.server.schema import MatchFieldInfo, ParamInfo, Schema, TableInfo
 
 
 def to_int(data: bytes, bitwidth: int, what: str) -> int:
-    """A byte string as an integer that must fit ``bitwidth`` bits."""
+    """A byte string as an integer that must fit ``bitwidth`` bits (else OUT_OF_RANGE, as the
+    P4Runtime specification's Bytestrings section says; so is an empty string)."""
     if not data:
-        raise invalid(f"{what}: empty byte string")
+        raise out_of_range(f"{what}: empty byte string")
     value = int.from_bytes(data, "big")
     if bitwidth and value >> bitwidth:
-        raise invalid(f"{what}: value {value:#x} does not fit in {bitwidth} bits")
+        raise out_of_range(f"{what}: value {value:#x} does not fit in {bitwidth} bits")
     return value
 
 

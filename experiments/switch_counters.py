@@ -1,0 +1,45 @@
+"""Switch-side figures of a run: DLCP drops by magnitude threshold and ECN marks of the job.
+
+Read through the controller (P4Runtime counters) before and after a run; the difference is
+the run's share. Queue overflow (tail drop) happens in the traffic manager, which no P4
+counter sees: the transport's own count of lost packets covers it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.counters import SwitchCounters, gather
+
+
+@dataclass(frozen=True)
+class SwitchFigures:
+    magnitude_drops: int
+    ecn_marks: int
+
+
+def snapshot(description: Path, timeout_s: float = 10.0) -> dict[str, SwitchCounters]:
+    """Every switch's counters now."""
+    from controller.fabric_controller import FabricController
+    from controller.pipeline import Pipeline
+    from gradfabric import fabric as fabric_file
+
+    fabric = fabric_file.load(description)
+    pipeline = Pipeline.load(fabric.path(fabric.program.p4info), fabric.path(fabric.program.device_config))
+    controller = FabricController.for_fabric(fabric, pipeline, connect_timeout=timeout_s)
+    try:
+        for session in controller.sessions.values():
+            session.load_pipeline = False
+        return {name: gather(session) for name, session in controller.sessions.items()}
+    finally:
+        controller.close()
+
+
+def difference(before: dict[str, SwitchCounters], after: dict[str, SwitchCounters], job_id: int) -> SwitchFigures:
+    drops = marks = 0
+    for name, now in after.items():
+        delta = now.minus(before.get(name, SwitchCounters()))
+        drops += delta.drops.get("magnitude_threshold", (0, 0))[0]
+        marks += delta.ecn_marks.get(job_id, (0, 0))[0]
+    return SwitchFigures(magnitude_drops=drops, ecn_marks=marks)
