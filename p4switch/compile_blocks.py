@@ -456,6 +456,8 @@ class BlockCompiler:
                 scope.names[_name(item.children[1])] = self.compile_table(item, prefix, scope)
             elif kind == "function_decl":
                 raise self.unsupported(item, "functions declared inside controls are not supported")
+            elif kind == "value_set_decl":
+                raise self.unsupported(item, "parser value sets (value_set) are not supported")
             else:
                 raise self.unsupported(item, f"{kind} inside a block is not supported")
 

@@ -15,7 +15,7 @@ from p4switch.compiled import (
 from p4switch.externs import GREEN
 from p4switch.frontend.types import (
     BitT, BoolT, EnumT, ErrorT, HeaderT, ListT, P4Type, StackT, StringT, StructT,
-    VoidT, field_offset, scalar_width, slot_count,
+    VarbitT, VoidT, field_offset, scalar_width, slot_count,
 )
 from p4switch.runtime import (
     DROP_PORT, ExitSignal, ParserError, PipelineAssertion, ReturnSignal,
@@ -459,11 +459,15 @@ class StmtCompiler:
             return [(fn, t.width)]
         if isinstance(t, EnumT) and t.repr is not None:
             return [(e.fn, t.repr.width)]
+        if isinstance(t, VarbitT):
+            return [(e.fn, None)]  # width known per packet: the value is (bits, value)
         raise self.type_error(node, f"a value of type {t} cannot be used as data here")
 
     def data_bytes(self, e: E, node: Any) -> Fn:
         """Closure packing the leaves of `e` MSB first into bytes (zero-padded at the end)."""
         leaves = self.leaves(e, node)
+        if any(w is None for _, w in leaves):
+            return self._dynamic_pack(leaves)
         fns = [f for f, _ in leaves]
         widths = [w for _, w in leaves]
         total = sum(widths)
@@ -487,6 +491,24 @@ class StmtCompiler:
                 v |= (f(s) & m) << sh
             return v.to_bytes(nbytes, "big")
         return pack
+
+    @staticmethod
+    def _dynamic_pack(leaves: list) -> Fn:
+        items = [(f, w, _mask(w) if w is not None else 0) for f, w in leaves]
+
+        def pack_dynamic(s: list) -> bytes:
+            v = total = 0
+            for f, w, m in items:
+                if w is None:
+                    n, x = f(s)
+                    v = (v << n) | x
+                    total += n
+                else:
+                    v = (v << w) | (f(s) & m)
+                    total += w
+            pad = (-total) % 8
+            return (v << pad).to_bytes((total + pad) // 8, "big")
+        return pack_dynamic
 
     # -- v1model extern functions ----------------------------------------------------------------
 
@@ -811,7 +833,8 @@ class StmtCompiler:
             return E(VoidT(), self._emit(self.lvalue(args[0], scope), args[0]))
         if method == "extract":
             if len(args) == 2:
-                raise self.unsupported(node, "extract with a variable-size header is not supported")
+                target = self.lvalue(args[0], scope)
+                return E(VoidT(), self._extract_varbit(target, self.scalar(args[1], scope).fn, args[0]))
             self._expect_args(node, "extract", args, 1)
             target = self.lvalue(args[0], scope)
             return E(VoidT(), self._extract(target, args[0]))
@@ -862,13 +885,19 @@ class StmtCompiler:
             return E(t, peek_header)
         raise self.unsupported(node, f"lookahead<{t}> is not supported")
 
-    def _header_layout(self, t: HeaderT, node: Any) -> tuple[int, list]:
+    def _header_layout(self, t: HeaderT, node: Any, allow_varbit: bool = False) -> tuple[int, list]:
+        """(bytes, [(shift, mask, conversion)]) of the fixed fields of a header."""
         bits = t.bit_width
-        if bits % 8:
+        if t.varbit is not None and not allow_varbit:
+            raise self.type_error(node, f"header {t.name} has a varbit field: extract it with "
+                                        "the two-argument extract")
+        if bits % 8 and t.varbit is None:
             raise self.type_error(node, f"header {t.name} is {bits} bits, not a whole number of bytes")
         fields = []
         acc = bits
         for _, ft in t.fields:
+            if isinstance(ft, VarbitT):
+                continue
             w = scalar_width(ft)
             acc -= w
             if isinstance(ft, BoolT):
@@ -929,10 +958,63 @@ class StmtCompiler:
                 bump(s, read_next(s) + 1)
         return extract
 
+    def _extract_varbit(self, target: E, length: Fn, node: Any) -> Fn:
+        t = target.type
+        if not isinstance(t, HeaderT) or t.varbit is None or target.place is None:
+            raise self.type_error(node, "the two-argument extract needs a header with a varbit field")
+        if target.place.base is None:
+            raise self.unsupported(node, "two-argument extract into a stack element")
+        _, layout = self._header_layout(t, node, allow_varbit=True)
+        b, fixed_bits, vmax = target.place.base, t.bit_width, t.varbit.max_width
+        fields = [(b + 1 + i, sh, m, conv) for i, (sh, m, conv) in enumerate(layout)]
+        vslot = b + len(t.fields)
+
+        def extract_varbit(s: list) -> None:
+            ctx = s[0]
+            n = length(s)
+            if n > vmax:
+                raise ParserError("HeaderTooShort")
+            total = fixed_bits + n
+            if total % 8:
+                raise ParserError("ParserInvalidArgument")
+            p, end = ctx.pos, ctx.pos + total // 8
+            if end > ctx.length:
+                raise ParserError("PacketTooShort")
+            v = int.from_bytes(ctx.data[p:end], "big")
+            ctx.pos = end
+            s[vslot] = (n, v & ((1 << n) - 1))
+            fixed = v >> n
+            for slot, sh, m, conv in fields:
+                s[slot] = conv((fixed >> sh) & m)
+            s[b] = True
+        return extract_varbit
+
+    def _emit_varbit(self, t: HeaderT, place: Place, node: Any) -> Fn:
+        _, layout = self._header_layout(t, node, allow_varbit=True)
+        b, fixed_bits = place.base, t.bit_width
+        assert b is not None
+        fields = [(b + 1 + i, sh, m) for i, (sh, m, _) in enumerate(layout)]
+        vslot = b + len(t.fields)
+
+        def emit_varbit(s: list) -> None:
+            if s[b]:
+                fixed = 0
+                for slot, sh, m in fields:
+                    fixed |= (int(s[slot]) & m) << sh
+                n, value = s[vslot]
+                total = fixed_bits + n
+                pad = (-total) % 8
+                s[0].out.append((((fixed << n) | value) << pad).to_bytes((total + pad) // 8, "big"))
+        return emit_varbit
+
     def _emit(self, target: E, node: Any) -> Fn:
         t = target.type
         if target.place is None:
             raise self.type_error(node, "emit needs a header, stack, union or struct lvalue")
+        if isinstance(t, HeaderT) and t.varbit is not None:
+            if target.place.base is None:
+                raise self.unsupported(node, "emit of a dynamically indexed header")
+            return self._emit_varbit(t, target.place, node)
         if isinstance(t, HeaderT):
             nbytes, layout = self._header_layout(t, node)
             place = target.place

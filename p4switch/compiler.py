@@ -191,12 +191,12 @@ class Compiler(ExprCompiler, StmtCompiler, BlockCompiler):
     def _decl_header_decl(self, node: Tree) -> None:
         name = str(node.children[1])
         fields, _ = self._fields(node.children[3:])
-        for fname, ft in fields:
+        for i, (fname, ft) in enumerate(fields):
             if not isinstance(ft, BitT | BoolT | VarbitT) and not (isinstance(ft, EnumT) and ft.repr):
                 raise self.type_error(node, f"header {name}: field {fname} has type {ft}, "
                                             "which cannot be in a header")
-            if isinstance(ft, VarbitT):
-                raise self.unsupported(node, f"header {name}: varbit fields are not supported")
+            if isinstance(ft, VarbitT) and i != len(fields) - 1:
+                raise self.unsupported(node, f"header {name}: a varbit field must be the last field")
         header = HeaderT(name, fields, _anno_map(node.children[0]))
         self.types[name] = header
         annos = header.annotations

@@ -53,6 +53,8 @@ def load_modified(old: str, new: str):
     ("apply { }", "apply { ` }", P4SyntaxError, r"router\.p4:96:13: syntax error: unexpected character '`'"),
     ("size = 1024;", "implementation = foo;", P4UnsupportedError,
      r"router\.p4:78:9: unsupported: table implementations"),
+    ("state parse_ipv4 {", "value_set<bit<16>>(4) vs;\n    state parse_ipv4 {", P4UnsupportedError,
+     r"router\.p4:49:5: unsupported: parser value sets"),
 ])
 def test_error_messages_name_file_line_column(old, new, error, message):
     with pytest.raises(error, match=message):

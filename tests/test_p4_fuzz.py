@@ -93,7 +93,7 @@ def test_router_many_seeded_frames(router):
     assert 500 < forwarded < 2500  # both outcomes were exercised
 
 
-PROGRAM_STFS = ["ecmp", "acl", "ipv4_router"]
+PROGRAM_STFS = ["ecmp", "acl", "ipv4_router", "ipv4_options"]
 
 
 @pytest.mark.parametrize("name", PROGRAM_STFS)

@@ -93,7 +93,13 @@ class HeaderT(P4Type):
 
     @property
     def bit_width(self) -> int:
-        return sum(scalar_width(t) for _, t in self.fields)
+        """Width of the fixed-size fields (a trailing varbit field is not counted)."""
+        return sum(scalar_width(t) for _, t in self.fields if not isinstance(t, VarbitT))
+
+    @property
+    def varbit(self) -> "VarbitT | None":
+        last = self.fields[-1][1] if self.fields else None
+        return last if isinstance(last, VarbitT) else None
 
 
 @dataclass(eq=False)
@@ -196,6 +202,8 @@ def field_offset(t: StructT | HeaderT, name: str) -> tuple[int, P4Type] | None:
 
 
 def default_value(t: P4Type) -> object:
+    if isinstance(t, VarbitT):
+        return (0, 0)  # (current length in bits, value)
     if isinstance(t, BoolT):
         return False
     if isinstance(t, ErrorT):
