@@ -31,6 +31,13 @@ def _name(node: Any) -> str:
     return str(node.children[0]) if isinstance(node, Tree) else str(node)
 
 
+def _fixed_id(compiler: Any, annos: dict[str, list], name: str) -> None:
+    """Record an ``@id(N)`` annotation for P4Info."""
+    args = annos.get("id")
+    if args:
+        compiler.info.fixed_ids[name] = compiler.const_int(args[0])
+
+
 def _qualify(prefix: str, local: str, annos: dict[str, list]) -> str:
     given = _anno_string(annos, "name")
     if given is not None:
@@ -70,6 +77,7 @@ class BlockCompiler:
         annos = _anno_map(annos_node)
         local = _name(name_node)
         qualified = _qualify(prefix, local, annos)
+        _fixed_id(self, annos, qualified)
         inner = scope.child()
         params = []
         data_slots = []
@@ -95,6 +103,7 @@ class BlockCompiler:
         annos_node, type_node, args_node, name_node = node.children
         local = _name(name_node)
         qualified = _qualify(prefix, local, _anno_map(annos_node))
+        _fixed_id(self, _anno_map(annos_node), qualified)
         args = list(args_node.children) if args_node is not None else []
         t = self.resolve_type(type_node)
         if isinstance(t, DeclT) and t.kind in ("control", "parser"):
@@ -177,6 +186,7 @@ class BlockCompiler:
         annos = _anno_map(annos_node)
         local = _name(name_node)
         qualified = _qualify(prefix, local, annos)
+        _fixed_id(self, annos, qualified)
         key_fns: list[Fn] = []
         keys: list[KeyField] = []
         action_impls: dict[str, ActionImpl] = {}
@@ -431,6 +441,7 @@ class BlockCompiler:
             place = self.alloc(ptype)
             bindings[pname] = Var(place)
             plist.append((pname, ptype, direction, place))
+        bindings.update(self.constructor_bindings(node, ctor_args, scope))
         run = (self.compile_control(node, qualified, bindings) if t.kind == "control"
                else self.compile_parser(node, qualified, bindings, nested=True))
         return ControlImpl(t.kind, plist, run)
@@ -461,10 +472,24 @@ class BlockCompiler:
             else:
                 raise self.unsupported(item, f"{kind} inside a block is not supported")
 
+    def constructor_bindings(self, node: Tree, args: list, scope: Scope) -> dict[str, Any]:
+        """Constructor parameters of a parser or control bound to constant arguments."""
+        params = self.params(node.children[4])
+        if len(args) != len(params):
+            raise self.type_error(node, f"{_name(node.children[1])} takes {len(params)} constructor "
+                                        f"argument(s), got {len(args)}")
+        result: dict[str, Any] = {}
+        for arg, (pname, ptype, _, _) in zip(args, params):
+            if isinstance(arg, Tree) and arg.data == "named_arg":
+                arg = arg.children[1]
+            e = self.coerce(self.expr(arg, scope, ptype), ptype, arg)
+            if not e.is_const:
+                raise self.unsupported(arg, f"constructor argument {pname} must be a compile-time constant")
+            result[pname] = Const(e)
+        return result
+
     def compile_control(self, node: Tree, prefix: str, bindings: dict[str, Any]) -> Fn:
         children = node.children
-        if children[4] is not None and children[4].children:
-            raise self.unsupported(node, "control constructor parameters are not supported")
         apply_index = next(i for i, c in enumerate(children) if isinstance(c, Token) and c.type == "APPLY")
         scope = self.globals.child()
         scope.names.update(bindings)
@@ -481,8 +506,6 @@ class BlockCompiler:
 
     def compile_parser(self, node: Tree, prefix: str, bindings: dict[str, Any], nested: bool = False) -> Fn:
         children = node.children
-        if children[4] is not None and children[4].children:
-            raise self.unsupported(node, "parser constructor parameters are not supported")
         scope = self.globals.child()
         scope.names.update(bindings)
         states = [c for c in children[5:] if isinstance(c, Tree) and c.data == "parser_state"]
@@ -614,11 +637,15 @@ class BlockCompiler:
         if len(args) != 6:
             raise self.type_error(main, f"V1Switch takes 6 blocks, got {len(args)}")
         blocks: list[DeclT] = []
+        block_args: list[list] = []
         for arg in args:
             if isinstance(arg, Tree) and arg.data == "construct":
                 t = self._named_type(arg.children[0])
+                block_args.append(list(arg.children[1].children) if arg.children[1] is not None else [])
             elif isinstance(arg, Tree) and arg.data == "var" and _name(arg) in self.instances:
-                t = self.resolve_type(self.instances[_name(arg)].children[1])
+                inst = self.instances[_name(arg)]
+                t = self.resolve_type(inst.children[1])
+                block_args.append(list(inst.children[2].children) if inst.children[2] is not None else [])
             else:
                 raise self.unsupported(arg, "V1Switch arguments must be block instantiations")
             if not isinstance(t, DeclT) or t.tree is None:
@@ -647,7 +674,7 @@ class BlockCompiler:
         }
         expected_types = {"H": hdr_t, "M": meta_t, "S": std_t}
         compiled: dict[str, Fn] = {}
-        for role, block, arg in zip(_V1_ROLES, blocks, args):
+        for role, block, arg, ctor_args in zip(_V1_ROLES, blocks, args, block_args):
             kind, shape = roles[role]
             if block.kind != kind:
                 raise self.type_error(arg, f"V1Switch expects a {kind} for its {role} block, got {block.name}")
@@ -667,6 +694,7 @@ class BlockCompiler:
                                                  f"expected {expected_types[want]}")
                 bindings[pname] = shared[want]
             prefix = block.name
+            bindings.update(self.constructor_bindings(block.tree, ctor_args, self.globals))
             if kind == "parser":
                 compiled[role] = self.compile_parser(block.tree, prefix, bindings)
             else:

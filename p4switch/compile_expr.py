@@ -8,7 +8,7 @@ from typing import Any
 from lark import Token, Tree
 
 from p4switch.compiled import (
-    E, Const, Place, Scope, Var, _mask, _same_type, const, parse_int_literal, wrapper,
+    E, Const, Place, Scope, Var, _mask, _same_type, const, generate, parse_int_literal, wrapper,
 )
 from p4switch.frontend.types import (
     BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StringT, StructT,
@@ -334,6 +334,11 @@ class ExprCompiler:
             return E(t, lambda s: op(fa(s), fb(s)))
         if isinstance(t, BitT) and not t.signed:
             m = _mask(t.width)
+            k = getattr(fa, "slot", None)
+            if k is not None and b.is_const and op in (operator.add, operator.sub):
+                sym = "+" if op is operator.add else "-"
+                return E(t, generate(f"def arith(s):\n    return (s[{k}] {sym} {int(b.const)}) & {m}\n",
+                                     "arith"))
             if op is operator.add and b.is_const:
                 bv = b.const
                 return E(t, lambda s: (fa(s) + bv) & m)
@@ -361,6 +366,11 @@ class ExprCompiler:
         fa, fb = a.fn, b.fn
         if b.is_const:
             bv = b.const
+            k = getattr(fa, "slot", None)
+            if k is not None:
+                symbol = {"eq": "==", "ne": "!=", "lt": "<", "gt": ">", "le": "<=", "ge": ">="}[kind]
+                return E(BoolT(), generate(f"def cmp(s):\n    return s[{k}] {symbol} bv\n", "cmp",
+                                           {"bv": bv}))
             if kind == "eq":
                 return E(BoolT(), lambda s: fa(s) == bv)
             if kind == "ne":

@@ -30,19 +30,9 @@ def seq(fns: list[Fn]) -> Fn:
         return lambda s: None
     if len(fns) == 1:
         return fns[0]
-    if len(fns) == 2:
-        f0, f1 = fns
-
-        def run2(s: list) -> None:
-            f0(s)
-            f1(s)
-        return run2
-    fns_t = tuple(fns)
-
-    def run(s: list) -> None:
-        for f in fns_t:
-            f(s)
-    return run
+    env = {f"f{i}": f for i, f in enumerate(fns)}
+    body = "".join(f"    f{i}(s)\n" for i in range(len(fns)))
+    return generate(f"def run(s):\n{body}", "run", env)
 
 
 def _args(node: Tree | None) -> list:
@@ -148,6 +138,11 @@ class StmtCompiler:
                 target.type, HeaderT | StructT | StackT) and not (
                 isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice"):
             b = target.place.base
+            k = getattr(fn, "slot", None)
+            if k is not None:
+                def copy_slot(s: list) -> None:
+                    s[b] = s[k]
+                return copy_slot
 
             def assign_static(s: list) -> None:
                 s[b] = fn(s)

@@ -98,7 +98,16 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         resources.append((P.DIRECT_METER if m.direct_table is not None else P.METER, n))
     resources += [(P.REGISTER, n) for n in info.registers]
     resources += [(P.DIGEST, n) for n in info.digests]
-    id_of = {(prefix, name): ids.assign(prefix, name) for prefix, name in resources}
+    id_of: dict[tuple[int, str], int] = {}
+    for prefix, name in resources:  # @id annotations first, then p4c's hash rule
+        if name in info.fixed_ids:
+            value = info.fixed_ids[name]
+            fixed = value if value >> 24 == prefix else (prefix << 24) | (value & 0xFFFFFF)
+            id_of[(prefix, name)] = fixed
+            ids.taken.add(fixed)
+    for prefix, name in resources:
+        if (prefix, name) not in id_of:
+            id_of[(prefix, name)] = ids.assign(prefix, name)
     alias = _aliases([name for _, name in resources])
 
     def preamble(msg, prefix: int, name: str, annotations=()) -> None:

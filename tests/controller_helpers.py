@@ -11,6 +11,7 @@ from gradfabric.fabric import Fabric
 
 DATA = Path(__file__).parent / "data"
 P4INFO = DATA / "dlcp_test.p4info.txtpb"
+DEVICE_CONFIG = DATA / "dlcp_test.device_config.json"
 
 
 def schema() -> P4Schema:
@@ -18,7 +19,7 @@ def schema() -> P4Schema:
 
 
 def pipeline() -> Pipeline:
-    return Pipeline.load(P4INFO, DATA / "dlcp_test.device_config.json")
+    return Pipeline.load(P4INFO, DEVICE_CONFIG)
 
 
 def leaf_spine(
@@ -52,6 +53,6 @@ def leaf_spine(
         switches.append({"name": n, "device_id": i + 1, "grpc_addr": addr, "cpu_port": 510,
                          "log": "", "request_log": log, "ports": ports[n]})
     data = {"name": "leafspine", "target": "embedded",
-            "program": {"source": "p4src/dlcp.p4", "p4info": str(P4INFO), "device_config": str(DATA / "dlcp_test.device_config.json")},
+            "program": {"source": "p4src/dlcp.p4", "p4info": str(P4INFO), "device_config": str(DEVICE_CONFIG)},
             "switches": switches, "hosts": hosts, "links": links}
     return fabric_mod.from_dict(data)

@@ -38,6 +38,7 @@ with Endpoint(worker_id=2, host="0.0.0.0", port=19600, bounds={MsgType.GRADIENT:
     got = ep.receive(timeout=90)
     np.save(sys.argv[1], got.values)
     print("received", got.received, flush=True)
+    sys.stdin.read()  # keep answering the sender's probes until told to stop
 """
 
 SENDER = """
@@ -93,8 +94,9 @@ def delta(after: dict[int, int], before: dict[int, int]) -> dict[int, int]:
 
 
 def run_in(node, script: str, *args: str) -> subprocess.Popen[str]:
+    """``script`` in a host's namespace; closing its stdin tells the receiver to stop."""
     return node.popen([sys.executable, "-c", script, *args], cwd=str(ROOT), text=True,
-                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def wait_line(proc: subprocess.Popen[str], expected: str, timeout: float = 30) -> str:
@@ -150,9 +152,13 @@ def test_leafspine_on_the_embedded_target(tmp_path: Path) -> None:
                 wait_line(sender, "sent", timeout=90)
                 wait_line(receiver, "received", timeout=30)
             finally:
-                for proc in (receiver,):
-                    if proc.poll() is None:
-                        proc.kill()
+                assert receiver.stdin is not None
+                receiver.stdin.close()
+                try:
+                    receiver.wait(10)
+                except subprocess.TimeoutExpired:
+                    receiver.kill()
+                    receiver.wait()
             expected = np.random.default_rng(8).standard_normal(TENSOR_LEN).astype(np.float32)
             assert np.array_equal(np.load(out), expected)
             sprayed = delta(ecmp_counts(fab.description_path, leaf), before)

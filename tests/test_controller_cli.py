@@ -77,7 +77,8 @@ def test_invalid_policy_is_exit_1_with_key_path(fabric, capsys, tmp_path: Path) 
 
 def test_refusal_rolls_back_and_exits_1(fabric, capsys) -> None:
     fakes, path = fabric
-    fakes[1].servicer.refuse = lambda u: "RESOURCE_EXHAUSTED: full" if u.entity.table_entry.table_id == S.tables["drop_threshold"].id else None
+    thresholds = S.tables["drop_threshold"].id
+    fakes[1].servicer.refuse = lambda u: "RESOURCE_EXHAUSTED: full" if u.entity.table_entry.table_id == thresholds else None
     code, _, err = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
     assert code == 1 and "s2 refused 2 update(s)" in err and "rolled back" in err
     assert all(f.entries() == [] for f in fakes)
@@ -120,7 +121,8 @@ def test_counters_show_drops_and_spraying_balance(fabric, capsys) -> None:
     assert "magnitude_threshold" in out and "75.0%" in out and "25.0%" in out
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
     assert ["s1", "3", "7", "42", "4,200"] in rows, "port 3, priority 7 comes from port_tx index 3 * 8 + 7"
-    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1", "--watch", "--interval", "0.05", "--count", "1")
+    watch = ["--watch", "--interval", "0.05", "--count", "1"]
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1", *watch)
     assert code == 0 and "(last 0.05 s)" in out
 
 

@@ -59,7 +59,8 @@ def test_default_policy_is_valid_and_front_layers_come_first() -> None:
         ({"jobs": [job(workers=["h1", "h7"])]}, "jobs[0].workers[1]: no host named 'h7' in the fabric"),
         ({"jobs": [job(thresholds=[{"priority": 3, "mag_threshold": 300, "queue_threshold": 10}])]},
          "jobs[0].thresholds[0].mag_threshold: must be 0..255, got 300"),
-        ({"jobs": [job(thresholds=[{"mag_threshold": 1, "queue_threshold": 1}, {"priority": "any", "mag_threshold": 2, "queue_threshold": 2}])]},
+        ({"jobs": [job(thresholds=[{"mag_threshold": 1, "queue_threshold": 1},
+                                   {"priority": "any", "mag_threshold": 2, "queue_threshold": 2}])]},
          "jobs[0].thresholds[1].priority: any is already set by jobs[0].thresholds[0]"),
         ({"jobs": [job(layer=[])]}, "jobs[0].layer: unknown key"),
         ({"jobs": [{"name": "x"}]}, "jobs[0].id: is required"),
@@ -93,7 +94,8 @@ def test_layers_from_trace_file(tmp_path: Path) -> None:
     trace = tmp_path / "model.csv"
     trace.write_text("layer,allreduce_bytes\nconv1,400\nconv2,400\nfc,800\n")
     policy_file = tmp_path / "p.yaml"
-    policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": {"file": "model.csv", "priorities": [6, 2]}}]}))
+    from_trace = {"file": "model.csv", "priorities": [6, 2]}
+    policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": from_trace}]}))
     layers = load_policy(policy_file).jobs[0].layers
     assert layers == (LayerRule((0, 1), 6), LayerRule((2, 0xFFFF), 2))
     policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": {"file": "nope.csv", "priorities": [6]}}]}))

@@ -53,8 +53,8 @@ def load_modified(old: str, new: str):
     ("apply { }", "apply { ` }", P4SyntaxError, r"router\.p4:96:13: syntax error: unexpected character '`'"),
     ("size = 1024;", "implementation = foo;", P4UnsupportedError,
      r"router\.p4:78:9: unsupported: table implementations"),
-    ("state parse_ipv4 {", "value_set<bit<16>>(4) vs;\n    state parse_ipv4 {", P4UnsupportedError,
-     r"router\.p4:49:5: unsupported: parser value sets"),
+    ("state start {", "value_set<bit<16>>(4) vs;\n    state start {", P4UnsupportedError,
+     r"router\.p4:41:5: unsupported: parser value sets"),
 ])
 def test_error_messages_name_file_line_column(old, new, error, message):
     with pytest.raises(error, match=message):
@@ -150,3 +150,21 @@ def test_block_parameter_types_are_checked():
 def test_program_without_main_is_rejected():
     with pytest.raises(P4TypeError, match="no `main`"):
         load_program_text(GENERICS.replace("V1Switch(P(), V(), I(), E(), C(), D()) main;", ""), "g.p4")
+
+
+def test_constructor_parameters_of_controls():
+    egress = ("control MyEgress(inout headers hdr, inout metadata meta,\n"
+              "                 inout standard_metadata_t standard_metadata) {\n    apply { }")
+    assert egress in ROUTER
+    src = ROUTER.replace(egress, (
+        "control Mark(inout bit<8> v)(bit<8> by) { apply { v = v + by; } }\n"
+        "control MyEgress(inout headers hdr, inout metadata meta,\n"
+        "                 inout standard_metadata_t standard_metadata)(bit<8> base) {\n"
+        "    Mark(8w3) m;\n"
+        "    apply { hdr.ipv4.diffserv = base; m.apply(hdr.ipv4.diffserv); }"))
+    pipe = Pipeline(load_program_text(src.replace("MyEgress(), ", "MyEgress(8w40), "), "c.p4"))
+    pipe.tables["MyIngress.ipv4_lpm"].insert(TableEntry((Lpm(0, 0),), 0, "MyIngress.ipv4_forward", (1, 2)))
+    out = pipe.process(raw(Ether(dst="00:00:00:00:00:01", src="00:00:00:00:00:02") / IP()), 1)
+    assert out[0][1][15] == 43
+    with pytest.raises(P4TypeError, match=r"c\.p4:\d+:\d+: type error: MyEgress takes 1 constructor argument"):
+        load_program_text(src, "c.p4")

@@ -143,3 +143,14 @@ def test_device_config_errors_keep_source_locations(router):
         program_from_device_config(b"\x00\x01")
     with pytest.raises(DeviceConfigError, match="format"):
         program_from_device_config(b'{"format": "bmv2"}')
+
+
+def test_id_annotations_fix_ids(router):
+    from p4switch.frontend import load_program_text
+    source = (PROGRAMS / "ipv4_router.p4").read_text()
+    source = source.replace("    table ipv4_lpm {", "    @id(0x02000077) table ipv4_lpm {").replace(
+        "    action drop() {", "    @id(5) action drop() {")
+    p4info = build_p4info(load_program_text(source, "r.p4"))
+    assert by_name(p4info.tables)["MyIngress.ipv4_lpm"].preamble.id == 0x02000077
+    assert by_name(p4info.actions)["MyIngress.drop"].preamble.id == 0x01000005
+    assert by_name(p4info.actions)["MyIngress.ipv4_forward"].preamble.id == 28792405

@@ -529,3 +529,13 @@ def test_request_log_records_each_request(tmp_path: Path) -> None:
     assert "/p4.v1.P4Runtime/Write" in text and "prefix_len: 8" in text
     assert "/p4.v1.P4Runtime/SetForwardingPipelineConfig" in text
     assert "/p4.v1.P4Runtime/StreamChannel" in text and "election_id" in text
+
+
+def test_packet_out_from_a_backup_is_refused(primary: Client) -> None:
+    backup = primary.stream()
+    assert backup.arbitrate(0).arbitration.status.code == code_pb2.ALREADY_EXISTS  # no election id
+    out = p4runtime_pb2.StreamMessageRequest()
+    out.packet.payload = b"\x00\x00frame"
+    backup.send(out)
+    assert backup.next().error.canonical_code == code_pb2.PERMISSION_DENIED
+    assert primary.target.sent == []

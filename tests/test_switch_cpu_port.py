@@ -98,7 +98,7 @@ def test_packet_out_leaves_on_the_port_its_header_names(switch) -> None:
     packet = p4runtime_pb2.PacketOut(payload=FRAME)
     port_field = servicer.store.schema.packet_out.fields[0]
     packet.metadata.add(metadata_id=port_field.id, value=b"\x02")
-    servicer._packet_out(1, packet)
+    servicer.packet_out(packet)
     datapath.transmit_due()
     assert datapath.ports[2].take() == [FRAME]
     assert datapath.ports[1].take() == []

@@ -94,6 +94,7 @@ class ProgramInfo:
     digests: dict[str, DigestInfo] = field(default_factory=dict)
     controller_headers: dict[str, ControllerHeaderInfo] = field(default_factory=dict)
     action_profiles: dict[str, ActionProfileInfo] = field(default_factory=dict)
+    fixed_ids: dict[str, int] = field(default_factory=dict)  # from @id annotations
 
 
 @dataclass

@@ -106,6 +106,13 @@ class Arbiter:
             raise RpcError(grpc.StatusCode.PERMISSION_DENIED,
                            f"{what} refused: election id {value} is not the primary ({holder})")
 
+    def check_primary_stream(self, stream_id: int, what: str) -> None:
+        """Raise PERMISSION_DENIED unless the stream belongs to the primary client."""
+        with self._lock:
+            primary = self._primary()
+        if primary is None or primary.stream_id != stream_id:
+            raise RpcError(grpc.StatusCode.PERMISSION_DENIED, f"{what} refused: this client is not the primary")
+
     def primary_notify(self) -> Notify | None:
         """Where to send PacketIn and digests: the primary's stream."""
         with self._lock:

@@ -263,7 +263,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                         raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                                        "the first stream message must be an arbitration update")
                     elif kind == "packet":
-                        self._packet_out(stream_id, message.packet)
+                        self.arbiter.check_primary_stream(stream_id, "PacketOut")
+                        self.packet_out(message.packet)
                     elif kind == "digest_ack":
                         pass  # digests are sent one list at a time, never held back
                     else:
@@ -280,8 +281,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         finally:
             responses.put(None)
 
-    def _packet_out(self, stream_id: int, packet: p4runtime_pb2.PacketOut) -> None:
-        del stream_id
+    def packet_out(self, packet: p4runtime_pb2.PacketOut) -> None:
+        """A PacketOut from the primary: ``packet_out`` header fields, then the payload, into
+        ingress on the CPU port."""
         store = self._store()
         frame = packet.payload
         header = store.schema.packet_out

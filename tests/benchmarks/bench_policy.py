@@ -36,7 +36,10 @@ DEVICE_ID = 1
 def big_policy() -> dict:
     return {
         "jobs": [
-            {"id": j, "layers": [{"tensors": f"{10 * i}..{10 * i + 9}", "priority": 7 - i % 8} for i in range(LAYERS_PER_JOB)]}
+            {
+                "id": j,
+                "layers": [{"tensors": f"{10 * i}..{10 * i + 9}", "priority": 7 - i % 8} for i in range(LAYERS_PER_JOB)],
+            }
             for j in range(JOBS)
         ]
     }
@@ -139,7 +142,8 @@ def run() -> list[Figure]:
         where = "p4switch"
         switch = embedded_switch
         if pipeline is None:
-            pipeline = Pipeline.load(ROOT / "tests" / "data" / "dlcp_test.p4info.txtpb", ROOT / "tests" / "data" / "dlcp_test.device_config.json")
+            data = ROOT / "tests" / "data"
+            pipeline = Pipeline.load(data / "dlcp_test.p4info.txtpb", data / "dlcp_test.device_config.json")
             where, switch = "fake P4Runtime server", fake_switch
         entries = policy_entries(parse_policy(big_policy()), pipeline.schema)
         with switch(workdir, "controller") as address:
