@@ -189,13 +189,20 @@ def _show(args: argparse.Namespace) -> int:
 def _counters(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from controller.counters import gather, render
+    from controller.counters import gather, policy_jobs, render
 
     console = Console()
     with _controller(args, load_pipeline=False) as (fabric, controller):
         names = args.switch or list(controller.sessions)
         sessions = [controller[n] for n in names]
-        previous = {s.name: gather(s) for s in sessions}
+        # Read only the cells that can count: the switch's ports, the policy's jobs (all jobs without one).
+        ports = {n: [p.port for p in fabric.switch(n).ports] for n in names}
+        jobs = {s.name: policy_jobs(s) or None for s in sessions}
+
+        def read_all() -> dict:
+            return {s.name: gather(s, ports[s.name], jobs[s.name]) for s in sessions}
+
+        previous = read_all()
         if not args.watch:
             for table in render(previous):
                 console.print(table)
@@ -203,7 +210,7 @@ def _counters(args: argparse.Namespace) -> int:
         refreshes = 0
         while args.count == 0 or refreshes < args.count:
             time.sleep(args.interval)
-            now = {s.name: gather(s) for s in sessions}
+            now = read_all()
             delta = {n: now[n].minus(previous[n]) for n in now}
             if console.is_terminal:
                 console.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rich.table import Table
@@ -51,9 +52,26 @@ class SwitchCounters:
         )
 
 
-def gather(session: SwitchSession) -> SwitchCounters:
+def policy_jobs(session: SwitchSession) -> list[int]:
+    """Job ids that the switch's policy tables name."""
+    from controller.policy import POLICY_TABLES
+
+    jobs = set()
+    for entry in session.read_entries(sorted(POLICY_TABLES)):
+        for name, m in entry.match:
+            if name == "hdr.dlcp.job_id":
+                jobs.add(m.value)  # type: ignore[union-attr]
+    return sorted(jobs)
+
+
+def gather(
+    session: SwitchSession, ports: Iterable[int] | None = None, jobs: Iterable[int] | None = None
+) -> SwitchCounters:
+    """Read the counters of one switch: only the cells of ``ports`` and ``jobs`` when given
+    (reading every cell of ``port_tx`` costs a switch thousands of entities)."""
     out = SwitchCounters()
-    for c in session.read_counter(PORT_TX):
+    cells = None if ports is None else [p * PRIORITIES + q for p in ports for q in range(PRIORITIES)]
+    for c in session.read_counter(PORT_TX, cells):
         if c.packets or c.bytes:
             out.port_prio[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
     for name in (INGRESS_DROPS, EGRESS_DROPS):
@@ -61,8 +79,9 @@ def gather(session: SwitchSession) -> SwitchCounters:
             reason = DROP_REASONS.get((name, c.index), f"{name.split('.')[-1]}[{c.index}]")
             if c.packets or c.bytes or (name, c.index) in DROP_REASONS:
                 out.drops[reason] = (c.packets, c.bytes)
+    job_cells = None if jobs is None else list(jobs)
     for name, target in ((ECN_MARKS, out.ecn_marks), (JOB_RX, out.job_rx)):
-        for c in session.read_counter(name):
+        for c in session.read_counter(name, job_cells):
             if c.packets or c.bytes:
                 target[c.index] = (c.packets, c.bytes)
     for d in session.read_direct_counters(ECMP_MEMBER_COUNTER):

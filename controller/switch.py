@@ -252,9 +252,14 @@ class SwitchSession:
         found = self._with_reconnect(lambda: self._read_defaults([probe]))
         return next(e for e in found if isinstance(e, TableEntry))
 
-    def read_counter(self, counter: str, index: int | None = None) -> list[CounterEntry]:
-        request = CounterEntry(self.schema.counters[counter].name, index).encode(self.schema)
-        found = self._with_reconnect(lambda: self.transport.read([request], f"counter {counter}"))
+    def read_counter(self, counter: str, indices: Iterable[int] | None = None) -> list[CounterEntry]:
+        """Cells of an indexed counter: the given indices (one request), or every cell."""
+        name = self.schema.counters[counter].name
+        cells: list[int | None] = [None] if indices is None else list(indices)
+        requests = [CounterEntry(name, i).encode(self.schema) for i in cells]
+        if not requests:
+            return []
+        found = self._with_reconnect(lambda: self.transport.read(requests, f"counter {name}"))
         return [CounterEntry.decode(self.schema, e) for e in found]
 
     def read_direct_counters(self, counter: str) -> list[DirectCounterEntry]:

@@ -116,6 +116,14 @@ class E:
     const: Any = _NOCONST
     place: Place | None = None
     extra: Any = None  # e.g. the table of `t.apply()`, the list items of `{a, b}`
+    code: str | None = None  # the value as a Python expression over `s`, when it has one
+
+    def __post_init__(self) -> None:
+        if self.code is None:
+            if self.is_const and type(self.const) in (int, bool, str):
+                self.code = repr(self.const)
+            elif self.fn is not None and getattr(self.fn, "slot", None) is not None:
+                self.code = f"s[{self.fn.slot}]"  # type: ignore[attr-defined]
 
     @property
     def is_const(self) -> bool:
@@ -124,6 +132,17 @@ class E:
 
 def const(t: P4Type, value: Any) -> E:
     return E(t, lambda s: value, value)
+
+
+def from_code(t: P4Type, code: str, extra: Any = None) -> E:
+    """An expression built from Python source over the slot list `s`."""
+    return E(t, generate(f"def value(s):\n    return {code}\n", "value"), extra=extra, code=code)
+
+
+def codes(*exprs: E) -> list[str] | None:
+    """The code of every expression, or None if one has none."""
+    result = [e.code for e in exprs]
+    return None if any(c is None for c in result) else result  # type: ignore[return-value]
 
 
 @dataclass
@@ -298,6 +317,11 @@ def parse_int_literal(text: str) -> tuple[int, int | None, bool]:
     else:
         value = int(low, 10)
     return value, width, signed
+
+
+def field_is_scalar(t: P4Type) -> bool:
+    """Stored in one slot (not a header, struct, stack or list)."""
+    return not isinstance(t, HeaderT | StructT | StackT | ListT)
 
 
 def _same_type(a: P4Type, b: P4Type) -> bool:

@@ -14,6 +14,8 @@ from lark import Token, Tree
 
 from p4switch.compile_blocks import BlockCompiler
 from p4switch.compile_expr import ExprCompiler
+from p4switch.compile_externs import ExternCompiler
+from p4switch.compile_packet import PacketCompiler
 from p4switch.compile_stmt import StmtCompiler
 from p4switch.compiled import (
     E, ActionImpl, Const, Place, Scope, _anno_map, _anno_string, _same_type, const,
@@ -29,7 +31,7 @@ from p4switch.frontend.types import (
 from p4switch.tables import Table
 
 
-class Compiler(ExprCompiler, StmtCompiler, BlockCompiler):
+class Compiler(ExprCompiler, StmtCompiler, ExternCompiler, PacketCompiler, BlockCompiler):
     """One compilation of one program; see module docstring."""
 
     def __init__(self, tree: Tree, locate: Callable[[int, int], SourceLocation], seed: int = 0) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from p4.config.v1 import p4info_pb2
 
 from p4switch.frontend.program import Program, ProgramInfo
@@ -194,5 +194,12 @@ def p4info_text(p4info: p4info_pb2.P4Info) -> str:
 
 
 def write_p4info(p4info: p4info_pb2.P4Info, path: Path) -> None:
-    """Write P4Info in protobuf text format (what p4c's --p4runtime-files *.txt writes)."""
-    Path(path).write_text(p4info_text(p4info))
+    """Write P4Info; the format follows the suffix as with p4c's --p4runtime-files:
+    ``.json`` JSON, ``.bin`` binary protobuf, anything else protobuf text format."""
+    path = Path(path)
+    if path.suffix == ".json":
+        path.write_text(json_format.MessageToJson(p4info))
+    elif path.suffix == ".bin":
+        path.write_bytes(p4info.SerializeToString())
+    else:
+        path.write_text(p4info_text(p4info))

@@ -113,6 +113,16 @@ def test_counters_mirroring_and_multicast_commands():
     assert result.ok, result.failures
 
 
+def test_stack_indices_and_validity_keys_in_stf():
+    features = Pipeline(load_program(PROGRAMS / "features.p4"))
+    labels = "8847 00005040 00006140"  # label 5 (not bottom), label 6 (bottom of stack)
+    text = ("add by_label 1 hdr.labels$1.label:0x0000* hdr.labels$0.valid:1 to_port(port:9)\n"
+            f"packet 1 000000000002 000000000001 {labels}\n"
+            "expect 9 000000000002 000000000001 8847 00006140 $\n")
+    result = run_stf(features, text)
+    assert result.ok, result.failures
+
+
 def _line_of(text: str, needle: str) -> int:
     return text[:text.index(needle)].count("\n") + 1
 
@@ -142,3 +152,8 @@ def test_compile_command_writes_p4info_and_device_config(tmp_path, capsys):
     assert 'name: "MyIngress.ipv4_lpm"' in p4info.read_text()
     assert config.read_bytes().startswith(b"{")
     assert "1 table(s)" in capsys.readouterr().out
+    binary = tmp_path / "r.p4info.bin"
+    assert p4switch_main(["compile", str(PROGRAMS / "ipv4_router.p4"), "--p4runtime-files", str(binary)]) == 0
+    from p4.config.v1 import p4info_pb2
+    parsed = p4info_pb2.P4Info.FromString(binary.read_bytes())
+    assert parsed.tables[0].preamble.name == "MyIngress.ipv4_lpm"

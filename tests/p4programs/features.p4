@@ -105,6 +105,12 @@ control FIngress(inout headers hdr, inout metadata meta, inout standard_metadata
         default_action = set_r8(99);
     }
 
+    action to_port(bit<9> port) { sm.egress_spec = port; }
+    table by_label {
+        key = { hdr.labels[1].label: ternary; hdr.labels[0].isValid(): exact; }
+        actions = { to_port; NoAction; }
+    }
+
     apply {
         if (sm.parser_error != error.NoError) {
             hdr.eth.etherType = 0xEEEE;
@@ -116,6 +122,7 @@ control FIngress(inout headers hdr, inout metadata meta, inout standard_metadata
         }
         if (hdr.labels[0].isValid()) {
             sm.egress_spec = (bit<9>)hdr.labels[0].label;
+            by_label.apply();
             hdr.labels.pop_front(1);
             if (!hdr.labels[0].isValid()) {
                 hdr.eth.etherType = 0x0800;

@@ -127,13 +127,15 @@ def leftovers(prefix: str) -> list[str]:
 def test_leafspine_on_the_embedded_target(tmp_path: Path) -> None:
     prefix = f"{netns.PREFIX}{uuid.uuid4().hex[:2]}"
     options = LaunchOptions(topo="leafspine", target="embedded", workdir=tmp_path, prefix=prefix,
-                            policy=DEFAULT_POLICY, log_level="info")
+                            policy=DEFAULT_POLICY, log_level="warn")
     switches: list[cleanup.TrackedProcess] = []
+    hosts: list[cleanup.TrackedProcess] = []
     try:
         with Fabric(options) as fab:
             assert fab.net is not None
             switches = [p for p in fab.state.processes if p.what.startswith("switch ")]
-            assert len(switches) == 4
+            hosts = [p for p in fab.state.processes if p.netns is not None]
+            assert len(switches) == 4 and len(hosts) == 4
             program_fabric(fab.description_path, options.policy)
 
             # Every host pair, both directions, 0% loss.
@@ -174,11 +176,12 @@ def test_leafspine_on_the_embedded_target(tmp_path: Path) -> None:
             assert source.wait(60) == 0
             assert int(wait_line(sink, "", timeout=30)) == 200_000
             flow = delta(ecmp_counts(fab.description_path, leaf), before)
-            print("DEBUG", sprayed, flow)
             assert max(flow.values()) >= 100 and min(flow.values()) == 0, flow
     finally:
         cleanup.stop_fabric(tmp_path / "build")
     assert leftovers(prefix) == []
     assert switches and not any(p.alive() for p in switches)
+    assert hosts and not any(cleanup.pids_in_netns(p.netns, p.netns_iface) for p in hosts if p.netns)
+    assert prefix not in netns.sh("ip", "netns", "list").stdout
     shells = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"mininet:{prefix}" not in shells
