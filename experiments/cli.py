@@ -34,11 +34,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     kinds.required = True
     training = kinds.add_parser(
         "training", help="time to accuracy: baseline, full DLCP and each mechanism alone, under contention")
-    training.add_argument("--topo", default="leafspine", help="topology of the fabric (default leafspine)")
+    training.add_argument("--topo", default=None,
+                          help="topology name or YAML file (default experiments/topologies/leafspine_training.yaml)")
     training.add_argument("--configs", default=None,
                           help="comma-separated configurations to run (default: all; see experiments/README.md)")
     training.add_argument("--workers", type=int, default=2)
-    training.add_argument("--iterations", type=int, default=200)
+    training.add_argument("--iterations", type=int, default=None, help="iterations per run (default: train's)")
     training.add_argument("--target", type=float, default=DEFAULT_TARGET)
     training.add_argument("--background-udp-mbps", type=float, default=None, help="rate of each UDP background flow")
     training.add_argument("--no-background", action="store_true", help="run without background traffic")

@@ -29,14 +29,14 @@ from experiments.training.options import TransportOptions
 
 JOB_ID = 1
 
-#: Layer rules of the prioritised configurations: front tensors (the first layer's weight
-#: and bias) most urgent. The model has 6 tensors (3 linear layers), ids 0..5.
-LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..3", "priority": 5},
-                    {"tensors": "4..65535", "priority": 3}]
+#: Layer rules of the prioritised configurations: the first layer's weight and bias
+#: (tensors 0 and 1) most urgent, the next layer's next, any further ones after.
+LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..3", "priority": 6},
+                    {"tensors": "4..65535", "priority": 5}]
 ONE_QUEUE = [{"tensors": "0..65535", "priority": 0}]
 #: Drop drop-eligible packets of magnitude class below mag_threshold (2^(t-128)) once the
 #: port queue is deeper than queue_threshold packets; mark the others.
-THRESHOLDS = [{"priority": "any", "mag_threshold": 124, "queue_threshold": 24}]
+THRESHOLDS = [{"priority": "any", "mag_threshold": 124, "queue_threshold": 16}]
 
 RELIABLE = dict(grad_bound=0.0, param_bound=0.0, front_loss_bound=0.0, back_loss_bound=0.0)
 BOUNDED = dict(grad_bound=0.10, param_bound=0.002, front_loss_bound=0.10, back_loss_bound=0.05)

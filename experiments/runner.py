@@ -10,8 +10,9 @@ used under the results folder.
 Placement on the leaf-spine fabric (h1, h2 on leaf l1; h3, h4 on leaf l2; two spines)::
 
     PS h1 <- gradients -- workers h3, h4   (across the spines; incast on l1's port to h1)
-    background: UDP h2 -> h1 (same egress port as the gradients), UDP h2 -> h4 and
-                TCP h2 -> h3 (across the spines; same egress ports as the parameters)
+    background: UDP h2 -> h1 (same egress port as the gradients) and TCP h2 -> h3
+                (across one spine: shares a leaf uplink with the parameters when their
+                flow hashes onto the same spine, and h3's port with worker 0's parameters)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from gradfabric.paths import ROOT
 from hosts.wire import DLCP_PORT
 
 RESULTS = ROOT / "experiments" / "results" / "training"
+TOPOLOGY = ROOT / "experiments" / "topologies" / "leafspine_training.yaml"
 PS_HOST = "h1"
 WORKER_HOSTS = ("h3", "h4")
 BACKGROUND_SOURCE = "h2"
@@ -47,7 +49,7 @@ NODE_PREFIX = "gx"  # node names of the experiment's fabric, apart from a `make 
 
 @dataclass
 class ExperimentSettings:
-    topo: str = "leafspine"
+    topo: str | Path = TOPOLOGY
     configs: list[Configuration] = field(default_factory=lambda: select(None))
     workers: int = 2
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -63,22 +65,23 @@ class ExperimentSettings:
         if not 1 <= args.workers <= len(WORKER_HOSTS):
             raise ExperimentError(f"--workers must be 1..{len(WORKER_HOSTS)} on this placement")
         udp = args.background_udp_mbps if args.background_udp_mbps is not None else DEFAULT_UDP_MBPS
-        return cls(topo=args.topo, configs=select(args.configs), workers=args.workers,
-                   train=TrainConfig(iterations=args.iterations), target=args.target,
+        return cls(topo=args.topo or TOPOLOGY, configs=select(args.configs), workers=args.workers,
+                   train=TrainConfig(**({"iterations": args.iterations} if args.iterations else {})),
+                   target=args.target,
                    background=[] if args.no_background else background_flows(udp),
                    out=args.out or RESULTS, workdir=args.workdir,
                    command=shlex.join(["gradfabric", *sys.argv[1:]]) if sys.argv[1:] else "gradfabric experiment training")
 
 
-#: Rate of each UDP background flow: 256-byte datagrams at 4 Mbit/s are about 1,950
-#: packets/s, as many as a fabric port forwards (2,000 packets/s): those queues stay full.
-DEFAULT_UDP_MBPS = 4.0
+#: Rate of the UDP background flow: 256-byte datagrams at 2.2 Mbit/s are about 1,070
+#: packets/s, a little more than a port of the experiment's fabric forwards (1,000
+#: packets/s): that queue stays full.
+DEFAULT_UDP_MBPS = 2.2
 UDP_PACKET_BYTES = 256
 
 
 def background_flows(udp_mbps: float) -> list[Flow]:
     return [Flow(BACKGROUND_SOURCE, PS_HOST, "udp", udp_mbps, UDP_PACKET_BYTES),
-            Flow(BACKGROUND_SOURCE, WORKER_HOSTS[1], "udp", udp_mbps, UDP_PACKET_BYTES),
             Flow(BACKGROUND_SOURCE, WORKER_HOSTS[0], "tcp")]
 
 
@@ -155,10 +158,20 @@ def run_training_experiment(settings: ExperimentSettings) -> int:
                                            "transport": config.transport(settings.timeout_s).to_dict(),
                                            "description": config.description}
                     progress.note(task, f"done, {_tta(run)}")
+                    write_results(settings, metrics, extras, time.monotonic() - started)
     print_summary(metrics)
-    write_results(settings, metrics, extras, time.monotonic() - started)
     print(f"results in {out}", flush=True)
     return 0
+
+
+def _shown(topo: str | Path) -> str:
+    """A topology name, or its file relative to the repository when it is inside it."""
+    if isinstance(topo, Path):
+        try:
+            return str(topo.resolve().relative_to(ROOT))
+        except ValueError:
+            return str(topo)
+    return topo
 
 
 def _tta(run: RunMetrics) -> str:
@@ -170,7 +183,7 @@ def write_results(settings: ExperimentSettings, metrics: list[RunMetrics], extra
     out = settings.out
     meta = {
         "command": settings.command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "topology": settings.topo, "workers": settings.workers, "target_accuracy": settings.target,
+        "topology": _shown(settings.topo), "workers": settings.workers, "target_accuracy": settings.target,
         "train": asdict(settings.train), "background": [f.describe() for f in settings.background],
         "placement": {"ps": PS_HOST, "workers": list(WORKER_HOSTS[:settings.workers])},
         "duration_s": round(seconds, 1), "per_configuration": extras,
@@ -186,7 +199,7 @@ def write_results(settings: ExperimentSettings, metrics: list[RunMetrics], extra
     text = f"""# Training over the fabric: time to accuracy with and without DLCP
 
 Made by `{settings.command}` on {meta['date']} ({seconds / 60:.1f} min).
-Topology {settings.topo}; parameter server on {PS_HOST}, workers on {', '.join(WORKER_HOSTS[:settings.workers])};
+Topology `{meta['topology']}`; parameter server on {PS_HOST}, workers on {', '.join(WORKER_HOSTS[:settings.workers])};
 MLP {settings.train.hidden} on the digits data, {settings.train.iterations} iterations, batch {settings.train.batch_size}
 per worker, learning rate {settings.train.lr}; target test accuracy {settings.target}.
 Background traffic: {'; '.join(meta['background']) or 'none'}.

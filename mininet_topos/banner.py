@@ -41,7 +41,7 @@ def boot_banner(description: Mapping[str, Any], workdir: Path, *, pcap: bool,
         f"(process output in <switch>.out), e.g. {rel(sw[0]['log'])}",
         f"  P4Runtime requests:  {rel(Path(sw[0]['request_log']).parent)}/<switch>-p4runtime.log, "
         f"e.g. {rel(sw[0]['request_log'])}",
-        f"  pcaps:               {rel(workdir / 'pcaps')}/ (one file per switch port)" if pcap
+        f"  pcaps:               {rel(workdir / 'pcaps')}/ (each switch port's packets in and out)" if pcap
         else "  pcaps:               off (boot with --pcap to capture every switch port)",
         f"  policy:              {rel(policy)}" if policy else "  policy:              none pushed",
     ]

@@ -33,6 +33,8 @@ class TrackedProcess:
     #: namespace (told apart from a later namespace by the interface) is stopped too.
     netns: int | None = None
     netns_iface: str | None = None
+    #: The polite signal first (node shells exit on SIGHUP, switches on SIGTERM), then SIGKILL.
+    stop_signal: str = "SIGTERM"
 
     def alive(self) -> bool:
         return process_start_time(self.pid) == self.start_time
@@ -68,7 +70,8 @@ class FabricState:
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.path)
 
-    def track(self, pid: int | None, what: str, group: bool = True, netns_iface: str | None = None) -> None:
+    def track(self, pid: int | None, what: str, group: bool = True, netns_iface: str | None = None,
+              stop_signal: str = "SIGTERM") -> None:
         """Record a process (if it is running) and save at once.
 
         ``netns_iface``: the process heads a network namespace of its own (a host) that
@@ -82,7 +85,8 @@ class FabricState:
         ns = netns_inode(pid) if netns_iface else None
         if ns == netns_inode(os.getpid()):
             ns = None  # never the root namespace
-        self.processes.append(TrackedProcess(pid, start, what, group, ns, netns_iface if ns else None))
+        self.processes.append(TrackedProcess(pid, start, what, group, ns, netns_iface if ns else None,
+                                             stop_signal))
         self.save()
 
 
@@ -113,10 +117,10 @@ def interface_exists(name: str) -> bool:
 
 
 def stop_process(proc: TrackedProcess, timeout: float = 5.0) -> bool:
-    """SIGTERM, then SIGKILL after ``timeout``; True if it was running."""
+    """Its stop signal, then SIGKILL after ``timeout``; True if it was running."""
     if not proc.alive():
         return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in (signal.Signals[proc.stop_signal], signal.SIGKILL):
         try:
             if proc.group:
                 os.killpg(proc.pid, sig)

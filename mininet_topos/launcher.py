@@ -7,7 +7,6 @@ process and removes every interface the fabric made. What it made is recorded in
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -22,6 +21,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host
 
+from gradfabric import fabric as fabric_description
 from gradfabric import paths
 from gradfabric.errors import GradfabricError
 from gradfabric.fabric import Fabric as FabricDescription
@@ -162,7 +162,7 @@ class Fabric:
             raise FabricError(f"Mininet could not build {self.spec.name}: {exc}") from exc
         for node in self.net.hosts + self.net.switches:
             iface = node.defaultIntf().name if node.inNamespace else None
-            self.state.track(node.pid, f"shell of {node.name}", netns_iface=iface)
+            self.state.track(node.pid, f"shell of {node.name}", netns_iface=iface, stop_signal="SIGHUP")
         opts.progress("starting switches")
         self.net.start()
         if self.p4:
@@ -258,9 +258,7 @@ class Fabric:
         relative_to = workdir if workdir == paths.workdir().resolve() else None
         self.description = describe(self.spec, self.configs, self.options.target, self.program,
                                     relative_to=relative_to)
-        # Validated by describe(); written here since json turns the tuples into lists.
-        self.description_path.parent.mkdir(parents=True, exist_ok=True)
-        self.description_path.write_text(json.dumps(self.description.to_dict(), indent=2) + "\n")
+        fabric_description.save(self.description, self.description_path)
 
     # -- stop ------------------------------------------------------------------------
     def stop(self) -> None:

@@ -291,7 +291,7 @@ class _Parser:
         used: dict[tuple[str, int], str] = {}
         host_link: dict[str, str] = {}
         # First pass: validate ends and claim explicit ports; second pass: assign the rest.
-        ends: list[tuple[str, str, int | None, str, str, int | None, LinkParams]] = []
+        ends: list[tuple[str, str, int | None, str, int | None, LinkParams]] = []
         for i, raw_item in enumerate(items):
             key = f"links[{i}]"
             item = self.mapping(raw_item, key)
@@ -324,9 +324,9 @@ class _Parser:
                 raise self.fail(key, f"a link from {a} to itself")
             if a in hosts and b in hosts:
                 raise self.fail(key, f"hosts {a} and {b} must be linked through a switch")
-            ends.append((key, a, a_port, key, b, b_port, self.link_params(item, key, base)))
+            ends.append((key, a, a_port, b, b_port, self.link_params(item, key, base)))
         links: list[LinkSpec] = []
-        for key, a, a_port, _, b, b_port, params in ends:
+        for key, a, a_port, b, b_port, params in ends:
             a_port = self.next_port(a, a_port, used, key)
             b_port = self.next_port(b, b_port, used, key)
             links.append(LinkSpec(a, a_port, b, b_port, params))

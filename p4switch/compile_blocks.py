@@ -11,6 +11,7 @@ from p4switch.compile_stmt import seq
 from p4switch.compiled import (
     E, ActionImpl, CompiledProgram, Const, ControlImpl, ExternInstance, Fn, FunctionImpl,
     PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type, anno_texts,
+    generate,
 )
 from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray
 from p4switch.frontend.program import (
@@ -84,7 +85,7 @@ class BlockCompiler:
         infos = []
         for pname, ptype, direction, _ in self.params(params_node):
             place = self.alloc(ptype)
-            inner.names[pname] = Var(place)
+            inner.names[pname] = Var(place.read_only() if direction in (None, "in") else place)
             params.append((pname, ptype, direction, place.base))
             if direction is None:
                 if not isinstance(ptype, BitT | BoolT) and not (isinstance(ptype, EnumT) and ptype.repr):
@@ -199,6 +200,7 @@ class BlockCompiler:
         const_entries = False
         direct_counter: ExternInstance | None = None
         direct_meter: ExternInstance | None = None
+        idle_timeout = False
         for prop in props:
             kind = prop.data
             if kind == "table_key":
@@ -208,18 +210,22 @@ class BlockCompiler:
                     if match_kind not in self.match_kinds:
                         raise self.type_error(kind_node, f"unknown match kind {match_kind}")
                     e = self.expr(expr_node, scope)
-                    fn = e.fn
+                    fn, code = e.fn, e.code
                     if isinstance(e.type, BoolT):
                         width = 1
                         keyfn = (lambda f: (lambda s: 1 if f(s) else 0))(fn)
+                        code = f"(1 if {code} else 0)" if code is not None else None
                     elif isinstance(e.type, BitT):
                         width = e.type.width
                         keyfn = fn if not e.type.signed else (
                             lambda f, m=(1 << width) - 1: (lambda s: f(s) & m))(fn)
+                        if e.type.signed and code is not None:
+                            code = f"({code} & {(1 << width) - 1})"
                     elif isinstance(e.type, EnumT) and e.type.repr is not None:
                         width, keyfn = e.type.repr.width, fn
                     else:
                         raise self.type_error(expr_node, f"a key of type {e.type} is not supported")
+                    keyfn.key_code = code  # type: ignore[attr-defined]
                     kname = _anno_string(_anno_map(kannos), "name") or expr_text(expr_node)
                     if match_kind == "selector":
                         raise self.unsupported(expr_node, "selector keys (action selectors) are not supported")
@@ -262,9 +268,13 @@ class BlockCompiler:
                         direct_meter = inst
                 elif pname in ("implementation",):
                     raise self.unsupported(prop, "table implementations (action profiles) are not supported")
-                elif pname in ("support_timeout", "psa_idle_timeout", "largest_priority_wins",
-                               "priority_delta"):
-                    continue
+                elif pname == "support_timeout":
+                    e = self.expr(value, scope)
+                    if not isinstance(e.type, BoolT) or not e.is_const:
+                        raise self.type_error(value, "support_timeout must be true or false")
+                    idle_timeout = bool(e.const)
+                elif pname in ("largest_priority_wins", "priority_delta"):
+                    raise self.unsupported(prop, f"table property {pname} is not supported")
                 else:
                     raise self.unsupported(prop, f"table property {pname} is not supported")
         if "NoAction" not in specs and (default is None or default[0] == "NoAction"):
@@ -280,7 +290,8 @@ class BlockCompiler:
         info = TableInfo(qualified, tuple(keys), refs, size, default, const_default, const_entries,
                          direct_counter.name if direct_counter else None,
                          direct_meter.name if direct_meter else None,
-                         annotations=anno_texts(annos_node))
+                         annotations=anno_texts(annos_node), idle_timeout=idle_timeout,
+                         initial_entries=entries_node is not None and not const_entries)
         for inst in (direct_counter, direct_meter):
             if inst is not None:
                 table_map = self.info.counters if inst.kind == "direct_counter" else self.info.meters
@@ -375,7 +386,10 @@ class BlockCompiler:
                      counted: bool) -> Fn:
         lookup = table.lookup
         fns = tuple(key_fns)
-        if len(fns) == 1:
+        key_codes = [getattr(f, "key_code", None) for f in fns]
+        if fns and all(c is not None for c in key_codes):
+            make_key = generate(f"def key(s):\n    return ({', '.join(key_codes)},)\n", "key")
+        elif len(fns) == 1:
             k0 = fns[0]
             make_key = lambda s: (k0(s),)  # noqa: E731
         elif len(fns) == 2:
@@ -417,7 +431,7 @@ class BlockCompiler:
         params = []
         for pname, ptype, direction, _ in self.params(params_node):
             place = self.alloc(ptype)
-            inner.names[pname] = Var(place)
+            inner.names[pname] = Var(place.read_only() if direction in (None, "in") else place)
             params.append((pname, ptype, direction, place))
         impl = FunctionImpl(name, ret, params, lambda s: None)
         cache[name] = impl
@@ -439,7 +453,7 @@ class BlockCompiler:
                 plist.append((pname, ptype, direction, None))
                 continue
             place = self.alloc(ptype)
-            bindings[pname] = Var(place)
+            bindings[pname] = Var(place.read_only() if direction in (None, "in") else place)
             plist.append((pname, ptype, direction, place))
         bindings.update(self.constructor_bindings(node, ctor_args, scope))
         run = (self.compile_control(node, qualified, bindings) if t.kind == "control"
@@ -692,7 +706,8 @@ class BlockCompiler:
                 if not _same_type(ptype, expected_types[want]):
                     raise self.type_error(tnode, f"{block.name}: parameter {pname} has type {ptype}, "
                                                  f"expected {expected_types[want]}")
-                bindings[pname] = shared[want]
+                var = shared[want]
+                bindings[pname] = Var(var.place.read_only()) if _d == "in" else var
             prefix = block.name
             bindings.update(self.constructor_bindings(block.tree, ctor_args, self.globals))
             if kind == "parser":

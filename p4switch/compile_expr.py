@@ -8,7 +8,8 @@ from typing import Any
 from lark import Token, Tree
 
 from p4switch.compiled import (
-    E, Const, Place, Scope, Var, _mask, _same_type, const, generate, parse_int_literal, wrapper,
+    E, Const, Place, Scope, Var, _mask, _same_type, codes, const, field_is_scalar, from_code,
+    parse_int_literal, wrapper,
 )
 from p4switch.frontend.types import (
     BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StringT, StructT,
@@ -198,7 +199,7 @@ class ExprCompiler:
                 for other, other_t in t.fields:
                     if other != member:
                         o_off, _ = field_offset(t, other)  # type: ignore[misc]
-                        siblings.append(base.place.at(o_off, BoolT()).writer())
+                        siblings.append(self._clearer(base.place.at(o_off, other_t)))
                 return E(ftype, place.block_reader(), place=place, extra=("union_member", siblings))
             if isinstance(ftype, HeaderT | StructT | StackT):
                 return E(ftype, place.block_reader(), place=place)
@@ -208,6 +209,11 @@ class ExprCompiler:
         if base.extra is not None and base.fn is None:
             return E(BoolT(), None, extra=("method", base, member, node))
         raise self.type_error(node, f"{t} has no member {member}")
+
+    def _clearer(self, place: Place) -> Any:
+        """`clear(s)`: make the header at `place` invalid with all fields 0 (as BMv2 reads it)."""
+        write, empty = place.block_writer(), self._initial(place.type)
+        return lambda s: write(s, list(empty))
 
     def _stack_member(self, node: Tree, base: E, member: str) -> E:
         t = base.type
@@ -255,7 +261,7 @@ class ExprCompiler:
             i = int(index.const)
             if not 0 <= i < t.size:
                 raise self.type_error(node, f"index {i} out of bounds for {t}")
-            place = Place(t.elem, first + i * stride)
+            place = Place(t.elem, first + i * stride, readonly=base.place.readonly)
         else:
             read = index.fn
             size = t.size
@@ -264,7 +270,7 @@ class ExprCompiler:
             def elem_base(s: list) -> int:
                 i = read(s)
                 return first + i * stride if 0 <= i < size else scratch
-            place = Place(t.elem, None, elem_base)
+            place = Place(t.elem, None, elem_base, base.place.readonly)
         return E(t.elem, place.block_reader(), place=place)
 
     def _x_slice(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
@@ -280,6 +286,8 @@ class ExprCompiler:
         m = _mask(hi - lo + 1)
         if base.is_const:
             return const(t, (base.const >> lo) & m)
+        if base.code is not None:
+            return from_code(t, f"(({base.code} >> {lo}) & {m})", extra=("slice", base, hi, lo))
         fn = base.fn
         return E(t, lambda s: (fn(s) >> lo) & m, extra=("slice", base, hi, lo))
 
@@ -318,14 +326,27 @@ class ExprCompiler:
                 return x % y if y else 0
         else:
             op2 = _ARITH[kind]
+        python_sym = _SYMBOL[kind] if kind in _ARITH else None
         return self._binary(a, b, t, op2, wrap=kind not in ("band", "bor", "bxor") or t.signed is True
-                            if isinstance(t, BitT) else False)
+                            if isinstance(t, BitT) else False, sym=python_sym)
 
-    def _binary(self, a: E, b: E, t: P4Type, op: Any, wrap: bool = True) -> E:
+    def _binary(self, a: E, b: E, t: P4Type, op: Any, wrap: bool = True, sym: str | None = None) -> E:
         w = wrapper(t) if wrap else None
         if a.is_const and b.is_const:
             value = op(a.const, b.const)
             return const(t, w(value) if w else value)
+        operands = codes(a, b) if sym is not None else None
+        if operands is not None:
+            ca, cb = operands
+            raw = f"({ca} {sym} {cb})"
+            if w is None:
+                return from_code(t, raw)
+            assert isinstance(t, BitT)
+            m = _mask(t.width)
+            if not t.signed:
+                return from_code(t, f"({raw} & {m})")
+            half = 1 << (t.width - 1)
+            return from_code(t, f"((({raw} + {half}) & {m}) - {half})")
         fa, fb = a.fn, b.fn
         if w is None:
             if b.is_const:
@@ -334,17 +355,6 @@ class ExprCompiler:
             return E(t, lambda s: op(fa(s), fb(s)))
         if isinstance(t, BitT) and not t.signed:
             m = _mask(t.width)
-            k = getattr(fa, "slot", None)
-            if k is not None and b.is_const and op in (operator.add, operator.sub):
-                sym = "+" if op is operator.add else "-"
-                return E(t, generate(f"def arith(s):\n    return (s[{k}] {sym} {int(b.const)}) & {m}\n",
-                                     "arith"))
-            if op is operator.add and b.is_const:
-                bv = b.const
-                return E(t, lambda s: (fa(s) + bv) & m)
-            if op is operator.sub and b.is_const:
-                bv = b.const
-                return E(t, lambda s: (fa(s) - bv) & m)
             return E(t, lambda s: op(fa(s), fb(s)) & m)
         return E(t, lambda s: w(op(fa(s), fb(s))))
 
@@ -363,14 +373,12 @@ class ExprCompiler:
             return E(BoolT(), lambda s: op(fa(s), fb(s)))
         if a.is_const and b.is_const:
             return const(BoolT(), op(a.const, b.const))
+        operands = codes(a, b)
+        if operands is not None:
+            return from_code(BoolT(), f"({operands[0]} {_SYMBOL[kind]} {operands[1]})")
         fa, fb = a.fn, b.fn
         if b.is_const:
             bv = b.const
-            k = getattr(fa, "slot", None)
-            if k is not None:
-                symbol = {"eq": "==", "ne": "!=", "lt": "<", "gt": ">", "le": "<=", "ge": ">="}[kind]
-                return E(BoolT(), generate(f"def cmp(s):\n    return s[{k}] {symbol} bv\n", "cmp",
-                                           {"bv": bv}))
             if kind == "eq":
                 return E(BoolT(), lambda s: fa(s) == bv)
             if kind == "ne":
@@ -388,6 +396,9 @@ class ExprCompiler:
         a, b = self._bool_operand(node.children[0], scope), self._bool_operand(node.children[1], scope)
         if a.is_const and b.is_const:
             return const(BoolT(), a.const and b.const)
+        operands = codes(a, b)
+        if operands is not None:
+            return from_code(BoolT(), f"({operands[0]} and {operands[1]})")
         fa, fb = a.fn, b.fn
         return E(BoolT(), lambda s: fa(s) and fb(s))
 
@@ -395,6 +406,9 @@ class ExprCompiler:
         a, b = self._bool_operand(node.children[0], scope), self._bool_operand(node.children[1], scope)
         if a.is_const and b.is_const:
             return const(BoolT(), a.const or b.const)
+        operands = codes(a, b)
+        if operands is not None:
+            return from_code(BoolT(), f"({operands[0]} or {operands[1]})")
         fa, fb = a.fn, b.fn
         return E(BoolT(), lambda s: fa(s) or fb(s))
 
@@ -402,6 +416,8 @@ class ExprCompiler:
         a = self._bool_operand(node.children[0], scope)
         if a.is_const:
             return const(BoolT(), not a.const)
+        if a.code is not None:
+            return from_code(BoolT(), f"(not {a.code})")
         fa = a.fn
         return E(BoolT(), lambda s: not fa(s))
 
@@ -418,6 +434,8 @@ class ExprCompiler:
         fa = a.fn
         if not t.signed:
             m = _mask(t.width)
+            if a.code is not None:
+                return from_code(t, f"({a.code} ^ {m})")
             return E(t, lambda s: fa(s) ^ m)
         return E(t, lambda s: w(~fa(s)))
 
@@ -452,7 +470,10 @@ class ExprCompiler:
         else:
             def op(x: int, y: int) -> int:
                 return x >> y
-        return self._binary(a, b, t, op, wrap=w is not None)
+        sym = None
+        if b.is_const and 0 <= int(b.const) < 4096:
+            sym = "<<" if left else ">>"
+        return self._binary(a, b, t, op, wrap=w is not None, sym=sym)
 
     def _x_shl(self, node: Tree, scope: Scope, expected: P4Type | None) -> E:
         return self._shift(node, scope, True, expected)
@@ -474,6 +495,9 @@ class ExprCompiler:
         w = wrapper(t)
         if a.is_const and b.is_const:
             return const(t, w(((a.const & ma) << wb) | (b.const & mb)))
+        operands = codes(a, b)
+        if operands is not None and not t.signed:
+            return from_code(t, f"((({operands[0]} & {ma}) << {wb}) | ({operands[1]} & {mb}))")
         fa, fb = a.fn, b.fn
         return E(t, lambda s: w(((fa(s) & ma) << wb) | (fb(s) & mb)))
 
@@ -487,6 +511,9 @@ class ExprCompiler:
             b = self.coerce(b, a.type, node)
         if not _same_type(a.type, b.type):
             raise self.type_error(node, f"?: branches have types {a.type} and {b.type}")
+        operands = codes(c, a, b)
+        if operands is not None and field_is_scalar(a.type):
+            return from_code(a.type, f"({operands[1]} if {operands[0]} else {operands[2]})")
         fc, fa, fb = c.fn, a.fn, b.fn
         return E(a.type, lambda s: fa(s) if fc(s) else fb(s))
 
@@ -529,7 +556,25 @@ class ExprCompiler:
             raise self.type_error(node, f"cannot cast {src} to {target}")
         if e.is_const:
             return const(target, conv(e.const))
+        if e.code is not None:
+            code = self._cast_code(src, target, e.code)
+            if code is not None:
+                return from_code(target, code)
         return E(target, lambda s: conv(fn(s)))
+
+    @staticmethod
+    def _cast_code(src: P4Type, target: P4Type, code: str) -> str | None:
+        """Python source for the common casts (None: use the generic conversion)."""
+        if isinstance(target, BitT) and not target.signed:
+            if isinstance(src, BoolT):
+                return f"(1 if {code} else 0)"
+            if isinstance(src, BitT) and not src.signed and src.width <= target.width:
+                return code
+            if isinstance(src, BitT | IntLitT) or (isinstance(src, EnumT) and src.repr is not None):
+                return f"({code} & {_mask(target.width)})"
+        if isinstance(target, BoolT):
+            return f"({code} != 0)"
+        return None
 
     # -- calls in expressions ----------------------------------------------------------------
 
@@ -541,8 +586,13 @@ class ExprCompiler:
 
     def lvalue(self, node: Any, scope: Scope) -> E:
         e = self.expr(node, scope)
-        if e.place is None and not (isinstance(e.extra, tuple) and e.extra and e.extra[0] == "slice"):
+        is_slice = isinstance(e.extra, tuple) and e.extra and e.extra[0] == "slice"
+        if e.place is None and not is_slice:
             raise self.type_error(node, "expression is not assignable")
+        place = e.extra[1].place if is_slice else e.place
+        if place is not None and place.readonly:
+            raise self.type_error(node, f"{expr_text(node)} is read-only (an `in` or action data "
+                                        "parameter) and cannot be written")
         return e
 
     def writer_for(self, node: Any, target: E) -> Any:

@@ -179,7 +179,7 @@ class ExternCompiler:
         self._expect_args(node, name, args, 4)
         cond = self._bool_operand(args[0], scope).fn
         data = self.data_bytes(self.expr(args[1], scope), args[1])
-        target = self.lvalue(args[2], scope)
+        target = self.lvalue(args[2], scope) if update else self.expr(args[2], scope)
         if not isinstance(target.type, BitT):
             raise self.type_error(args[2], f"checksum field must be bit<W>, got {target.type}")
         algo = hashes.ALGORITHMS.get(self._algorithm(args[3], scope))

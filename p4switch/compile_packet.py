@@ -26,7 +26,7 @@ class PacketCompiler:
             if method != "emit":
                 raise self.type_error(node, f"packet_out has no method {method}")
             self._expect_args(node, "emit", args, 1)
-            return E(VoidT(), self._emit(self.lvalue(args[0], scope), args[0]))
+            return E(VoidT(), self._emit(self.expr(args[0], scope), args[0]))
         if method == "extract":
             if len(args) == 2:
                 target = self.lvalue(args[0], scope)
@@ -147,8 +147,8 @@ class PacketCompiler:
             ctx.pos = end
             for (o, sh, m), conv in zip(offsets, convs):
                 s[b + o] = conv((v >> sh) & m)
-            for w in siblings:
-                w(s, False)
+            for clear in siblings:
+                clear(s)
             s[b] = True
             if bump is not None:
                 bump(s, read_next(s) + 1)

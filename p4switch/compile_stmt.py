@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from lark import Tree
@@ -14,15 +15,41 @@ from p4switch.frontend.types import BoolT, HeaderT, P4Type, StackT, StructT, Voi
 from p4switch.runtime import ExitSignal, ReturnSignal
 
 
+_fresh_names = itertools.count()
+
+
+def _inline(fn: Fn) -> tuple[list[str], dict[str, Any]]:
+    """Source lines running `fn` (its own lines when it was generated, else a call)."""
+    lines = getattr(fn, "lines", None)
+    if lines is not None:
+        return lines, fn.env  # type: ignore[attr-defined]
+    name = f"_f{next(_fresh_names)}"
+    return [f"{name}(s)"], {name: fn}
+
+
+def statement(lines: list[str], env: dict[str, Any]) -> Fn:
+    """Generate a statement function from source lines; it keeps them for inlining."""
+    body = "".join(f"    {line}\n" for line in lines or ["pass"])
+    fn = generate(f"def stmt(s):\n{body}", "stmt", env)
+    fn.lines, fn.env = list(lines), env  # type: ignore[attr-defined]
+    return fn
+
+
 def seq(fns: list[Fn]) -> Fn:
-    fns = [f for f in fns if f is not None]
-    if not fns:
-        return lambda s: None
-    if len(fns) == 1:
-        return fns[0]
-    env = {f"f{i}": f for i, f in enumerate(fns)}
-    body = "".join(f"    f{i}(s)\n" for i in range(len(fns)))
-    return generate(f"def run(s):\n{body}", "run", env)
+    """One function running the statements in order (generated straight-line code)."""
+    lines: list[str] = []
+    env: dict[str, Any] = {}
+    for fn in fns:
+        if fn is None:
+            continue
+        more, more_env = _inline(fn)
+        lines += more
+        env.update(more_env)
+    return statement(lines, env)
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines] or ["    pass"]
 
 
 def _args(node: Tree | None) -> list:
@@ -113,26 +140,18 @@ class StmtCompiler:
         if isinstance(target.type, HeaderT) and isinstance(value.type, HeaderT) and isinstance(
                 target.extra, tuple) and target.extra and target.extra[0] == "stack_next":
             raise self.unsupported(node, "assigning to .next is not supported")
+        static_scalar = (target.place is not None and target.place.base is not None
+                         and not isinstance(target.type, HeaderT | StructT | StackT)
+                         and not (isinstance(target.extra, tuple) and target.extra
+                                  and target.extra[0] == "slice"))
+        if static_scalar and value.code is not None:
+            return statement([f"s[{target.place.base}] = {value.code}"], {})  # type: ignore[union-attr]
         if value.is_const and not isinstance(target.type, HeaderT | StructT | StackT):
             v = value.const
-            if target.place is not None and target.place.base is not None and write is not None \
-                    and not (isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice"):
-                b = target.place.base
-
-                def assign_const(s: list) -> None:
-                    s[b] = v
-                return assign_const
             return lambda s: write(s, v)
         fn = self.value_fn(value)
-        if target.place is not None and target.place.base is not None and not isinstance(
-                target.type, HeaderT | StructT | StackT) and not (
-                isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice"):
-            b = target.place.base
-            k = getattr(fn, "slot", None)
-            if k is not None:
-                def copy_slot(s: list) -> None:
-                    s[b] = s[k]
-                return copy_slot
+        if static_scalar:
+            b = target.place.base  # type: ignore[union-attr]
 
             def assign_static(s: list) -> None:
                 s[b] = fn(s)
@@ -144,6 +163,15 @@ class StmtCompiler:
         then = self.stmt(node.children[1], scope.child()) or (lambda s: None)
         other = node.children[2]
         fc = cond.fn
+        if cond.code is not None:
+            then_lines, env = _inline(then)
+            lines = [f"if {cond.code}:"] + _indent(then_lines)
+            env = dict(env)
+            if other is not None:
+                else_lines, else_env = _inline(self.stmt(other, scope.child()) or (lambda s: None))
+                lines += ["else:"] + _indent(else_lines)
+                env.update(else_env)
+            return statement(lines, env)
         if other is None:
             def if_then(s: list) -> None:
                 if fc(s):
@@ -344,6 +372,8 @@ class StmtCompiler:
         raise self.type_error(node, f"{t} has no method {method}")
 
     def _header_method(self, node: Tree, place: Place, method: str, base: E) -> E:
+        if method in ("setValid", "setInvalid") and place.readonly:
+            raise self.type_error(node, f"{method} on a read-only header (an `in` parameter)")
         valid = place.at(0, BoolT())
         read, write = valid.reader(), valid.writer()
         union_siblings = self._union_siblings(base)
@@ -351,12 +381,12 @@ class StmtCompiler:
             return E(BoolT(), read)
         if method == "setValid":
             def set_valid(s: list) -> None:
-                for w in union_siblings:
-                    w(s, False)
+                for clear in union_siblings:
+                    clear(s)
                 write(s, True)
             return E(VoidT(), set_valid)
         if method == "setInvalid":
-            return E(VoidT(), lambda s: write(s, False))
+            return E(VoidT(), self._clearer(place))
         raise self.type_error(node, f"headers have no method {method}")
 
     def _union_siblings(self, base: E) -> list:

@@ -53,13 +53,17 @@ class Place:
     type: P4Type
     base: int | None = None
     dyn: Fn | None = None
+    readonly: bool = False  # an `in` parameter or action data: P4 code may not write it
 
     def at(self, offset: int, t: P4Type) -> "Place":
         if self.base is not None:
-            return Place(t, self.base + offset)
+            return Place(t, self.base + offset, readonly=self.readonly)
         dyn = self.dyn
         assert dyn is not None
-        return Place(t, None, lambda s: dyn(s) + offset)
+        return Place(t, None, lambda s: dyn(s) + offset, self.readonly)
+
+    def read_only(self) -> "Place":
+        return Place(self.type, self.base, self.dyn, True)
 
     def reader(self) -> Fn:
         if self.base is not None:

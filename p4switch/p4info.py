@@ -146,6 +146,10 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         t.size = table.size
         if table.is_const:
             t.is_const_table = True
+        if table.initial_entries:
+            t.has_initial_entries = True
+        if table.idle_timeout:
+            t.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
     for name, c in info.counters.items():
         if c.direct_table is not None:
             d = p4info.direct_counters.add()

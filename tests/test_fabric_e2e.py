@@ -22,6 +22,7 @@ from gradfabric import fabric as fabric_description
 from mininet_topos import cleanup
 from mininet_topos.launcher import Fabric, LaunchOptions
 from mininet_topos.programming import DEFAULT_POLICY, program_fabric
+from mininet_topos.runner import run_scenario
 from tests import netns
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,7 +125,7 @@ def leftovers(prefix: str) -> list[str]:
 
 @pytest.mark.netns
 @pytest.mark.slow
-def test_leafspine_on_the_embedded_target(tmp_path: Path) -> None:
+def test_leafspine_on_the_embedded_target(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     prefix = f"{netns.PREFIX}{uuid.uuid4().hex[:2]}"
     options = LaunchOptions(topo="leafspine", target="embedded", workdir=tmp_path, prefix=prefix,
                             policy=DEFAULT_POLICY, log_level="warn")
@@ -177,6 +178,15 @@ def test_leafspine_on_the_embedded_target(tmp_path: Path) -> None:
             assert int(wait_line(sink, "", timeout=30)) == 200_000
             flow = delta(ecmp_counts(fab.description_path, leaf), before)
             assert max(flow.values()) >= 100 and min(flow.values()) == 0, flow
+
+            # The CLI's own commands, as a --no-cli scenario runs them.
+            scenario = tmp_path / "scenario.txt"
+            scenario.write_text(f"counters {leaf}\npolicy show\n")
+            capfd.readouterr()
+            run_scenario(fab, scenario)
+            shown = capfd.readouterr().out
+            assert "spraying balance" in shown and leaf in shown
+            assert "DlcpIngress.spray_mode hdr.dlcp.job_id=1 -> DlcpIngress.spray_random()" in shown
     finally:
         cleanup.stop_fabric(tmp_path / "build")
     assert leftovers(prefix) == []

@@ -53,6 +53,10 @@ def load_modified(old: str, new: str):
     ("apply { }", "apply { ` }", P4SyntaxError, r"router\.p4:96:13: syntax error: unexpected character '`'"),
     ("size = 1024;", "implementation = foo;", P4UnsupportedError,
      r"router\.p4:78:9: unsupported: table implementations"),
+    ("standard_metadata.egress_spec = port;", "port = 1;", P4TypeError,
+     r"router\.p4:70:9: type error: port is read-only \(an `in` or action data parameter\)"),
+    ("packet.emit(hdr.ipv4);", "hdr.ipv4.setInvalid();", P4TypeError,
+     r"router\.p4:112:9: type error: setInvalid on a read-only header"),
     ("state start {", "value_set<bit<16>>(4) vs;\n    state start {", P4UnsupportedError,
      r"router\.p4:41:5: unsupported: parser value sets"),
 ])

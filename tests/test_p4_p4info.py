@@ -154,3 +154,14 @@ def test_id_annotations_fix_ids(router):
     assert by_name(p4info.tables)["MyIngress.ipv4_lpm"].preamble.id == 0x02000077
     assert by_name(p4info.actions)["MyIngress.drop"].preamble.id == 0x01000005
     assert by_name(p4info.actions)["MyIngress.ipv4_forward"].preamble.id == 28792405
+
+
+def test_idle_timeout_and_initial_entries_are_declared():
+    from p4switch.frontend import load_program_text
+    source = (PROGRAMS / "ipv4_router.p4").read_text().replace(
+        "        size = 1024;",
+        "        size = 1024;\n        support_timeout = true;\n"
+        "        entries = { 0x0a000000 &&& 0xff000000: drop(); }")
+    table = build_p4info(load_program_text(source, "r.p4")).tables[0]
+    assert table.idle_timeout_behavior == p4info_pb2.Table.NOTIFY_CONTROL
+    assert table.has_initial_entries and not table.is_const_table

@@ -242,3 +242,22 @@ def test_egress_sees_queue_metadata(program):
     assert [(j.egress_port, j.priority) for j in jobs] == [(7, 0)]
     out = pipe.egress(jobs[0], QueueMeta(enq_timestamp=5, enq_qdepth=3, deq_timedelta=2))
     assert len(out) == 1 and out[0][0] == 7
+
+
+def test_invalid_headers_read_as_zero(program):
+    source = (PROGRAMS / "features.p4").read_text().replace(
+        "            Op.EXIT: {",
+        "            (Op)8w128: {\n"
+        "                hdr.calc.setInvalid();\n"
+        "                bit<8> seen = hdr.calc.a;\n"
+        "                hdr.calc.setValid();\n"
+        "                hdr.calc.r8 = seen + 1;\n"
+        "                hdr.calc.r16 = (bit<16>)hdr.calc.b;\n"
+        "                hdr.calc.op = 128;\n"
+        "            }\n"
+        "            Op.EXIT: {")
+    from p4switch.frontend import load_program_text
+    pipe = Pipeline(load_program_text(source, "features.p4"))
+    out = pipe.process(calc_packet(128, 9, 7), 7)
+    op, a, b, r8, *_ = CALC.unpack(out[0][1][14:14 + CALC.size])
+    assert (op, a, b, r8) == (128, 0, 0, 1)  # fields of the invalidated header read 0

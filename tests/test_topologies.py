@@ -26,7 +26,7 @@ from mininet_topos import cleanup
 from mininet_topos.banner import boot_banner
 from mininet_topos.builder import FabricTopo, describe, root_interfaces, tc_params
 from mininet_topos.launcher import Fabric, LaunchOptions
-from mininet_topos.spec import LinkParams, TopologyError, load_topology, parse_topology
+from mininet_topos.spec import LinkParams, TopologyError, load_topology
 from mininet_topos.switches import (
     SwitchConfig,
     SwitchProcess,
@@ -181,7 +181,7 @@ def test_mininet_topo_has_explicit_ports_addresses_and_shaping() -> None:
     assert sorted(topo.switches()) == ["s1", "s2"] and sorted(topo.hosts()) == ["h1", "h2", "h3", "h4"]
     assert topo.nodeInfo("h3") == {"ip": "10.0.2.1/24", "mac": "00:00:0a:00:02:01"}
     info = topo.linkInfo("s1", "s2")
-    assert (info["port1"], info["port2"]) == (3, 3) if info["node1"] == "s1" else (3, 3)
+    assert (info["port1"], info["port2"]) == (3, 3)  # the bottleneck: port 3 on both sides
     assert info["bw"] == 20 and info["use_tbf"] is True
     assert topo.port("s2", "h4") == (2, 0)
 
@@ -276,6 +276,24 @@ def test_switch_that_exits_is_reported_with_command_and_output(tmp_path: Path) -
     assert "switch s9 exited with code 3" in text
     assert "command: " + sys.executable in text
     assert "bad interface s9-eth7" in text and "loading pipeline" in text
+
+
+def test_embedded_switch_on_a_missing_interface_is_reported_with_its_own_words(tmp_path: Path) -> None:
+    from mininet_topos.launcher import free_port
+
+    cfg = SwitchConfig(name="sx", device_id=9, grpc_port=free_port(), log_file=tmp_path / "sx.log",
+                       p4runtime_log=tmp_path / "sx-p4runtime.log", ports=((1, "gftnosuch0"),))
+    proc = SwitchProcess(cfg, embedded_command(cfg))
+    proc.start()
+    try:
+        with pytest.raises(SwitchStartError) as exc:
+            proc.wait_ready(time.monotonic() + 30)
+    finally:
+        proc.stop()
+    text = str(exc.value)
+    assert "switch sx exited with code" in text
+    assert "-i 1@gftnosuch0" in text  # the command line
+    assert text.count("gftnosuch0") >= 2  # and the switch's own message about it
 
 
 def test_switch_ready_when_its_port_accepts_and_reported_when_it_never_does(tmp_path: Path) -> None:

@@ -63,11 +63,11 @@ class LocalSgd:
 class TrainConfig:
     """Hyper-parameters every worker and the server must agree on."""
 
-    iterations: int = 200
+    iterations: int = 120
     batch_size: int = 32
     lr: float = 0.5
     seed: int = 0
-    hidden: tuple[int, ...] = (128, 64)
+    hidden: tuple[int, ...] = (64,)
     eval_every: int = 10
 
 

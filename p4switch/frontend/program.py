@@ -36,6 +36,8 @@ class TableInfo:
     direct_meter: str | None = None
     implementation: str | None = None
     annotations: list[str] = field(default_factory=list)
+    idle_timeout: bool = False  # `support_timeout = true` (P4Info only; entries never age here)
+    initial_entries: bool = False  # non-const `entries`
 
 
 @dataclass
