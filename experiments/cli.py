@@ -21,6 +21,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--bind", default="127.0.0.1:0", help="IP:PORT this role's DLCP socket binds")
     train.add_argument("--ps", help="worker: IP:PORT of the parameter server")
     train.add_argument("--rank", type=int, help="worker: its rank 0..workers-1")
+    train.add_argument("--wait-go", action="store_true",
+                       help="worker: wait for a line on stdin before the first iteration")
     train.add_argument("--threads", action="store_true", help="all: roles as threads of this process")
     train.add_argument("--target", type=float, default=DEFAULT_TARGET, help="test accuracy to time (default 0.93)")
     train.add_argument("--json", type=Path, default=None, help="all: write the run's figures to this file")
@@ -122,7 +124,10 @@ def _train(args: argparse.Namespace) -> int:
             raise ExperimentError("--role worker needs --ps IP:PORT and --rank")
         if not 0 <= args.rank < args.workers:
             raise ExperimentError(f"--rank {args.rank} is not in 0..{args.workers - 1}")
-        run_worker(bind, parse_address(args.ps), args.rank, args.workers, config, options, json_lines())
+        import sys
+
+        run_worker(bind, parse_address(args.ps), args.rank, args.workers, config, options, json_lines(),
+                   wait_go=sys.stdin if args.wait_go else None)
         return 0
     return _train_all(args, config, options)
 

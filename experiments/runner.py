@@ -23,10 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from rich.progress import TaskID
 
 from experiments.background import BackgroundTraffic, Flow
 from experiments.configs import JOB_ID, Configuration, select
@@ -100,7 +103,7 @@ class FabricHosts:
 
     def spawner(self, host: str) -> Spawner:
         node = self.fabric.node(host)
-        return lambda argv, stderr: node.popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+        return lambda argv, stderr: node.popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.PIPE)
 
 
 def apply_policy(description: Path, policy: Path) -> None:
@@ -143,12 +146,18 @@ def run_training_experiment(settings: ExperimentSettings) -> int:
                         ps=(hosts.spawner(PS_HOST), hosts.ip(PS_HOST)),
                         workers=[(hosts.spawner(h), hosts.ip(h)) for h in WORKER_HOSTS[:settings.workers]],
                         ps_port=DLCP_PORT, worker_port=DLCP_PORT)
-                    progress.note(task, "background traffic" if settings.background else "starting")
-                    with BackgroundTraffic(hosts, settings.background):
-                        time.sleep(1.0 if settings.background else 0.0)  # queues fill
-                        progress.note(task, "training")
+                    progress.note(task, "starting")
+                    with ExitStack() as traffic:
+
+                        def start_background(t: TaskID = task) -> None:
+                            if settings.background:
+                                progress.note(t, "background traffic")
+                                traffic.enter_context(BackgroundTraffic(hosts, settings.background))
+                                time.sleep(1.0)  # queues fill
+                            progress.note(t, "training")
+
                         outcome = run_job(settings.train, config.transport(settings.timeout_s), placement,
-                                          logs / config.name,
+                                          logs / config.name, on_ready=start_background,
                                           on_record=lambda r, t=task: progress.advance(t, 1, r.get("accuracy")))
                     after = switch_counters.snapshot(fabric.description_path)
                     figures = switch_counters.difference(before, after, JOB_ID)

@@ -22,7 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-cli", action="store_true",
                      help="run the scenario (default: pingall, exit 1 on any loss) and exit")
     run.add_argument("--scenario", type=Path, default=None,
-                     help="Mininet CLI commands to run with --no-cli, one a line")
+                     help="run these Mininet CLI commands (one a line) instead of the CLI, then exit")
     run.add_argument("--pcap", action="store_true", help="capture every switch port into pcaps/")
     run.add_argument("--policy", type=Path, default=None,
                      help="policy pushed after the routes (default: controller/policies/default.yaml)")
@@ -55,7 +55,8 @@ def _run(args: argparse.Namespace) -> int:
         topo=args.topo, target=args.target, pcap=args.pcap, log_level=args.log_level,
         policy=policy, progress=lambda msg: print(f"run: {msg}", file=sys.stderr, flush=True),
     )
-    return runner.run(options, interactive=not args.no_cli, scenario=args.scenario)
+    interactive = not (args.no_cli or args.scenario is not None)
+    return runner.run(options, interactive=interactive, scenario=args.scenario)
 
 
 def _stop(args: argparse.Namespace) -> int:

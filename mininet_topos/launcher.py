@@ -8,7 +8,6 @@ process and removes every interface the fabric made. What it made is recorded in
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -28,13 +27,7 @@ from gradfabric.fabric import Fabric as FabricDescription
 from mininet_topos import cleanup
 from mininet_topos.builder import FabricTopo, describe, root_interfaces
 from mininet_topos.spec import TopologySpec, load_topology
-from mininet_topos.switches import (
-    BMV2_BINARY,
-    BridgeSwitchNode,
-    P4SwitchNode,
-    SwitchConfig,
-    TargetMissingError,
-)
+from mininet_topos.switches import BridgeSwitchNode, P4SwitchNode, SwitchConfig, require_bmv2
 
 FABRIC_FILE = "fabric.json"
 #: Switch kinds: "p4" runs the target's switch program, "bridge" plain Linux bridges (L2
@@ -126,11 +119,8 @@ class Fabric:
     def boot(self) -> None:
         opts = self.options
         setLogLevel("output")  # the CLI prints node output at this level
-        if self.p4 and opts.target == "bmv2" and shutil.which(BMV2_BINARY) is None:
-            raise TargetMissingError(
-                f"--target bmv2 needs {BMV2_BINARY} on PATH and it is not there; install BMv2 "
-                "(p4lang/behavioral-model with PI/P4Runtime) or use --target embedded"
-            )
+        if self.p4 and opts.target == "bmv2":
+            require_bmv2()
         self.refuse_if_running()
         self.owns_state = True
         if self.p4:

@@ -89,19 +89,24 @@ def embedded_command(cfg: SwitchConfig) -> list[str]:
     return cmd
 
 
-def bmv2_command(cfg: SwitchConfig) -> list[str]:
-    """The `simple_switch_grpc` command line of one switch (pipeline from the controller).
-
-    Queue rate and depth are not command-line options of BMv2: the launcher sets them
-    afterwards through its Thrift CLI (``simple_switch_CLI``, on ``thrift_port``).
-    """
+def require_bmv2() -> str:
+    """The path of simple_switch_grpc, or a clear refusal when it is not installed."""
     binary = shutil.which(BMV2_BINARY)
     if binary is None:
         raise TargetMissingError(
             f"--target bmv2 needs {BMV2_BINARY} on PATH and it is not there; install BMv2 "
             "(p4lang/behavioral-model built with PI/P4Runtime) or use --target embedded"
         )
-    cmd = [binary]
+    return binary
+
+
+def bmv2_command(cfg: SwitchConfig) -> list[str]:
+    """The `simple_switch_grpc` command line of one switch (pipeline from the controller).
+
+    Queue rate and depth are not command-line options of BMv2: the launcher sets them
+    afterwards through its Thrift CLI (``simple_switch_CLI``, on ``thrift_port``).
+    """
+    cmd = [require_bmv2()]
     for port, iface in cfg.ports:
         cmd += ["-i", f"{port}@{iface}"]
     cmd += [

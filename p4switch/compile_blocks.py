@@ -6,6 +6,8 @@ from typing import Any
 
 from lark import Token, Tree
 
+from p4switch import hashes
+from p4switch.action_profiles import ActionProfile
 from p4switch.compile_expr import expr_text
 from p4switch.compile_stmt import seq
 from p4switch.compiled import (
@@ -15,7 +17,7 @@ from p4switch.compiled import (
 )
 from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray
 from p4switch.frontend.program import (
-    ActionInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, TableInfo,
+    ActionInfo, ActionProfileInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, TableInfo,
 )
 from p4switch.frontend.types import (
     BitT, BoolT, DeclT, EnumT, ExternT, IntLitT, P4Type, StructT,
@@ -175,10 +177,24 @@ class BlockCompiler:
         return ExternInstance("Checksum16", name)
 
     def _new_action_profile(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
-        raise self.unsupported(node, "action_profile is not supported by the embedded target yet")
+        if len(args) != 1:
+            raise self.type_error(node, "action_profile takes (size)")
+        profile = ActionProfile(name, self.const_int(args[0]))
+        self.action_profiles[name] = profile
+        self.info.action_profiles[name] = ActionProfileInfo(name, profile.size, [], False)
+        return ExternInstance("action_profile", name, profile)
 
     def _new_action_selector(self, node: Tree, name: str, t: ExternT, args: list, scope: Scope) -> ExternInstance:
-        raise self.unsupported(node, "action_selector is not supported by the embedded target yet")
+        if len(args) != 3:
+            raise self.type_error(node, "action_selector takes (HashAlgorithm, size, outputWidth)")
+        algo = self._algorithm(args[0], scope)
+        if algo not in hashes.ALGORITHMS:
+            raise self.unsupported(args[0], f"HashAlgorithm.{algo} for an action selector")
+        profile = ActionProfile(name, self.const_int(args[1]), selector=hashes.ALGORITHMS[algo],
+                                output_width=self.const_int(args[2]))
+        self.action_profiles[name] = profile
+        self.info.action_profiles[name] = ActionProfileInfo(name, profile.size, [], True)
+        return ExternInstance("action_selector", name, profile)
 
     # -- tables ------------------------------------------------------------------------------
 
@@ -201,6 +217,8 @@ class BlockCompiler:
         direct_counter: ExternInstance | None = None
         direct_meter: ExternInstance | None = None
         idle_timeout = False
+        profile: ActionProfile | None = None
+        selector_keys: list[tuple[Fn, int]] = []
         for prop in props:
             kind = prop.data
             if kind == "table_key":
@@ -228,7 +246,8 @@ class BlockCompiler:
                     keyfn.key_code = code  # type: ignore[attr-defined]
                     kname = _anno_string(_anno_map(kannos), "name") or expr_text(expr_node)
                     if match_kind == "selector":
-                        raise self.unsupported(expr_node, "selector keys (action selectors) are not supported")
+                        selector_keys.append((keyfn, width))
+                        continue
                     keys.append(KeyField(kname, match_kind, width))
                     key_fns.append(keyfn)
             elif kind == "table_actions":
@@ -266,8 +285,16 @@ class BlockCompiler:
                         direct_counter = inst
                     else:
                         direct_meter = inst
-                elif pname in ("implementation",):
-                    raise self.unsupported(prop, "table implementations (action profiles) are not supported")
+                elif pname == "implementation":
+                    inst = scope.lookup(_name(value.children[0])) if value.data == "var" else None
+                    if value.data == "construct":
+                        raise self.unsupported(value, "declare the action profile or selector as a "
+                                                      "named instance and use its name here")
+                    if not isinstance(inst, ExternInstance) or inst.kind not in (
+                            "action_profile", "action_selector"):
+                        raise self.type_error(value, "implementation must name an action_profile "
+                                                     "or action_selector")
+                    profile = inst.obj
                 elif pname == "support_timeout":
                     e = self.expr(value, scope)
                     if not isinstance(e.type, BoolT) or not e.is_const:
@@ -284,12 +311,20 @@ class BlockCompiler:
             refs.append(("NoAction", "DEFAULT_ONLY"))
         if default is None:
             default = ("NoAction", ())
+        if selector_keys and (profile is None or not profile.with_selector):
+            raise self.type_error(node, f"table {local} has selector keys but no action_selector")
+        if profile is not None and profile.with_selector and not selector_keys:
+            raise self.type_error(node, f"table {local} uses an action_selector but has no selector key")
         table = Table(qualified, tuple(keys), specs, size, is_const=const_entries,
                       const_default=const_default, initial_default=default,
-                      meter_factory=Meter if direct_meter is not None else None)
+                      meter_factory=Meter if direct_meter is not None else None, profile=profile)
+        if profile is not None:
+            profile.actions.update({n: a for n, a in specs.items() if not a.default_only})
+            self.info.action_profiles[profile.name].tables.append(qualified)
         info = TableInfo(qualified, tuple(keys), refs, size, default, const_default, const_entries,
                          direct_counter.name if direct_counter else None,
                          direct_meter.name if direct_meter else None,
+                         profile.name if profile is not None else None,
                          annotations=anno_texts(annos_node), idle_timeout=idle_timeout,
                          initial_entries=entries_node is not None and not const_entries)
         for inst in (direct_counter, direct_meter):
@@ -300,7 +335,8 @@ class BlockCompiler:
             self._const_entries(entries_node, table, scope, action_impls, qualified)
         self.tables[qualified] = table
         self.info.tables[qualified] = info
-        apply = self._table_apply(table, key_fns, action_impls, direct_counter is not None)
+        apply = self._table_apply(table, key_fns, action_impls, direct_counter is not None,
+                                  selector_keys)
         return TableImpl(table, info, apply)
 
     def _resolve_action(self, name_node: Any, scope: Scope) -> ActionImpl:
@@ -383,7 +419,7 @@ class BlockCompiler:
                 "range": Range(v, v), "optional": Optional(v)}[key.match_kind]
 
     def _table_apply(self, table: Table, key_fns: list[Fn], impls: dict[str, ActionImpl],
-                     counted: bool) -> Fn:
+                     counted: bool, selector_keys: list[tuple[Fn, int]] = ()) -> Fn:  # type: ignore[assignment]
         lookup = table.lookup
         fns = tuple(key_fns)
         key_codes = [getattr(f, "key_code", None) for f in fns]
@@ -412,12 +448,46 @@ class BlockCompiler:
                 installed.bytes += ctx.length
             impls[entry.action].run_with_args(s, entry.args)
             return True, entry.action
+        if table.profile is not None:
+            return self._indirect_apply(table, lookup, make_key if fns else None, impls, counted,
+                                        selector_keys)
         return apply
+
+    @staticmethod
+    def _indirect_apply(table: Table, lookup: Any, make_key: Any, impls: dict[str, ActionImpl],
+                        counted: bool, selector_keys: list[tuple[Fn, int]]) -> Fn:
+        """Apply for a table implemented by an action profile or selector."""
+        profile = table.profile
+        sel_fns = [f for f, _ in selector_keys]
+        sel_widths = [w for _, w in selector_keys]
+
+        def apply_indirect(s: list) -> tuple[bool, str]:
+            installed = lookup(make_key(s)) if make_key is not None else None
+            ctx = s[0]
+            ctx.hit_entry = installed
+            chosen = None
+            if installed is not None:
+                entry = installed.entry
+                if entry.member_id is not None:
+                    chosen = profile.member_action(entry.member_id)
+                else:
+                    data = hashes.pack_bits([f(s) for f in sel_fns], sel_widths)
+                    chosen = profile.group_action(entry.group_id, data)
+            if chosen is None:  # a miss, or an empty or vanished group: the default action
+                name, args = table._default
+                impls[name].run_with_args(s, args)
+                return False, name
+            if counted:
+                installed.packets += 1
+                installed.bytes += ctx.length
+            impls[chosen[0]].run_with_args(s, chosen[1])
+            return True, chosen[0]
+        return apply_indirect
 
     # -- functions -----------------------------------------------------------------------------
 
     def function(self, name: str) -> FunctionImpl:
-        cache = self.__dict__.setdefault("_functions_done", {})
+        cache = self.compiled_functions
         if name in cache:
             return cache[name]
         node = self.functions[name]
@@ -724,11 +794,11 @@ class BlockCompiler:
             meta=meta, std=std_slots, parser=compiled["parser"], verify=compiled["verify"],
             ingress=compiled["ingress"], egress=compiled["egress"], compute=compiled["compute"],
             deparser=compiled["deparser"], tables=self.tables, counters=self.counters,
-            meters=self.meters, registers=self.registers,
+            meters=self.meters, registers=self.registers, action_profiles=self.action_profiles,
             field_lists=self._field_lists(meta), digests=self.info.digests, errors=self.errors)
 
     def _std_slot(self, name: str) -> int:
-        std = getattr(self, "std_place", None)
+        std = self.std_place
         if std is None:
             raise RuntimeError("standard metadata not allocated yet")
         std_t = self.types["standard_metadata_t"]

@@ -239,6 +239,11 @@ class ExternCompiler:
             data = self.coerce(self.expr(args[1], scope, target), target, args[1])
         else:
             data = self.expr(args[1], scope)
+        if isinstance(data.type, StructT) and not all(
+                isinstance(ft, BitT | BoolT) or (isinstance(ft, EnumT) and ft.repr is not None)
+                for _, ft in data.type.fields):
+            raise self.unsupported(args[1], f"digest struct {data.type.name} must hold only bit<W>, "
+                                            "bool or serializable enum fields")
         leaves = self.leaves(data, args[1])
         if isinstance(data.type, StructT):
             dname = data.type.name

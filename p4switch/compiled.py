@@ -250,6 +250,7 @@ class CompiledProgram:
     counters: dict[str, CounterArray]
     meters: dict[str, MeterArray]
     registers: dict[str, RegisterArray]
+    action_profiles: dict[str, Any]
     field_lists: dict[int, list[int]]
     digests: dict[str, DigestInfo]
     errors: list[str]

@@ -49,6 +49,7 @@ class Compiler(ExprCompiler, StmtCompiler, ExternCompiler, PacketCompiler, Block
         self.counters: dict[str, CounterArray] = {}
         self.meters: dict[str, MeterArray] = {}
         self.registers: dict[str, RegisterArray] = {}
+        self.action_profiles: dict[str, Any] = {}
         self.field_lists: dict[int, list[int]] = {}
         self.decls: dict[str, Tree] = {}
         self.instances: dict[str, Tree] = {}
@@ -58,7 +59,9 @@ class Compiler(ExprCompiler, StmtCompiler, ExternCompiler, PacketCompiler, Block
         self.extern_functions: set[str] = set()
         self.extern_objects: set[str] = set()
         self.type_params: dict[str, P4Type] = {}
-        self.digest_count = 0
+        self.compiled_functions: dict[str, Any] = {}
+        self.std_place: Place | None = None  # standard_metadata, once allocated
+        self.call_type_args: Any = None  # explicit type arguments of the extern call being compiled
 
     # ---- errors --------------------------------------------------------------------------
 

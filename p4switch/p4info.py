@@ -97,6 +97,7 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     for n, m in info.meters.items():
         resources.append((P.DIRECT_METER if m.direct_table is not None else P.METER, n))
     resources += [(P.REGISTER, n) for n in info.registers]
+    resources += [(P.ACTION_PROFILE, n) for n in info.action_profiles]
     resources += [(P.DIGEST, n) for n in info.digests]
     id_of: dict[tuple[int, str], int] = {}
     for prefix, name in resources:  # @id annotations first, then p4c's hash rule
@@ -143,6 +144,8 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         if table.const_default:
             t.const_default_action_id = action_id[table.default_action[0]]
         t.direct_resource_ids.extend(direct_ids.get(name, []))
+        if table.implementation:
+            t.implementation_id = id_of[(P.ACTION_PROFILE, table.implementation)]
         t.size = table.size
         if table.is_const:
             t.is_const_table = True
@@ -177,6 +180,12 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         preamble(h, P.CONTROLLER_HEADER, name, [f'@controller_header("{name}")'])
         for i, f in enumerate(header.fields, start=1):
             h.metadata.add(id=i, name=f.name, bitwidth=f.bitwidth)
+    for name, prof in info.action_profiles.items():
+        a = p4info.action_profiles.add()
+        preamble(a, P.ACTION_PROFILE, name)
+        a.table_ids.extend(id_of[(P.TABLE, t)] for t in prof.tables)
+        a.with_selector = prof.with_selector
+        a.size = prof.size
     for name, reg in info.registers.items():
         r = p4info.registers.add()
         preamble(r, P.REGISTER, name)

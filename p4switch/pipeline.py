@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from p4switch.action_profiles import ActionProfile
 from p4switch.compiler import Compiler
 from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine
 from p4switch.frontend.program import Program
@@ -59,6 +60,7 @@ class Pipeline:
         self.counters: dict[str, CounterArray] = compiled.counters
         self.meters: dict[str, MeterArray] = compiled.meters
         self.registers: dict[str, RegisterArray] = compiled.registers
+        self.action_profiles: dict[str, ActionProfile] = compiled.action_profiles
         self.pre = ReplicationEngine()
         self.digest_sink: Callable[[str, tuple[int, ...]], None] = lambda name, values: None
         self.log: Callable[[str], None] = LOG.info

@@ -86,6 +86,8 @@ class TableEntry:
     priority: int
     action: str
     args: tuple[int, ...]
+    member_id: int | None = None  # tables implemented by an action profile: a member ...
+    group_id: int | None = None  # ... or a group of an action selector, instead of an action
 
 
 @dataclass
@@ -128,6 +130,7 @@ class Table:
     const_default: bool = False
     initial_default: tuple[str, tuple[int, ...]] = ("NoAction", ())
     meter_factory: Any = None
+    profile: Any = None  # the ActionProfile implementing this table, if any
     _default: tuple[str, tuple[int, ...]] = field(init=False)
     _entries: dict[tuple, _Installed] = field(init=False, default_factory=dict)
     _order: int = field(init=False, default=0)
@@ -202,8 +205,23 @@ class Table:
                 f"table {self.name}: priority {entry.priority} given for a table "
                 "without ternary, range or optional keys"
             )
-        self._check_action(entry.action, entry.args, for_default=False)
+        if self.profile is not None:
+            self._check_indirect(entry)
+        elif entry.member_id is not None or entry.group_id is not None:
+            raise InvalidEntry(f"table {self.name} has no action profile: give an action")
+        else:
+            self._check_action(entry.action, entry.args, for_default=False)
         return (tuple(norm), entry.priority)
+
+    def _check_indirect(self, entry: TableEntry) -> None:
+        profile = self.profile
+        if (entry.member_id is None) == (entry.group_id is None):
+            raise InvalidEntry(f"table {self.name} is implemented by {profile.name}: "
+                               "an entry names exactly one member or group")
+        if entry.member_id is not None and entry.member_id not in profile.members:
+            raise InvalidEntry(f"table {self.name}: {profile.name} has no member {entry.member_id}")
+        if entry.group_id is not None and entry.group_id not in profile.groups:
+            raise InvalidEntry(f"table {self.name}: {profile.name} has no group {entry.group_id}")
 
     def _check_field(self, key: KeyField, m: FieldMatch | None) -> Any:
         width, kind, top = key.bitwidth, key.match_kind, _mask(key.bitwidth)

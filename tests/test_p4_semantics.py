@@ -107,7 +107,8 @@ def test_function_mux_nested_control_and_const_entries(pipe):
     assert run_calc(pipe, 25, 10, 7)["r8"] == 24  # copy-in/copy-out through two applies
     assert run_calc(pipe, 27, 1, 0)["r8"] == 11
     assert run_calc(pipe, 27, 2, 0)["r8"] == 22
-    assert run_calc(pipe, 27, 3, 0)["r8"] == 99
+    assert run_calc(pipe, 27, 3, 0)["r8"] == 41  # an action calling an action
+    assert run_calc(pipe, 27, 4, 0)["r8"] == 99
     with pytest.raises(Exception, match="const"):
         pipe.tables["FIngress.consts"].clear()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -349,8 +350,14 @@ def test_cleanup_stops_tracked_processes_only_when_they_are_still_the_same(tmp_p
 
 # -- plumbing with Linux bridges (root) --------------------------------------------------
 def leftovers(prefix: str) -> list[str]:
+    """Interfaces named like this fabric's nodes (``<prefix>s1``, ``<prefix>h3-eth0``...).
+
+    The prefix is "gft" plus two hex digits and the node names used here start with a
+    letter past "f", so interfaces of tests/netns labs ("gft" plus five hex digits) never match.
+    """
+    ours = re.compile(rf"^{re.escape(prefix)}[g-z][\w-]*$")
     links = [l.split(":")[1].strip().split("@")[0] for l in netns.sh("ip", "-o", "link").stdout.splitlines()]
-    return [name for name in links if name.startswith(prefix)]
+    return [name for name in links if ours.match(name)]
 
 
 def mininet_shells(prefix: str) -> list[str]:
@@ -478,3 +485,18 @@ def test_interfaces_that_already_exist_are_refused_and_left_alone(tmp_path: Path
         with Fabric(options):
             pass
     assert sorted(leftovers(prefix)) == sorted([taken, f"{prefix}peer"])  # not ours: untouched
+
+
+@pytest.mark.netns
+def test_run_and_stop_commands_check_their_input_before_touching_anything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gradfabric import cli
+
+    monkeypatch.setenv("GRADFABRIC_WORKDIR", str(tmp_path))
+    assert cli.main(["run", "--no-cli", "--scenario", str(tmp_path / "none.txt")]) == 1
+    assert f"scenario file {tmp_path / 'none.txt'} does not exist" in capsys.readouterr().err
+    assert cli.main(["run", "--topo", str(tmp_path / "none.yaml")]) == 1
+    assert f"topology file {tmp_path / 'none.yaml'} does not exist" in capsys.readouterr().err
+    assert cli.main(["stop"]) == 0
+    assert "no fabric recorded, nothing to stop" in capsys.readouterr().out
+    assert not (tmp_path / "build").exists()

@@ -22,12 +22,12 @@ from experiments.errors import ExperimentError
 from experiments.training.loop import TrainConfig
 from experiments.training.options import TransportOptions
 
-#: Starts argv with stdout piped and stderr into the given file.
+#: Starts argv with stdin and stdout piped and stderr into the given file.
 Spawner = Callable[[list[str], IO[bytes]], subprocess.Popen]
 
 
 def local_spawner(argv: list[str], stderr: IO[bytes]) -> subprocess.Popen:
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.PIPE)
 
 
 def gradfabric_argv() -> list[str]:
@@ -36,7 +36,7 @@ def gradfabric_argv() -> list[str]:
 
 
 def role_argv(role: str, config: TrainConfig, options: TransportOptions, *, workers: int,
-              bind: str, ps: str | None = None, rank: int | None = None) -> list[str]:
+              bind: str, ps: str | None = None, rank: int | None = None, wait_go: bool = False) -> list[str]:
     """The command line of one role (see ``gradfabric train --role``)."""
     argv = [*gradfabric_argv(), "train", "--role", role, "--workers", str(workers), "--bind", bind,
             "--iterations", str(config.iterations), "--batch-size", str(config.batch_size),
@@ -50,6 +50,8 @@ def role_argv(role: str, config: TrainConfig, options: TransportOptions, *, work
         argv += ["--ps", ps]
     if rank is not None:
         argv += ["--rank", str(rank)]
+    if wait_go:
+        argv.append("--wait-go")
     return argv
 
 
@@ -111,6 +113,16 @@ class RoleProcess:
                 raise self.failure()
         return self.address
 
+    def go(self) -> None:
+        """Send the start signal (a line on stdin) to a role started with --wait-go."""
+        if self.process.stdin is None:
+            raise ExperimentError(f"{self.name} was started without a stdin pipe (see Spawner)")
+        try:
+            self.process.stdin.write(b"go\n")
+            self.process.stdin.flush()
+        except OSError:
+            raise self.failure() from None
+
     def done(self) -> dict[str, Any]:
         for line in reversed(self.lines):
             if line.get("event") == "done":
@@ -150,9 +162,13 @@ class Placement:
 
 
 def run_job(config: TrainConfig, options: TransportOptions, placement: Placement, logs: Path, *,
-            on_record: Callable[[dict[str, Any]], None] | None = None, start_timeout_s: float = 60.0,
+            on_record: Callable[[dict[str, Any]], None] | None = None,
+            on_ready: Callable[[], None] | None = None, start_timeout_s: float = 120.0,
             job_timeout_s: float = 900.0) -> JobOutcome:
-    """Run the job to its end (see the module doc); any role failing fails the job."""
+    """Run the job to its end (see the module doc); any role failing fails the job.
+
+    Workers start their first iteration once every role is up and `on_ready` (if given)
+    returned: start-up costs stay out of the run, and so does whatever `on_ready` waits for."""
     n = len(placement.workers)
     if n < 1:
         raise ExperimentError("a training job needs at least one worker")
@@ -168,9 +184,17 @@ def run_job(config: TrainConfig, options: TransportOptions, placement: Placement
             forward = on_record if rank == 0 else None
             roles.append(RoleProcess(
                 f"worker {rank}", role_argv("worker", config, options, workers=n, rank=rank,
-                                            bind=f"{worker_ip}:{placement.worker_port}", ps=f"{ip}:{port}"),
+                                            bind=f"{worker_ip}:{placement.worker_port}", ps=f"{ip}:{port}",
+                                            wait_go=True),
                 spawn, logs / f"worker{rank}.log",
                 on_line=(lambda line, f=forward: f(line) if f and line.get("event") == "iteration" else None)))
+        for role in roles[1:]:
+            role.wait_listening(start_timeout_s)
+        if on_ready is not None:
+            on_ready()
+        started = time.perf_counter()
+        for role in roles[1:]:
+            role.go()
         deadline = time.monotonic() + job_timeout_s
         pending = list(roles)
         while pending:

@@ -2,7 +2,7 @@
 
 ``ps``: the parameter server. ``worker``: one data-parallel worker. Both print JSON lines on
 stdout: first ``{"event": "listening", "address": "IP:PORT"}`` once the DLCP socket is
-bound, then (worker) one ``{"event": "iteration", ...}`` per iteration (a
+bound (a worker started with ``--wait-go`` then waits for a line on stdin), then (worker) one ``{"event": "iteration", ...}`` per iteration (a
 :class:`~experiments.training.loop.Record`), and last ``{"event": "done", ...}`` with the
 socket's receive statistics (and, for the server, its :class:`ServerSummary`).
 """
@@ -58,12 +58,18 @@ def run_server(bind: Address, workers: int, config: TrainConfig, options: Transp
 
 
 def run_worker(bind: Address, server: Address, rank: int, workers: int, config: TrainConfig,
-               options: TransportOptions, emit: Emit, *, linger_s: float = 1.0) -> list[Record]:
-    """Train as worker `rank`; keep answering late probes for `linger_s` seconds at the end."""
+               options: TransportOptions, emit: Emit, *, linger_s: float = 1.0,
+               wait_go: TextIO | None = None) -> list[Record]:
+    """Train as worker `rank`; keep answering late probes for `linger_s` seconds at the end.
+
+    With `wait_go`, the first iteration waits for a line on that stream (a start signal
+    from whoever launched the job, e.g. once background traffic runs)."""
     data = load_digits(config.seed)
     trainer = Worker(rank, workers, config, data)
     with make_endpoint(options, rank, *bind) as endpoint:
         _listening(emit, endpoint)
+        if wait_go is not None:
+            wait_go.readline()
         exchange = PsExchange(endpoint, server, tensor_sizes(trainer.model), trainer.initial_parameters(),
                               rank=rank, options=options)
         records = trainer.train(exchange, lambda r: emit({"event": "iteration", **asdict(r)}))

@@ -95,12 +95,17 @@ control FIngress(inout headers hdr, inout metadata meta, inout standard_metadata
         sm.egress_spec = sm.ingress_port;
     }
     action set_r8(bit<8> v) { hdr.calc.r8 = v; }
+    action set_r8_plus_one(bit<8> v) {
+        set_r8(v);
+        hdr.calc.r8 = hdr.calc.r8 + 1;
+    }
     table consts {
         key = { hdr.calc.a: exact; }
-        actions = { set_r8; NoAction; }
+        actions = { set_r8; set_r8_plus_one; NoAction; }
         const entries = {
             1: set_r8(11);
             2: set_r8(22);
+            3: set_r8_plus_one(40);
         }
         default_action = set_r8(99);
     }
