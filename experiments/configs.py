@@ -35,8 +35,14 @@ LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..3", "pri
                     {"tensors": "4..65535", "priority": 5}]
 ONE_QUEUE = [{"tensors": "0..65535", "priority": 0}]
 #: Drop drop-eligible packets of magnitude class below mag_threshold (2^(t-128)) once the
-#: port queue is deeper than queue_threshold packets; mark the others.
-THRESHOLDS = [{"priority": "any", "mag_threshold": 124, "queue_threshold": 16}]
+#: port's queues hold more than queue_threshold packets together; mark the others.
+MAG_THRESHOLD = 124
+#: With one queue: half of its 32 packets (the experiment fabric's queue depth).
+SHARED_QUEUE_THRESHOLD = 16
+#: With priority queues the switch's queue depth counts every queue of the port, so a full
+#: background queue (32) alone would pass any lower threshold and drop the job's packets
+#: although its own queue is empty: drop only once the job's queues hold 8 more.
+PRIORITY_QUEUE_THRESHOLD = 32 + 8
 
 RELIABLE = dict(grad_bound=0.0, param_bound=0.0, front_loss_bound=0.0, back_loss_bound=0.0)
 BOUNDED = dict(grad_bound=0.10, param_bound=0.002, front_loss_bound=0.10, back_loss_bound=0.05)
@@ -58,7 +64,8 @@ class Configuration:
             "layers": LAYER_PRIORITIES if self.priority else ONE_QUEUE,
         }
         if self.dropping:
-            job["thresholds"] = THRESHOLDS
+            depth = PRIORITY_QUEUE_THRESHOLD if self.priority else SHARED_QUEUE_THRESHOLD
+            job["thresholds"] = [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": depth}]
         return {"version": 1, "default_priority": 0, "jobs": [job]}
 
     def transport(self, timeout_s: float) -> TransportOptions:

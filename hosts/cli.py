@@ -250,8 +250,8 @@ def _run_send(args: argparse.Namespace) -> int:
                 r = endpoint.send(dest, _test_tensor(args.seed, i, args.elements), iteration=i)
                 lines.emit({"event": "sent", "iteration": i, "packets": r.packets, "bytes": r.payload_bytes,
                             "retransmissions": r.retransmitted, "rounds": r.rounds, "probes": r.probes,
-                            "missing": r.missing, "eligible": r.eligible, "seconds": r.seconds,
-                            "rate_pps": endpoint.aimd.rate})
+                            "missing": r.missing, "eligible": r.eligible, "ecn_echoes": r.ecn_echoes,
+                            "seconds": r.seconds, "rate_pps": endpoint.aimd.rate})
         return 0
 
     return _with_lines(args, body)
@@ -276,7 +276,8 @@ def _run_recv(args: argparse.Namespace) -> int:
             endpoint.drain(quiet=args.linger, limit=10 * args.linger)  # late probes still get their bitmap
             stats = endpoint.reassembler.stats
             lines.emit({"event": "stats", "data_packets": stats.data_packets, "duplicates": stats.duplicates,
-                        "probes": stats.probes, "drops": dict(stats.drops)})
+                        "probes": stats.probes, "ce_marked": stats.ce_marked, "ecn_echoes": stats.ecn_echoes,
+                        "drops": dict(stats.drops)})
         if bad:
             raise HostError(f"{bad} message(s) held values that were neither sent nor zero")
         return 0

@@ -4,10 +4,18 @@ Sending a message: packetise it, send the packets paced by AIMD, then a probe; t
 receiver answers with a bitmap of the packets it saw; the sender retransmits the missing
 packets only while the missing elements exceed the loss bound, probing after each round.
 A probe that gets no complete answer within the probe timeout is repeated (with back-off).
+On a sprayed fabric the probe can overtake data still queued on another path, so a bitmap
+over the bound is confirmed before anything is retransmitted: the sender waits
+`reorder_grace`, probes again, and repeats while the bitmaps still show progress; only what
+is missing once they agree is retransmitted. Data packets leave with ECN = ECT(0); a bitmap
+with the ECN-echo flag (the receiver saw CE marks) cuts the AIMD rate once per message.
 
-Receiving: a background thread reads the socket, hands data and probes to a
-:class:`~hosts.receiver.Reassembler`, sends its replies, queues completed messages for
-:meth:`Endpoint.receive`, and routes bitmaps to the send waiting for them.
+Receiving: a background thread reads the socket (with the IP ECN bits of each datagram),
+hands data and probes to a :class:`~hosts.receiver.Reassembler`, sends its replies, queues
+completed messages for :meth:`Endpoint.receive`, and routes bitmaps to the send waiting for
+them. :meth:`Endpoint.close` lingers while peers still talk (at most `linger` seconds of
+quiet): a sender whose last message completed on data still gets the bitmap its probe asks
+for after the receiver took the message and closed.
 
 The data path uses plain UDP sockets and the struct/numpy codec of :mod:`hosts.wire`;
 Scapy is not involved here (it is far too slow per packet).
@@ -34,6 +42,9 @@ from hosts.receiver import Address, Reassembler
 from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, Flags, Header, MsgType, pack_header
 
 SOCKET_BUFFER = 8 << 20
+ECT0 = 0x02  # IP ECN field: ECN-capable transport
+ECN_CE = 0x03  # IP ECN field: congestion experienced
+_TOS_SPACE = socket.CMSG_SPACE(4)
 
 
 @dataclass
@@ -49,6 +60,7 @@ class SendReport:
     missing: int  # elements the receiver still lacks (within the bound)
     eligible: int  # packets marked drop-eligible
     seconds: float
+    ecn_echoes: int = 0  # bitmap answers that echoed CE marks
 
     @property
     def loss_rate(self) -> float:
@@ -66,15 +78,17 @@ class _BitmapWait:
     def reset(self) -> None:
         self.bits = np.zeros(self.n, dtype=bool)
         self.covered = np.zeros(self.n, dtype=bool)
+        self.echo = False
         self.event = threading.Event()
 
-    def add(self, start: int, nbits: int, payload: memoryview) -> bool:
+    def add(self, start: int, nbits: int, payload: memoryview, echo: bool = False) -> bool:
         start -= self.first
         if nbits == 0 or start < 0 or start + nbits > self.n or len(payload) * 8 < nbits:
             return False
         bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little")
         self.bits[start:start + nbits] |= bits.astype(bool)
         self.covered[start:start + nbits] = True
+        self.echo |= echo
         if self.covered.all():
             self.event.set()
         return True
@@ -88,7 +102,11 @@ def set_buffer(sock: socket.socket, force: int, plain: int, size: int) -> None:
 
 
 class Endpoint:
-    """A worker's or server's DLCP socket (context manager; see the module doc)."""
+    """A worker's or server's DLCP socket (context manager; see the module doc).
+
+    `reorder_grace` and `max_confirms` bound the re-probing before a retransmission (0
+    confirms: believe the first bitmap); `linger` is the quiet time `close()` waits for;
+    `ecn=False` sends Not-ECT: switches then never mark this endpoint's packets."""
 
     def __init__(
         self,
@@ -106,6 +124,10 @@ class Endpoint:
         max_rounds: int = 100,
         max_tensor_len: int = 1 << 26,
         prior: Callable[[MessageKey], np.ndarray | None] | None = None,
+        reorder_grace: float = 0.005,
+        max_confirms: int = 20,
+        linger: float = 0.25,
+        ecn: bool = True,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
@@ -117,12 +139,18 @@ class Endpoint:
         self.probe_timeout = probe_timeout
         self.max_probes = max_probes
         self.max_rounds = max_rounds
+        self.reorder_grace = reorder_grace
+        self.max_confirms = max_confirms
+        self.linger = linger
         self.reassembler = Reassembler(job_id=job_id, bounds=self.bounds,
                                        max_tensor_len=max_tensor_len, prior=prior)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             set_buffer(self._sock, getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF, SOCKET_BUFFER)
             set_buffer(self._sock, getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF, SOCKET_BUFFER)
+            if ecn:
+                self._sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+            self._sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             self._sock.bind((host, port))
         except OSError as exc:
             self._sock.close()
@@ -134,6 +162,7 @@ class Endpoint:
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
         self._stop = threading.Event()
         self._last_rx = time.monotonic()
+        self._last_peer_rx = 0.0  # last data or probe handled (bitmaps excluded)
         self._thread = threading.Thread(target=self._receive_loop, name=f"dlcp-rx-{worker_id}", daemon=True)
         self._thread.start()
 
@@ -150,6 +179,12 @@ class Endpoint:
             time.sleep(min(0.05, quiet))
 
     def close(self) -> None:
+        """Stop after lingering: while data or probes arrived within the last `linger`
+        seconds, keep answering until `linger` seconds pass quietly (at most 8 x linger)."""
+        if self.linger > 0 and self._thread.is_alive():
+            deadline = time.monotonic() + 8 * self.linger
+            while (now := time.monotonic()) < deadline and now - self._last_peer_rx < self.linger:
+                time.sleep(min(0.02, self.linger))
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close()
@@ -192,14 +227,15 @@ class Endpoint:
         view = memoryview(buf)
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
-        recv = self._sock.recvfrom_into
+        recv = self._sock.recvmsg_into
+        buffers = [buf]
         handle = self.reassembler.handle
         while not self._stop.is_set():
             if not poller.poll(50):
                 continue
             while True:  # drain what is queued before polling again
                 try:
-                    n, source = recv(buf, 0, socket.MSG_DONTWAIT)
+                    n, ancillary, _flags, source = recv(buffers, _TOS_SPACE, socket.MSG_DONTWAIT)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:
@@ -209,7 +245,9 @@ class Endpoint:
                 if n >= HEADER_LEN and buf[0] & 0x0F == MsgType.BITMAP:
                     self._on_bitmap(data, source)
                     continue
-                replies, delivered = handle(data, source)
+                self._last_peer_rx = self._last_rx
+                ce = bool(ancillary) and ancillary[0][1] == socket.IP_TOS and ancillary[0][2][0] & ECN_CE == ECN_CE
+                replies, delivered = handle(data, source, ce)
                 for reply in replies:
                     try:
                         self._sock.sendto(reply, source)
@@ -228,7 +266,7 @@ class Endpoint:
             key = MessageKey(job, worker, iteration, tensor, MsgType(kind))
             with self._waits_lock:
                 wait = self._waits.get((source, key))
-        if wait is None or not wait.add(start, nbits, data[HEADER_LEN:]):
+        if wait is None or not wait.add(start, nbits, data[HEADER_LEN:], bool(flags & Flags.ECN_ECHO)):
             self.reassembler.stats.drops["unexpected_bitmap"] += 1
 
     # -- sending -----------------------------------------------------------------------------
@@ -283,16 +321,31 @@ class Endpoint:
         with self._waits_lock:
             self._waits[(dest, key)] = wait
         counts = batch.counts
-        rounds = retransmitted = probes = 0
+        rounds = retransmitted = probes = echoes = 0
         try:
             pending = np.arange(n)
             while True:
                 if rounds:
                     batch.headers["flags"][pending] |= np.uint8(Flags.RETRANSMIT)
                 self._transmit(batch, pending, dest)
-                received, used = self._probe(wait, probe, dest, key)
+                received, used, echo = self._probe(wait, probe, dest, key)
                 probes += used
+                echoes += echo
                 missing = int(counts[~received].sum())
+                confirms = 0
+                while not within_bound(missing, flat.size, bound) and confirms < self.max_confirms:
+                    # Data may still be on its way behind the probe: ask again after a grace
+                    # period and believe the bitmap only once it stops improving.
+                    confirms += 1
+                    time.sleep(self.reorder_grace)
+                    again, used, echo = self._probe(wait, probe, dest, key)
+                    probes += used
+                    echoes += echo
+                    improved = bool((again & ~received).any())
+                    received |= again
+                    missing = int(counts[~received].sum())
+                    if not improved:
+                        break
                 if within_bound(missing, flat.size, bound):
                     break
                 rounds += 1
@@ -306,12 +359,14 @@ class Endpoint:
         finally:
             with self._waits_lock:
                 self._waits.pop((dest, key), None)
-        if rounds == 0:
+        if echoes:
+            self.aimd.on_congestion()  # once per message, as classic ECN does once per window
+        elif rounds == 0:
             self.aimd.on_success()
         return SendReport(
             key=key, packets=n, payload_bytes=flat.size * 4, retransmitted=retransmitted,
             rounds=rounds, probes=probes, missing=missing, eligible=int(batch.eligible.sum()),
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - started, ecn_echoes=echoes,
         )
 
     def _drop_rule(self, bound: float, eligible_share: float | None) -> DropRule:
@@ -330,13 +385,15 @@ class Endpoint:
                 sendto(views[j], dest)
             i += allowed
 
-    def _probe(self, wait: _BitmapWait, probe: bytes, dest: Address, key: MessageKey) -> tuple[np.ndarray, int]:
+    def _probe(self, wait: _BitmapWait, probe: bytes, dest: Address,
+               key: MessageKey) -> tuple[np.ndarray, int, bool]:
+        """(bits received, probes sent, whether the answer echoed CE marks)."""
         timeout = self.probe_timeout
         for attempt in range(1, self.max_probes + 1):
             wait.reset()
             self._sock.sendto(probe, dest)
             if wait.event.wait(timeout):
-                return wait.bits.copy(), attempt
+                return wait.bits.copy(), attempt, wait.echo
             timeout = min(1.0, timeout * 2)
         raise TransportError(
             f"no bitmap from {dest[0]}:{dest[1]} for {key} after {self.max_probes} probes "

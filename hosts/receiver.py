@@ -5,6 +5,8 @@ messages that completed. Values are placed by offset in any order; duplicates ar
 a probe is answered with bitmaps of the data packets it covers; a message completes when
 every element arrived, or at a probe once at least (1 - bound) of its elements arrived; a
 completed message answers every later probe with a full bitmap (it needs nothing more).
+Data that arrived with IP ECN = CE (``handle(..., ce=True)``) sets the ECN-echo flag of the
+message's next bitmap answer, so the sender's AIMD slows down before the switch has to drop.
 A tensor may be sent in parts (each part its own probe); sequence numbers are unique per
 tensor, so the parts share one assembly. Lost gradient values are zero; lost parameter
 values keep what ``prior(key)`` returned (the previous iteration's values). Anything
@@ -23,7 +25,7 @@ from enum import Enum
 import numpy as np
 
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
-from hosts.wire import HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, MsgType, pack_bitmap
+from hosts.wire import HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags, MsgType, pack_bitmap
 
 #: Bits per bitmap reply packet (1024 payload bytes).
 BITMAP_BITS_PER_PACKET = 8192
@@ -54,6 +56,8 @@ class ReceiverStats:
     duplicates: int = 0
     probes: int = 0
     bitmaps_sent: int = 0
+    ce_marked: int = 0  # data packets that arrived with ECN = CE
+    ecn_echoes: int = 0  # bitmap answers carrying the ECN-echo flag
     completed: int = 0
     evicted: int = 0  # incomplete messages given up to make room for new ones
     drops: Counter[str] = field(default_factory=Counter)
@@ -106,13 +110,17 @@ class Reassembler:
         self.stats = ReceiverStats()
         self._open: dict[MessageKey, Assembly] = {}
         self._done: OrderedDict[MessageKey, int] = OrderedDict()  # key -> tensor_len
+        self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
 
     @property
     def open_messages(self) -> int:
         return len(self._open)
 
-    def handle(self, data: bytes | memoryview, source: Address) -> tuple[list[bytes], list[Delivered]]:
-        """Process one datagram: (replies to send to `source`, completed messages)."""
+    def handle(self, data: bytes | memoryview, source: Address,
+               ce: bool = False) -> tuple[list[bytes], list[Delivered]]:
+        """Process one datagram: (replies to send to `source`, completed messages).
+
+        `ce`: the datagram arrived with IP ECN = CE (congestion experienced)."""
         if len(data) < HEADER_LEN:
             return self._drop(DropReason.TRUNCATED)
         vt, flags, job, worker, tensor, iteration, offset, tensor_len, count, mag, _prio, seq = (
@@ -127,6 +135,8 @@ class Reassembler:
         msg_type = vt & 0x0F
         if msg_type <= 1:
             key = MessageKey(job, worker, iteration, tensor, _KINDS[msg_type])
+            if ce:
+                self._note_ce(key)
             return self._data(key, data, offset, tensor_len, count, seq, source)
         if msg_type == 2:
             if mag > 1:
@@ -223,12 +233,23 @@ class Reassembler:
             delivered.append(self._complete(asm))
         return self._bitmaps(key, tensor_len, first, bits), delivered
 
+    def _note_ce(self, key: MessageKey) -> None:
+        self.stats.ce_marked += 1
+        if len(self._echo) >= self.max_open + self.done_memory:  # senders that never probe
+            self._echo.clear()
+        self._echo.add(key)
+
     def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray) -> list[bytes]:
         replies = []
+        flags = 0
+        if key in self._echo:
+            self._echo.discard(key)
+            flags = Flags.ECN_ECHO
+            self.stats.ecn_echoes += 1
         for start in range(0, bits.size, BITMAP_BITS_PER_PACKET):
             chunk = bits[start:start + BITMAP_BITS_PER_PACKET]
             header = HEADER_STRUCT.pack(
-                (VERSION << 4) | MsgType.BITMAP, 0, key.job_id, key.worker_id, key.tensor_id,
+                (VERSION << 4) | MsgType.BITMAP, flags, key.job_id, key.worker_id, key.tensor_id,
                 key.iteration, first + start, tensor_len, chunk.size, int(key.kind), 7,
                 start // BITMAP_BITS_PER_PACKET,
             )

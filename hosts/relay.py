@@ -4,7 +4,12 @@ It sits between one sender and one receiver on loopback: the sender talks to the
 address, the relay forwards to the receiver through its own socket and carries the replies
 back. A `verdict(header, data)` function decides per forwarded datagram how many copies to
 send (0 drops it); `hold` reverses the order of every group of that many forwarded data
-packets (a probe first flushes the group, so it never overtakes data).
+packets (a probe first flushes the group, so it never overtakes data). Three impairments of a
+sprayed, congested fabric can be added: `overtake` lets each control packet (probe) pass
+the last that many data packets before it, which follow right behind it (as when the probe
+took a shorter path); `control_delay` holds control packets back for that many seconds; and
+`mark_ce(header)` chooses data packets to forward with IP ECN = CE, as a congested switch
+marks them.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from __future__ import annotations
 import random
 import select
 import socket
+import struct
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +29,7 @@ from hosts.receiver import Address
 from hosts.wire import HEADER_LEN, Header, unpack_header
 
 Verdict = Callable[[Header, bytes], int]
+_CE = struct.pack("i", 3)  # IP_TOS ancillary value: ECN = CE
 
 
 @dataclass
@@ -29,6 +38,8 @@ class RelayStats:
     dropped: int = 0
     duplicated: int = 0
     replies: int = 0
+    overtaken: int = 0  # data packets a control packet overtook
+    ce_marked: int = 0
     seen: list[Header] = field(default_factory=list)
 
 
@@ -36,12 +47,18 @@ class Relay:
     """See the module doc. Use as a context manager."""
 
     def __init__(self, target: Address, verdict: Verdict | None = None, hold: int = 1,
-                 listen: Address = ("127.0.0.1", 0), record: bool = True) -> None:
+                 listen: Address = ("127.0.0.1", 0), record: bool = True, *, overtake: int = 0,
+                 control_delay: float = 0.0, mark_ce: Callable[[Header], bool] | None = None) -> None:
         self.target = target
         self.verdict = verdict or (lambda header, data: 1)
         self.hold = max(1, hold)
         self.stats = RelayStats()
         self.record = record  # keep every header seen in stats.seen
+        self.overtake = max(0, overtake)
+        self.control_delay = control_delay
+        self.mark_ce = mark_ce
+        self._lagging: deque[bytes] = deque()  # the last data packets, for a probe to overtake
+        self._delayed: deque[tuple[float, bytes]] = deque()  # control packets and when they are due
         self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for sock, where in ((self._front, listen), (self._back, (listen[0], 0))):
@@ -75,9 +92,16 @@ class Relay:
         poller.register(self._back, select.POLLIN)
         front, back = self._front.fileno(), self._back.fileno()
         while not self._stop.is_set():
-            events = poller.poll(50)
+            wait_ms = 50
+            if self._delayed:
+                wait_ms = max(0, min(50, int((self._delayed[0][0] - time.monotonic()) * 1000) + 1))
+            events = poller.poll(wait_ms)
+            while self._delayed and self._delayed[0][0] <= time.monotonic():
+                self._send_control(self._delayed.popleft()[1])
             if not events and self._held:
                 self._flush()
+            if not events and self._lagging and not self._delayed:
+                self._release_lagging(overtaken=False)  # idle link: nothing to overtake them
             for fd, _ in events:
                 if fd == front:
                     data, self._client = self._front.recvfrom(65536)
@@ -99,7 +123,10 @@ class Relay:
             if header.msg_type > 1 and copies > 0:
                 self._flush()  # control packets never overtake the data held back
                 self.stats.forwarded += 1
-                self._back.sendto(data, self.target)
+                if self.control_delay > 0:
+                    self._delayed.append((time.monotonic() + self.control_delay, data))
+                else:
+                    self._send_control(data)
                 return
         if copies <= 0:
             self.stats.dropped += 1
@@ -112,8 +139,37 @@ class Relay:
 
     def _flush(self) -> None:
         for data in reversed(self._held):
-            self._back.sendto(data, self.target)
+            if self.overtake:
+                self._lagging.append(data)
+                while len(self._lagging) > self.overtake:
+                    self._send_data(self._lagging.popleft())
+            else:
+                self._send_data(data)
         self._held.clear()
+
+    def _send_data(self, data: bytes) -> None:
+        if self.mark_ce is not None and len(data) >= HEADER_LEN and self.mark_ce(unpack_header(data)):
+            self.stats.ce_marked += 1
+            self._back.sendmsg([data], [(socket.IPPROTO_IP, socket.IP_TOS, _CE)], 0, self.target)
+        else:
+            self._back.sendto(data, self.target)
+
+    def _send_control(self, data: bytes) -> None:
+        if self.overtake:
+            self._lagging.append(data)  # sent first below; the lagging data follow it
+            self._lagging.rotate(1)
+        else:
+            self._back.sendto(data, self.target)
+        self._release_lagging()
+
+    def _release_lagging(self, overtaken: bool = True) -> None:
+        while self._lagging:
+            data = self._lagging.popleft()
+            if len(data) < HEADER_LEN or data[0] & 0x0F <= 1:
+                self.stats.overtaken += overtaken
+                self._send_data(data)
+            else:
+                self._back.sendto(data, self.target)
 
 
 def random_impairment(*, loss: float, duplicate: float, seed: int | None = None) -> Verdict:

@@ -10,6 +10,10 @@ Header (28 bytes after UDP, destination port 19600, multi-byte fields big-endian
     version:4 msg_type:4 | flags:8 | job_id:16 | worker_id:16 | tensor_id:16
     iteration:32 | offset:32 | tensor_len:32 | count:16 | mag_class:8 | prio_hint:8 | seq:32
 
+Flags: bit 0 drop-eligible, bit 1 last packet, bit 2 retransmission, bit 3 ECN echo (in a
+bitmap: data packets of the message arrived with IP ECN = CE since the previous answer);
+bits 4-7 reserved 0.
+
 Payload: ``count`` float32 values, little-endian, for gradient and parameter messages;
 nothing for a probe; for a bitmap, bit i (LSB-first in each byte) tells whether data packet
 ``offset + i`` arrived, ``count`` bits in all.
@@ -50,9 +54,10 @@ class Flags(IntFlag):
     DROP_ELIGIBLE = 0x01
     LAST = 0x02
     RETRANSMIT = 0x04
+    ECN_ECHO = 0x08  # bitmap only: data of the message arrived CE-marked since the last answer
 
 
-RESERVED_FLAGS = 0xF8
+RESERVED_FLAGS = 0xF0
 
 
 class DLCP(Packet):
@@ -62,7 +67,7 @@ class DLCP(Packet):
     fields_desc = [
         BitField("version", VERSION, 4),
         BitEnumField("msg_type", 0, 4, {t.value: t.name.lower() for t in MsgType}),
-        FlagsField("flags", 0, 8, ["drop_eligible", "last", "retx", "r3", "r4", "r5", "r6", "r7"]),
+        FlagsField("flags", 0, 8, ["drop_eligible", "last", "retx", "ecn_echo", "r4", "r5", "r6", "r7"]),
         ShortField("job_id", 0),
         ShortField("worker_id", 0),
         ShortField("tensor_id", 0),

@@ -91,7 +91,8 @@ header udp_t {
 header dlcp_t {
     bit<4>  version;
     bit<4>  msg_type;
-    bit<5>  flags_rsvd;
+    bit<4>  flags_rsvd;
+    bit<1>  ecn_echo;
     bit<1>  retx;
     bit<1>  last;
     bit<1>  drop_eligible;

@@ -15,9 +15,10 @@ from p4switch.compiled import (
     PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type, anno_texts,
     generate,
 )
-from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray
+from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray, ValueSet
 from p4switch.frontend.program import (
     ActionInfo, ActionProfileInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, TableInfo,
+    ValueSetInfo,
 )
 from p4switch.frontend.types import (
     BitT, BoolT, DeclT, EnumT, ExternT, IntLitT, P4Type, StructT,
@@ -28,6 +29,7 @@ from p4switch.tables import ActionSpec, Exact, KeyField, Lpm, Optional, Range, T
 
 _V1_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _MAX_PARSER_STEPS = 1000
+_LEGACY_PRIORITY_TOP = 1 << 24  # legacy @priority(N) becomes TOP - N (higher wins here)
 
 
 def _name(node: Any) -> str:
@@ -253,9 +255,9 @@ class BlockCompiler:
             elif kind == "table_actions":
                 for ref in prop.children[1:]:
                     rannos, rname, rargs = ref.children
-                    if rargs is not None and rargs.children:
-                        raise self.unsupported(ref, "actions with arguments in the actions list")
                     impl = self._resolve_action(rname, scope)
+                    if rargs is not None and rargs.children:
+                        impl = self._bound_action(ref, impl, list(rargs.children), scope)
                     ra = _anno_map(rannos)
                     scope_kind = ("DEFAULT_ONLY" if "defaultonly" in ra else
                                   "TABLE_ONLY" if "tableonly" in ra else "TABLE_AND_DEFAULT")
@@ -287,9 +289,14 @@ class BlockCompiler:
                         direct_meter = inst
                 elif pname == "implementation":
                     inst = scope.lookup(_name(value.children[0])) if value.data == "var" else None
-                    if value.data == "construct":
-                        raise self.unsupported(value, "declare the action profile or selector as a "
-                                                      "named instance and use its name here")
+                    if value.data == "construct":  # an inline instance, named after its table
+                        kind = str(value.children[0])
+                        if kind not in ("action_profile", "action_selector"):
+                            raise self.type_error(value, "implementation must be an action_profile "
+                                                         "or action_selector")
+                        cargs = list(value.children[1].children) if value.children[1] is not None else []
+                        inst = getattr(self, f"_new_{kind}")(value, qualified, self.resolve_type(
+                            value.children[0]), cargs, scope)
                     if not isinstance(inst, ExternInstance) or inst.kind not in (
                             "action_profile", "action_selector"):
                         raise self.type_error(value, "implementation must name an action_profile "
@@ -339,6 +346,30 @@ class BlockCompiler:
                                   selector_keys)
         return TableImpl(table, info, apply)
 
+    def _bound_action(self, ref: Tree, impl: ActionImpl, args: list, scope: Scope) -> ActionImpl:
+        """`actions = { a(x); }`: binds a's directional parameters to the given arguments."""
+        bound = [p for p in impl.params if p[2] is not None]
+        if len(args) != len(bound):
+            raise self.type_error(ref, f"action {impl.name} has {len(bound)} directional "
+                                       f"parameter(s), {len(args)} argument(s) given")
+        copy_in: list[Fn] = []
+        copy_out: list[Fn] = []
+        for arg, (pname, ptype, direction, slot) in zip(args, bound):
+            self._bind_param(ref, arg, pname, ptype, direction, Place(ptype, slot), scope,
+                             copy_in, copy_out)
+        body, pre, post = impl.body, seq(copy_in), seq(copy_out)
+
+        def run_bound(s: list) -> None:
+            pre(s)
+            try:
+                body(s)
+            except ReturnSignal:
+                pass
+            post(s)
+        wrapped = ActionImpl(impl.name, impl.params, run_bound, impl.data_slots)
+        wrapped.bool_slots = getattr(impl, "bool_slots", [])
+        return wrapped
+
     def _resolve_action(self, name_node: Any, scope: Scope) -> ActionImpl:
         name = _name(name_node)
         binding = scope.lookup(name)
@@ -356,6 +387,8 @@ class BlockCompiler:
             raise self.type_error(call, f"action {_name(name_node)} is not in the actions of table {table}")
         args = list(args_node.children) if args_node is not None else []
         data = [p for p in impl.params if p[2] is None]
+        if len(args) == len(impl.params) != len(data):  # directional arguments given too
+            args = [a for a, p in zip(args, impl.params) if p[2] is None]
         if len(args) != len(data):
             raise self.type_error(call, f"action {impl.name} takes {len(data)} argument(s), got {len(args)}")
         values = []
@@ -373,6 +406,10 @@ class BlockCompiler:
                        qualified: str) -> None:
         entries = prop.children[3:]
         n = len(entries)
+        # The legacy `@priority(N)` annotation follows BMv2: the smallest number wins, and an
+        # entry without one ranks by its position (1, 2, ...), as p4c writes them.
+        legacy = [_anno_map(e.children[0]) | _anno_map(e.children[5]) for e in entries]
+        use_legacy = any("priority" in a for a in legacy)
         for i, entry in enumerate(entries):
             _eannos, prio_tok, prio_expr, keyset, call, _tail = entry.children
             sets = keyset.children if isinstance(keyset, Tree) and keyset.data == "tuple_keyset" else [keyset]
@@ -382,7 +419,12 @@ class BlockCompiler:
             match = tuple(self._entry_match(ks, key, scope) for ks, key in zip(sets, table.keys))
             priority = 0
             if table.needs_priority:
-                priority = self.const_int(prio_expr) if prio_tok is not None else n - i
+                if use_legacy:
+                    args = legacy[i].get("priority")
+                    rank = self.const_int(args[0]) if args else i + 1
+                    priority = _LEGACY_PRIORITY_TOP - rank
+                else:
+                    priority = self.const_int(prio_expr) if prio_tok is not None else n - i
             action, args = self._action_call(call, scope, impls, qualified)
             try:
                 table.insert_const(TableEntry(match, priority, action, args))
@@ -552,9 +594,33 @@ class BlockCompiler:
             elif kind == "function_decl":
                 raise self.unsupported(item, "functions declared inside controls are not supported")
             elif kind == "value_set_decl":
-                raise self.unsupported(item, "parser value sets (value_set) are not supported")
+                scope.names[_name(item.children[3])] = self._value_set(item, prefix)
             else:
                 raise self.unsupported(item, f"{kind} inside a block is not supported")
+
+    def _value_set(self, node: Tree, prefix: str) -> ExternInstance:
+        annos_node, type_args, size_node, name_node = node.children
+        annos = _anno_map(annos_node)
+        qualified = _qualify(prefix, _name(name_node), annos)
+        _fixed_id(self, annos, qualified)
+        t = self.resolve_type(type_args.children[0])
+        if isinstance(t, BitT):
+            fields = [(_name(name_node), t.width, "exact")]
+        elif isinstance(t, StructT) and all(isinstance(ft, BitT) for _, ft in t.fields):
+            fields = []
+            for fname, ft in t.fields:
+                kind_args = t.field_annotations.get(fname, {}).get("match")
+                kind = expr_text(kind_args[0]) if kind_args else "exact"
+                if kind not in ("exact", "ternary", "lpm", "range"):
+                    raise self.unsupported(node, f"value set field {fname}: match kind {kind}")
+                fields.append((fname, ft.width, kind))  # type: ignore[union-attr]
+        else:
+            raise self.unsupported(node, f"value_set of {t}: use bit<W> or a struct of bit<W>")
+        size = self.const_int(size_node)
+        vs = ValueSet(qualified, fields, size)
+        self.value_sets[qualified] = vs
+        self.info.value_sets[qualified] = ValueSetInfo(qualified, size, fields)
+        return ExternInstance("value_set", qualified, vs, t)
 
     def constructor_bindings(self, node: Tree, args: list, scope: Scope) -> dict[str, Any]:
         """Constructor parameters of a parser or control bound to constant arguments."""
@@ -566,6 +632,13 @@ class BlockCompiler:
         for arg, (pname, ptype, _, _) in zip(args, params):
             if isinstance(arg, Tree) and arg.data == "named_arg":
                 arg = arg.children[1]
+            if isinstance(ptype, DeclT):  # a parser or control instance passed to a constructor
+                bound = scope.lookup(_name(arg.children[0])) if arg.data == "var" else None
+                if not isinstance(bound, ControlImpl):
+                    raise self.unsupported(arg, f"constructor argument {pname} must name a "
+                                                "parser or control instance")
+                result[pname] = bound
+                continue
             e = self.coerce(self.expr(arg, scope, ptype), ptype, arg)
             if not e.is_const:
                 raise self.unsupported(arg, f"constructor argument {pname} must be a compile-time constant")
@@ -577,6 +650,7 @@ class BlockCompiler:
         apply_index = next(i for i, c in enumerate(children) if isinstance(c, Token) and c.type == "APPLY")
         scope = self.globals.child()
         scope.names.update(bindings)
+        scope.names["$prefix"] = prefix
         init: list[Fn] = []
         self._locals(children[5:apply_index], prefix, scope, init)
         body = seq(init + [self.stmt(children[apply_index + 1], scope)])
@@ -592,6 +666,7 @@ class BlockCompiler:
         children = node.children
         scope = self.globals.child()
         scope.names.update(bindings)
+        scope.names["$prefix"] = prefix
         states = [c for c in children[5:] if isinstance(c, Tree) and c.data == "parser_state"]
         local_items = [c for c in children[5:] if isinstance(c, Tree) and c.data != "parser_state"]
         init: list[Fn] = []
@@ -647,6 +722,13 @@ class BlockCompiler:
             target = _name(target_node)
             if target not in names:
                 raise self.type_error(target_node, f"unknown parser state {target}")
+            bound = scope.lookup(str(ks.children[0])) if isinstance(ks, Tree) and ks.data == "var" else None
+            if isinstance(bound, ExternInstance) and bound.kind == "value_set":
+                if len(bound.obj.fields) != len(keys):
+                    raise self.type_error(case, f"value set {bound.name} has {len(bound.obj.fields)} "
+                                                f"field(s), select has {len(keys)} key(s)")
+                cases.append(([("pvs", bound.obj, None)], target))
+                continue
             sets = ks.children if isinstance(ks, Tree) and ks.data == "tuple_keyset" else [ks]
             if len(sets) == 1 and len(keys) > 1 and isinstance(ks, Tree) and ks.data in (
                     "default_keyset", "dontcare_keyset"):
@@ -673,6 +755,10 @@ class BlockCompiler:
         def select(s: list) -> str:
             values = [f(s) for f in fns]
             for matchers, target in compiled:
+                if matchers[0][0] == "pvs":
+                    if matchers[0][1].matches(values):
+                        return target
+                    continue
                 for (tag, a, b), v in zip(matchers, values):
                     if tag == "eq":
                         if v != a:
@@ -795,7 +881,8 @@ class BlockCompiler:
             ingress=compiled["ingress"], egress=compiled["egress"], compute=compiled["compute"],
             deparser=compiled["deparser"], tables=self.tables, counters=self.counters,
             meters=self.meters, registers=self.registers, action_profiles=self.action_profiles,
-            field_lists=self._field_lists(meta), digests=self.info.digests, errors=self.errors)
+            field_lists=self._field_lists(meta), digests=self.info.digests, errors=self.errors,
+            value_sets=self.value_sets)
 
     def _std_slot(self, name: str) -> int:
         std = self.std_place

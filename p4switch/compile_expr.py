@@ -190,9 +190,13 @@ class ExprCompiler:
             found = field_offset(t, member)
             if found is None:
                 raise self.type_error(name_node, f"{t} has no field {member}")
-            if base.place is None:
-                raise self.unsupported(node, "member of a non-lvalue struct")
             offset, ftype = found
+            if base.place is None:  # a value: lookahead<H>().f, a function's result
+                block = self._block_fn(base)
+                if isinstance(ftype, HeaderT | StructT | StackT):
+                    end = offset + slot_count(ftype)
+                    return E(ftype, lambda s: block(s)[offset:end])
+                return E(ftype, lambda s: block(s)[offset])
             place = base.place.at(offset, ftype)
             if isinstance(t, StructT) and t.is_union:
                 siblings = []

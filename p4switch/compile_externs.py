@@ -251,7 +251,8 @@ class ExternCompiler:
             self.info.digests.setdefault(dname, DigestInfo(dname, [
                 ParamInfo(f, w) for (f, _), (_, w) in zip(fields, leaves)]))
         else:
-            raise self.unsupported(args[1], "digest data must be a struct")
+            raise self.unsupported(args[1], "digest data must be a struct: give its type, as in "
+                                            "digest<T>(id, {...})")
         fns = [f for f, _ in leaves]
 
         def digest(s: list) -> None:

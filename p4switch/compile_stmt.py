@@ -11,7 +11,7 @@ from p4switch.compiled import (
     E, ActionImpl, Const, ControlImpl, ExternInstance, Fn, FunctionImpl, PacketParam, Place,
     Scope, TableImpl, Var, _same_type, field_is_scalar, generate,
 )
-from p4switch.frontend.types import BoolT, HeaderT, P4Type, StackT, StructT, VoidT, slot_count
+from p4switch.frontend.types import BoolT, DeclT, HeaderT, P4Type, StackT, StructT, VoidT, slot_count
 from p4switch.runtime import ExitSignal, ReturnSignal
 
 
@@ -263,6 +263,8 @@ class StmtCompiler:
             method = str(callee.children[1].children[0])
             base = self.expr(callee.children[0], scope)
             return self._method_call(node, base, method, args, type_args, scope)
+        if isinstance(callee, Tree) and callee.data == "direct_apply":
+            return self._direct_invocation(node, callee, args, scope)
         if isinstance(callee, Tree) and callee.data == "var":
             target = self.expr(callee, scope)
             extra = target.extra
@@ -415,6 +417,17 @@ class StmtCompiler:
             for i, e in enumerate(elems):
                 s[first + i * stride:first + (i + 1) * stride] = e
         return E(VoidT(), shift)
+
+    def _direct_invocation(self, node: Tree, callee: Tree, args: list, scope: Scope) -> E:
+        """`C.apply(...)` on a control or parser type: an instance of its own, named after it."""
+        type_tok = callee.children[1]
+        t = self._named_type(type_tok)
+        if not isinstance(t, DeclT) or t.kind not in ("control", "parser"):
+            raise self.type_error(node, f"{_callee_text(callee)} cannot be called")
+        prefix = scope.lookup("$prefix") or ""
+        name = str(type_tok)
+        impl = self.compile_block_instance(t, f"{prefix}.{name}" if prefix else name, [], scope)
+        return self._apply_block(node, impl, args, scope)
 
     def _apply_block(self, node: Tree, impl: ControlImpl, args: list, scope: Scope) -> E:
         params = [p for p in impl.params if p[3] is not None]

@@ -254,6 +254,7 @@ class CompiledProgram:
     field_lists: dict[int, list[int]]
     digests: dict[str, DigestInfo]
     errors: list[str]
+    value_sets: dict[str, Any] = field(default_factory=dict)
 
 
 def _anno_map(tree: Tree | None) -> dict[str, list]:

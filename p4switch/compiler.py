@@ -50,6 +50,7 @@ class Compiler(ExprCompiler, StmtCompiler, ExternCompiler, PacketCompiler, Block
         self.meters: dict[str, MeterArray] = {}
         self.registers: dict[str, RegisterArray] = {}
         self.action_profiles: dict[str, Any] = {}
+        self.value_sets: dict[str, Any] = {}
         self.field_lists: dict[int, list[int]] = {}
         self.decls: dict[str, Tree] = {}
         self.instances: dict[str, Tree] = {}
@@ -139,6 +140,8 @@ class Compiler(ExprCompiler, StmtCompiler, ExternCompiler, PacketCompiler, Block
             base = self._named_type(node.children[0])
             if isinstance(base, ExternT):
                 return ExternT(name, args)
+            if isinstance(base, DeclT) and base.kind == "package":
+                return base  # V1Switch<H, M>(...): the type arguments are inferred anyway
             raise self.unsupported(node, f"generic type {name}<...> is not supported")
         if kind == "tuple_type":
             return ListT(tuple(self.resolve_type(a) for a in node.children[0].children))

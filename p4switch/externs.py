@@ -161,3 +161,57 @@ class ReplicationEngine:
 
     def delete_clone_session(self, sid: int) -> None:
         self.clone_sessions.pop(sid, None)
+
+
+class ValueSetError(P4SwitchError):
+    """A value set member does not fit the set (wrong shape, or the set is full)."""
+
+
+@dataclass
+class ValueSet:
+    """A parser value set (``value_set<T>(size)``): members the control plane adds, matched by
+    ``select``. `fields` are (name, bitwidth, match kind); a member gives one item per field:
+    a value (exact), ``(value, mask)`` (ternary and lpm) or ``(low, high)`` (range)."""
+
+    name: str
+    fields: list[tuple[str, int, str]]
+    size: int
+    members: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
+
+    def add(self, member: tuple) -> None:
+        if len(member) != len(self.fields):
+            raise ValueSetError(f"{self.name}: a member needs {len(self.fields)} item(s), "
+                                f"got {len(member)}")
+        if len(self.members) >= self.size:
+            raise ValueSetError(f"{self.name}: the value set is full ({self.size} members)")
+        items = []
+        for item, (fname, width, kind) in zip(member, self.fields):
+            top = (1 << width) - 1
+            if kind == "exact":
+                if isinstance(item, tuple):
+                    raise ValueSetError(f"{self.name}.{fname}: exact fields take a single value")
+                a, b = item, top
+            elif not isinstance(item, tuple) or len(item) != 2:
+                raise ValueSetError(f"{self.name}.{fname}: {kind} fields take a pair")
+            else:
+                a, b = item
+            if not (0 <= a <= top and 0 <= b <= top):
+                raise ValueSetError(f"{self.name}.{fname}: {item} does not fit in {width} bits")
+            items.append((a & b, b) if kind != "range" else (a, b))
+        self.members.append(tuple(items))
+
+    def clear(self) -> None:
+        self.members.clear()
+
+    def matches(self, values: list[int]) -> bool:
+        kinds = [kind for _, _, kind in self.fields]
+        for member in self.members:
+            for (a, b), v, kind in zip(member, values, kinds):
+                if kind == "range":
+                    if not a <= v <= b:
+                        break
+                elif v & b != a:
+                    break
+            else:
+                return True
+        return False

@@ -99,6 +99,7 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     resources += [(P.REGISTER, n) for n in info.registers]
     resources += [(P.ACTION_PROFILE, n) for n in info.action_profiles]
     resources += [(P.DIGEST, n) for n in info.digests]
+    resources += [(P.VALUE_SET, n) for n in info.value_sets]
     id_of: dict[tuple[int, str], int] = {}
     for prefix, name in resources:  # @id annotations first, then p4c's hash rule
         if name in info.fixed_ids:
@@ -191,6 +192,12 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         preamble(r, P.REGISTER, name)
         r.type_spec.bitstring.bit.bitwidth = reg.bitwidth
         r.size = reg.size
+    for name, vs in info.value_sets.items():
+        v = p4info.value_sets.add()
+        preamble(v, P.VALUE_SET, name)
+        for i, (fname, width, kind) in enumerate(vs.fields, start=1):
+            v.match.add(id=i, name=fname, bitwidth=width, match_type=_MATCH[kind])
+        v.size = vs.size
     for name, digest in info.digests.items():
         d = p4info.digests.add()
         preamble(d, P.DIGEST, name)

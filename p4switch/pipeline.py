@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from p4switch.action_profiles import ActionProfile
 from p4switch.compiler import Compiler
-from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine
+from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine, ValueSet
 from p4switch.frontend.program import Program
 from p4switch.runtime import (
     DROP_PORT, PKT_EGRESS_CLONE, PKT_INGRESS_CLONE, PKT_NORMAL, PKT_RECIRC, PKT_REPLICATION,
@@ -61,6 +61,7 @@ class Pipeline:
         self.meters: dict[str, MeterArray] = compiled.meters
         self.registers: dict[str, RegisterArray] = compiled.registers
         self.action_profiles: dict[str, ActionProfile] = compiled.action_profiles
+        self.value_sets: dict[str, ValueSet] = compiled.value_sets
         self.pre = ReplicationEngine()
         self.digest_sink: Callable[[str, tuple[int, ...]], None] = lambda name, values: None
         self.log: Callable[[str], None] = LOG.info

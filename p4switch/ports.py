@@ -102,22 +102,27 @@ class RawSocketPort:
             raise PortError(f"port {number}: cannot bind to interface {iface!r}: {exc}") from exc
         try:
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            ignores_outgoing = True
         except OSError:
-            pass  # older kernels: outgoing frames are filtered in receive()
+            ignores_outgoing = False  # older kernels: outgoing frames are filtered in receive()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self.sock = sock
         self.send_errors = 0
+        self._buffer = bytearray(MAX_FRAME)
+        self._view = memoryview(self._buffer)
+        self._filter_outgoing = not ignores_outgoing
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def receive(self) -> bytes | None:
         """One frame that arrived on the interface (None for frames this socket sent)."""
-        frame, address = self.sock.recvfrom(MAX_FRAME)
-        if address[2] == PACKET_OUTGOING:
-            return None
-        return frame
+        if self._filter_outgoing:
+            frame, address = self.sock.recvfrom(MAX_FRAME)
+            return None if address[2] == PACKET_OUTGOING else frame
+        size = self.sock.recv_into(self._buffer)  # no 64 KiB allocation per frame
+        return self._view[:size].tobytes()
 
     def send(self, frame: bytes) -> None:
         try:

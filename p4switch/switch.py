@@ -7,7 +7,6 @@ ingress thread, an egress thread, the P4Runtime server, pcap files and a log.
 
 from __future__ import annotations
 
-import functools
 import logging
 import selectors
 import socket
@@ -30,33 +29,25 @@ log = logging.getLogger("p4switch.switch")
 
 DROP_PORT = 511
 PCAP_FLUSH_SECONDS = 0.5
+DRAIN_BATCH = 64  # frames read from one port before the others get a turn
 _HEX_PREVIEW = 32
-
-
-@functools.cache
-def _queue_meta_type() -> Any:
-    from p4switch.pipeline import QueueMeta  # imported late: the compiler is only needed with a program
-
-    return QueueMeta
-
-
-def _queue_meta(departure: Departure) -> Any:
-    """The pipeline's ``QueueMeta`` for a departure."""
-    q = departure.queue
-    return _queue_meta_type()(q.enq_timestamp, q.enq_qdepth, q.deq_timedelta, q.deq_qdepth, q.qid)
 
 
 class Datapath:
     """The packet path of one switch; the pipeline is swapped in by the P4Runtime server."""
 
     def __init__(self, traffic_manager: TrafficManager, clock: Clock | None = None,
-                 cpu_port: int | None = None, pcaps: PcapSet | None = None) -> None:
+                 cpu_port: int | None = None, pcaps: PcapSet | None = None, immediate: bool = False) -> None:
         self.tm = traffic_manager
         self.clock: Clock = clock or WallClock()
         self.cpu_port = cpu_port
         self.pcaps = pcaps
+        #: A packet that finds its egress port idle goes through egress and out from
+        #: :meth:`receive` itself instead of waiting for :meth:`transmit_due` (real ports).
+        self.immediate = immediate
         self.lock = threading.RLock()  # pipeline state: packet path and P4Runtime writes
-        self.tm_ready = threading.Condition()  # traffic manager state, wakes the egress thread
+        self._tm_lock = threading.RLock()  # traffic manager state ...
+        self.tm_ready = threading.Condition(self._tm_lock)  # ... and the egress thread's wake-up
         self._egress = threading.Lock()  # departures leave in order whichever thread sends them
         self.pipeline: Any = None
         self.ports: dict[int, Port] = {}
@@ -85,52 +76,80 @@ class Datapath:
         self.receive(frame, self.cpu_port)
 
     def receive(self, frame: bytes, port: int) -> int:
-        """Run ingress on a frame and queue what it produces; returns how many were queued."""
+        """Run ingress on a frame and queue what it produces; returns how many were queued
+        (with ``immediate``, copies that left at once count as queued)."""
+        if self.immediate:
+            with self._egress:
+                return self._receive(frame, port)
+        return self._receive(frame, port)
+
+    def _receive(self, frame: bytes, port: int) -> int:
         now = self.clock.now_us()
-        self.stats["received"] += 1
+        stats = self.stats
+        stats["received"] += 1
         if self.pcaps is not None:
             self.pcaps.write(port, "in", frame)
+        tm = self.tm
+        outgoing: list[tuple[int, bytes]] = []
+        queued = 0
         with self.lock:
             pipeline = self.pipeline
             if pipeline is None:
-                self.stats["no_pipeline"] += 1
+                stats["no_pipeline"] += 1
                 return 0
             try:
                 jobs = pipeline.ingress(frame, port, now)
             except Exception as exc:  # noqa: BLE001 - one bad packet must not stop the switch
                 self._pipeline_error("ingress", port, frame, exc)
                 return 0
-        queued = 0
-        with self.tm_ready:
-            for job in jobs:
-                if job.egress_port == DROP_PORT:
-                    continue
-                if self.tm.enqueue(job, job.egress_port, job.priority, len(frame), now):
-                    queued += 1
-            if queued:
-                due = self.tm.next_departure_us()
-                if due is not None and due > now:
-                    self.tm_ready.notify()  # the egress thread times future departures
+            departures = []
+            with self._tm_lock:
+                for job in jobs:
+                    egress_port = job.egress_port
+                    if egress_port == DROP_PORT:
+                        continue
+                    if self.immediate:
+                        departure = tm.pass_through(job, egress_port, job.priority, len(frame), now)
+                        if departure is not None:
+                            departures.append(departure)
+                            queued += 1
+                            continue
+                    if tm.enqueue(job, egress_port, job.priority, len(frame), now):
+                        queued += 1
+                if tm.queued:
+                    due = tm.next_departure_us()
+                    if due is not None and due > now:
+                        self.tm_ready.notify()  # the egress thread times future departures
+            for departure in departures:
+                outgoing.extend(self._run_egress(pipeline, departure))
+        for out_port, out_frame in outgoing:
+            self._emit(out_port, out_frame)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("port %d in: %d bytes, %d copies queued", port, len(frame), queued)
         return queued
+
+    def _run_egress(self, pipeline: Any, departure: Departure) -> list[tuple[int, bytes]]:
+        """Egress for one departure (the caller holds the pipeline lock)."""
+        try:
+            return pipeline.egress(departure.item, departure.queue)
+        except Exception as exc:  # noqa: BLE001 - one bad packet must not stop the switch
+            self._pipeline_error("egress", departure.port, b"", exc)
+            return []
 
     def transmit_due(self) -> int:
         """Run egress for every packet whose departure time has come; returns frames sent."""
         sent = 0
         with self._egress:
-            with self.tm_ready:
+            with self._tm_lock:
+                if not self.tm.queued:
+                    return 0
                 departures = self.tm.dequeue(self.clock.now_us())
             for departure in departures:
                 with self.lock:
                     pipeline = self.pipeline
                     if pipeline is None:
                         continue
-                    try:
-                        frames = pipeline.egress(departure.item, _queue_meta(departure))
-                    except Exception as exc:  # noqa: BLE001 - one bad packet must not stop the switch
-                        self._pipeline_error("egress", departure.port, b"", exc)
-                        continue
+                    frames = self._run_egress(pipeline, departure)
                 for port, frame in frames:
                     sent += self._emit(port, frame)
         return sent
@@ -181,7 +200,7 @@ class Switch:
         self.config = config
         self.tm = TrafficManager(priority_queues=config.priority_queues)
         pcaps = PcapSet(config.pcap_dir) if config.pcap_dir else None
-        self.datapath = Datapath(self.tm, WallClock(), config.cpu_port, pcaps)
+        self.datapath = Datapath(self.tm, WallClock(), config.cpu_port, pcaps, immediate=True)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._wake_r, self._wake_w = socket.socketpair()
@@ -267,19 +286,22 @@ class Switch:
             selector.close()
 
     def _drain(self, port: RawSocketPort) -> None:
-        for _ in range(64):
+        datapath = self.datapath
+        receive, number, tm = port.receive, port.number, datapath.tm
+        for _ in range(DRAIN_BATCH):
             try:
-                frame = port.receive()
+                frame = receive()
             except BlockingIOError:
                 return
             except OSError as exc:
-                log.warning("port %d (%s): receive failed: %s", port.number, port.name, exc)
+                log.warning("port %d (%s): receive failed: %s", number, port.name, exc)
                 return
             if frame is not None:
-                self.datapath.receive(frame, port.number)
-                # Departures already due (ports without a rate limit) leave from this thread,
-                # saving a thread hand-off per packet; the egress thread handles the rest.
-                self.datapath.transmit_due()
+                # A frame whose port is idle leaves from this thread during receive(); queued
+                # departures that are already due leave here too, the egress thread times the rest.
+                datapath.receive(frame, number)
+                if tm.queued:
+                    datapath.transmit_due()
 
     def _egress_loop(self) -> None:
         datapath = self.datapath

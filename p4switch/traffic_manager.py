@@ -21,7 +21,7 @@ import logging
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from p4switch.errors import P4SwitchError
 
@@ -65,9 +65,9 @@ class Rate:
         return f"{self.value:g}{'bps' if self.per_bit else 'pps'}"
 
 
-@dataclass(frozen=True)
-class QueueMetadata:
-    """What the egress pipeline sees of the queue a packet went through."""
+class QueueMetadata(NamedTuple):
+    """What the egress pipeline sees of the queue a packet went through (the attributes of
+    the pipeline's ``QueueMeta``, so it is handed to egress as it is)."""
 
     enq_timestamp: int
     enq_qdepth: int
@@ -76,8 +76,7 @@ class QueueMetadata:
     qid: int
 
 
-@dataclass(frozen=True)
-class Departure:
+class Departure(NamedTuple):
     """A packet leaving its queue for the egress pipeline."""
 
     item: Any
@@ -88,15 +87,14 @@ class Departure:
     queue: QueueMetadata
 
 
-@dataclass
-class _Queued:
+class _Queued(NamedTuple):
     item: Any
     size: int
     enq_timestamp: int
     enq_qdepth: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _PriorityQueue:
     depth: int
     rate: Rate | None = None
@@ -104,12 +102,13 @@ class _PriorityQueue:
     packets: deque[_Queued] = field(default_factory=deque)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Port:
     queues: list[_PriorityQueue]
     rate: Rate | None = None
     free_at: float = 0.0
     queued: int = 0  # packets in all priority queues together
+    order: int = 0  # creation order: breaks ties between ports due at the same time
 
 
 class TrafficManager:
@@ -124,6 +123,7 @@ class TrafficManager:
         self.default_depth = default_depth
         self._ports: dict[int, _Port] = {}
         self._queued = 0  # packets queued on every port together
+        self._busy: dict[int, _Port] = {}  # ports with packets queued, in first-queued order
         #: Drops by (port, priority, reason); reasons: ``queue_full``, ``bad_priority``.
         self.drops: Counter[tuple[int, int, str]] = Counter()
         #: Packets that left, by (port, priority).
@@ -134,7 +134,8 @@ class TrafficManager:
     def _port(self, port: int) -> _Port:
         state = self._ports.get(port)
         if state is None:
-            state = _Port([_PriorityQueue(self.default_depth) for _ in range(self.priority_queues)])
+            state = _Port([_PriorityQueue(self.default_depth) for _ in range(self.priority_queues)],
+                          order=len(self._ports))
             self._ports[port] = state
         return state
 
@@ -197,12 +198,18 @@ class TrafficManager:
                 queue.packets.clear()
             state.queued = 0
         self._queued = 0
+        self._busy.clear()
         return discarded
 
     def depth(self, port: int) -> int:
         """Packets queued on a port, all priorities together."""
         state = self._ports.get(port)
         return state.queued if state else 0
+
+    @property
+    def queued(self) -> int:
+        """Packets queued on every port together."""
+        return self._queued
 
     def enqueue(self, item: Any, port: int, priority: int, size: int, now_us: int) -> bool:
         """Queue a packet; False (and a counted, logged drop) when it cannot be queued."""
@@ -211,7 +218,7 @@ class TrafficManager:
             log.warning("drop port %d: priority %d but only %d priority queue(s)",
                         port, priority, self.priority_queues)
             return False
-        state = self._port(port)
+        state = self._ports.get(port) or self._port(port)
         queue = state.queues[priority]
         if len(queue.packets) >= queue.depth:
             self.drops[(port, priority, "queue_full")] += 1
@@ -220,41 +227,66 @@ class TrafficManager:
         queue.packets.append(_Queued(item, size, now_us, state.queued))
         state.queued += 1
         self._queued += 1
+        self._busy[port] = state
         return True
+
+    def pass_through(self, item: Any, port: int, priority: int, size: int, now_us: int) -> Departure | None:
+        """The departure of a packet that finds its port idle (nothing queued, no pacing still
+        in effect), exactly as :meth:`enqueue` then :meth:`dequeue` at ``now_us`` would give it;
+        None when the packet has to be queued (or dropped) by :meth:`enqueue`."""
+        state = self._ports.get(port) or self._port(port)
+        if state.queued or not 0 <= priority < self.priority_queues:
+            return None
+        queue = state.queues[priority]
+        if state.free_at > now_us or queue.free_at > now_us:
+            return None
+        if state.rate is not None:
+            state.free_at = now_us + state.rate.service_us(size)
+        if queue.rate is not None:
+            queue.free_at = now_us + queue.rate.service_us(size)
+        self.departed[(port, priority)] += 1
+        qid = self.priority_queues - 1 - priority
+        return Departure(item, port, priority, size, now_us, QueueMetadata(now_us, 0, 0, 0, qid))
 
     def _candidate(self, state: _Port) -> tuple[float, int] | None:
         """Earliest departure time on a port and the priority that would leave then."""
         if not state.queued:
             return None
-        best: tuple[float, int] | None = None
-        for priority in range(self.priority_queues - 1, -1, -1):
-            queue = state.queues[priority]
-            if not queue.packets:
+        best_time = 0.0
+        best_priority = -1
+        port_free = state.free_at
+        queues = state.queues
+        for priority in range(len(queues) - 1, -1, -1):
+            queue = queues[priority]
+            packets = queue.packets
+            if not packets:
                 continue
-            time = max(state.free_at, queue.free_at, queue.packets[0].enq_timestamp)
-            if best is None or time < best[0]:
-                best = (time, priority)
-        return best
+            time = max(port_free, queue.free_at, packets[0].enq_timestamp)
+            if best_priority < 0 or time < best_time:
+                best_time, best_priority = time, priority
+        return (best_time, best_priority) if best_priority >= 0 else None
 
     def next_departure_us(self) -> float | None:
         """When the next packet can leave (None when every queue is empty)."""
         if not self._queued:
             return None
-        times = [c[0] for s in self._ports.values() if (c := self._candidate(s)) is not None]
+        times = [c[0] for s in self._busy.values() if (c := self._candidate(s)) is not None]
         return min(times) if times else None
 
     def dequeue(self, now_us: int) -> list[Departure]:
         """Every packet whose departure time has come by ``now_us``, in departure order."""
         out: list[Departure] = []
         while self._queued:
-            found: tuple[float, int, int] | None = None
-            for port, state in self._ports.items():
+            found: tuple[float, int, int, int] | None = None
+            for port, state in self._busy.items():
                 candidate = self._candidate(state)
-                if candidate and candidate[0] <= now_us and (found is None or candidate[0] < found[0]):
-                    found = (candidate[0], port, candidate[1])
+                if candidate is None or candidate[0] > now_us:
+                    continue
+                if found is None or (candidate[0], state.order) < (found[0], found[1]):
+                    found = (candidate[0], state.order, port, candidate[1])
             if found is None:
                 break
-            time, port, priority = found
+            time, _, port, priority = found
             out.append(self._pop(port, priority, time))
         return out
 
@@ -264,17 +296,14 @@ class TrafficManager:
         packet = queue.packets.popleft()
         state.queued -= 1
         self._queued -= 1
+        if not state.queued:
+            del self._busy[port]
         if state.rate is not None:
             state.free_at = time + state.rate.service_us(packet.size)
         if queue.rate is not None:
             queue.free_at = time + queue.rate.service_us(packet.size)
         tick = int(time)
         self.departed[(port, priority)] += 1
-        meta = QueueMetadata(
-            enq_timestamp=packet.enq_timestamp,
-            enq_qdepth=packet.enq_qdepth,
-            deq_timedelta=max(0, tick - packet.enq_timestamp),
-            deq_qdepth=state.queued,
-            qid=self.priority_queues - 1 - priority,
-        )
+        meta = QueueMetadata(packet.enq_timestamp, packet.enq_qdepth, max(0, tick - packet.enq_timestamp),
+                             state.queued, self.priority_queues - 1 - priority)
         return Departure(packet.item, port, priority, packet.size, tick, meta)

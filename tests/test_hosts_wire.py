@@ -14,6 +14,7 @@ from hosts.wire import (
     DLCP,
     DLCP_PORT,
     HEADER_LEN,
+    RESERVED_FLAGS,
     Flags,
     Header,
     MsgType,
@@ -27,7 +28,7 @@ from hosts.wire import (
 headers = st.builds(
     Header,
     msg_type=st.integers(0, 3),
-    flags=st.integers(0, 7),
+    flags=st.integers(0, 15),
     job_id=st.integers(0, 0xFFFF),
     worker_id=st.integers(0, 0xFFFF),
     tensor_id=st.integers(0, 0xFFFF),
@@ -146,7 +147,11 @@ def test_bitmap_roundtrip_lsb_first() -> None:
 
 
 def test_flags_values_match_contract() -> None:
-    assert (Flags.DROP_ELIGIBLE, Flags.LAST, Flags.RETRANSMIT) == (1, 2, 4)
+    assert (Flags.DROP_ELIGIBLE, Flags.LAST, Flags.RETRANSMIT, Flags.ECN_ECHO) == (1, 2, 4, 8)
+    assert RESERVED_FLAGS & 0xFF == 0xF0
+    echo = DLCP(bytes(DLCP(msg_type=MsgType.BITMAP, flags="ecn_echo")))
+    assert int(echo.flags) == Flags.ECN_ECHO
+    assert unpack_header(bytes(echo)).flags == Flags.ECN_ECHO
 
 
 def test_scapy_layer_matches_the_p4_header_field_for_field() -> None:
@@ -160,7 +165,7 @@ def test_scapy_layer_matches_the_p4_header_field_for_field() -> None:
     scapy = []
     for f in DLCP.fields_desc:
         if f.name == "flags":  # one 8-bit field on the host, bit by bit in P4 (bit 0 = LSB)
-            scapy += [("flags_rsvd", 5), ("retx", 1), ("last", 1), ("drop_eligible", 1)]
+            scapy += [("flags_rsvd", 4), ("ecn_echo", 1), ("retx", 1), ("last", 1), ("drop_eligible", 1)]
         else:
             scapy.append((f.name, f.size if hasattr(f, "size") and f.size else 8 * f.sz))
     assert scapy == p4

@@ -53,14 +53,14 @@ def load_modified(old: str, new: str):
     ("apply { }", "apply { ` }", P4SyntaxError, r"router\.p4:96:13: syntax error: unexpected character '`'"),
     ("size = 1024;", "implementation = foo;", P4TypeError,
      r"router\.p4:78:26: type error: implementation must name an action_profile or action_selector"),
-    ("size = 1024;", "implementation = action_profile(32w4);", P4UnsupportedError,
-     r"router\.p4:78:26: unsupported: declare the action profile or selector as a named instance"),
+    ("size = 1024;", "implementation = direct_counter(CounterType.packets);", P4TypeError,
+     r"router\.p4:78:26: type error: implementation must be an action_profile or action_selector"),
     ("standard_metadata.egress_spec = port;", "port = 1;", P4TypeError,
      r"router\.p4:70:9: type error: port is read-only \(an `in` or action data parameter\)"),
     ("packet.emit(hdr.ipv4);", "hdr.ipv4.setInvalid();", P4TypeError,
      r"router\.p4:112:9: type error: setInvalid on a read-only header"),
-    ("state start {", "value_set<bit<16>>(4) vs;\n    state start {", P4UnsupportedError,
-     r"router\.p4:41:5: unsupported: parser value sets"),
+    ("state start {", "value_set<bool>(4) vs;\n    state start {", P4UnsupportedError,
+     r"router\.p4:41:5: unsupported: value_set of bool: use bit<W> or a struct of bit<W>"),
 ])
 def test_error_messages_name_file_line_column(old, new, error, message):
     with pytest.raises(error, match=message):

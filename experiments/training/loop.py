@@ -63,7 +63,7 @@ class LocalSgd:
 class TrainConfig:
     """Hyper-parameters every worker and the server must agree on."""
 
-    iterations: int = 120
+    iterations: int = 100
     batch_size: int = 32
     lr: float = 0.5
     seed: int = 0

@@ -57,6 +57,13 @@ class MeterInfo:
 
 
 @dataclass
+class ValueSetInfo:
+    name: str
+    size: int
+    fields: list[tuple[str, int, str]]  # (name, bitwidth, match kind)
+
+
+@dataclass
 class RegisterInfo:
     name: str
     size: int
@@ -96,6 +103,7 @@ class ProgramInfo:
     digests: dict[str, DigestInfo] = field(default_factory=dict)
     controller_headers: dict[str, ControllerHeaderInfo] = field(default_factory=dict)
     action_profiles: dict[str, ActionProfileInfo] = field(default_factory=dict)
+    value_sets: dict[str, ValueSetInfo] = field(default_factory=dict)
     fixed_ids: dict[str, int] = field(default_factory=dict)  # from @id annotations
 
 

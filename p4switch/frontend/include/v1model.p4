@@ -39,6 +39,10 @@ struct standard_metadata_t {
     bit<1> checksum_error;
     error parser_error;
     bit<3> priority;
+    // Older v1model fields that p4c still accepts; BMv2's simple_switch ignores them.
+    bit<32> clone_spec;
+    bit<1> drop;
+    bit<16> recirculate_port;
 }
 
 enum CounterType {

@@ -1,0 +1,236 @@
+"""A DLCP message through one embedded switch running ``p4src/dlcp.p4`` on a congested port.
+
+Three namespace hosts on one switch: a sender, a background UDP blaster and a receiver whose
+port is rate-limited (``--queue-rate``, ``--queue-depth``). The controller library installs
+routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude class 118 are
+dropped when the port holds more than 16 packets). While the blast keeps the port's queue
+full, the message completes within its loss bound without retransmission; only the
+drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
+``egress_drops[1]`` counted; important packets arrive ECN-marked and the sender's echo cuts
+its AIMD rate.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.counters import gather
+from controller.fabric_controller import FabricController
+from controller.pipeline import Pipeline
+from controller.policy import POLICY_TABLES, parse_policy, policy_entries
+from controller.routing import ROUTE_TABLES, route_entries
+from gradfabric import fabric as fabric_mod
+from gradfabric.p4build import compile_embedded
+from gradfabric.paths import ROOT
+from tests import netns
+from tests.test_switch_process import switch_process
+
+pytestmark = pytest.mark.netns
+
+COUNT = 361
+PACKETS = 200
+ELEMENTS = COUNT * PACKETS
+BOUND = 0.05  # 10 packets of 200 may be marked drop-eligible
+SMALL_EVERY = 20  # every 20th packet holds tiny gradients (magnitude class ~111)
+MAG_THRESHOLD = 118
+QUEUE_THRESHOLD = 16
+PORT_RATE_PPS = 1000
+SENDER_PPS = 400
+HOSTS = {"sender": (1, "10.0.1.1"), "blaster": (2, "10.0.2.1"), "receiver": (3, "10.0.3.1")}
+
+POLICY = {
+    "version": 1,
+    "default_priority": 0,
+    "jobs": [{
+        "id": 1, "name": "e2e", "spraying": "off",
+        "layers": [{"tensors": "0..65535", "priority": 3}],
+        "thresholds": [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": QUEUE_THRESHOLD}],
+    }],
+}
+
+RECEIVER = """
+import json, sys
+from hosts.endpoint import Endpoint
+from hosts.wire import MsgType
+bounds = {MsgType.GRADIENT: float(sys.argv[2]), MsgType.PARAMETER: 0.002}
+# The switch parses DLCP on destination port 19600 only.
+with Endpoint(worker_id=2, host=sys.argv[1], port=19600, bounds=bounds, count=int(sys.argv[3])) as ep:
+    print("port", ep.address[1], flush=True)
+    got = [ep.receive(timeout=30) for _ in range(int(sys.argv[4]))]
+    lost = [int(i) for m in got for i in __import__("numpy").flatnonzero(m.values == 0)]
+    print("result", json.dumps({"received": [m.received for m in got], "zero_positions": lost,
+                                "ce_marked": ep.reassembler.stats.ce_marked,
+                                "echoes": ep.reassembler.stats.ecn_echoes}), flush=True)
+"""
+
+BLASTER = """
+import socket, sys, time
+dest, pps, seconds = (sys.argv[1], 9), float(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+payload, sent, start = b"x" * 200, 0, time.perf_counter()
+print("blasting", flush=True)
+while (now := time.perf_counter()) - start < seconds:
+    while sent < (now - start) * pps:
+        s.sendto(payload, dest)
+        sent += 1
+    time.sleep(0.001)
+print("sent", sent, flush=True)
+"""
+
+SENDER = """
+import json, sys
+import numpy as np
+from hosts.endpoint import Endpoint
+from hosts.pacing import Aimd
+from hosts.wire import MsgType
+dest = (sys.argv[1], int(sys.argv[2]))
+bound, count, messages, pps = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+values = np.load(sys.argv[7])
+aimd = Aimd(rate=pps, min_rate=50, increase=50)
+rates = [aimd.rate]
+with Endpoint(worker_id=1, host=sys.argv[8], bounds={MsgType.GRADIENT: bound, MsgType.PARAMETER: 0.002},
+              count=count, aimd=aimd) as ep:
+    reports = []
+    for i in range(messages):
+        r = ep.send(dest, values, iteration=i)
+        rates.append(aimd.rate)
+        reports.append({"missing": r.missing, "retransmitted": r.retransmitted, "rounds": r.rounds,
+                        "eligible": r.eligible, "echoes": r.ecn_echoes, "seconds": r.seconds})
+print("result", json.dumps({"reports": reports, "rates": rates}), flush=True)
+"""
+
+
+def gradients(seed: int = 0) -> np.ndarray:
+    """Values of magnitude ~1 (class ~128), and every 20th packet ~1e-5 (class ~111)."""
+    values = np.random.default_rng(seed).uniform(0.5, 1.0, ELEMENTS).astype(np.float32)
+    for p in range(0, PACKETS, SMALL_EVERY):
+        values[p * COUNT:(p + 1) * COUNT] *= np.float32(1e-5)
+    return values
+
+
+@dataclass
+class Bed:
+    hosts: dict[str, netns.Host]
+    fabric: fabric_mod.Fabric
+    pipeline: Pipeline
+
+
+def _build(hosts: dict[str, netns.Host], ports: dict[str, str], tmp: Path, grpc_addr: str) -> Bed:
+    """The one-switch fabric description, its compiled program, and host routes via the switch."""
+    out = compile_embedded(ROOT / "p4src" / "dlcp.p4", tmp / "build")
+    hosts_desc, links, switch_ports = [], [], []
+    for name, (port, ip) in HOSTS.items():
+        host = hosts[name]
+        hosts_desc.append({"name": name, "ip": ip, "prefix_len": 24, "mac": host.mac, "switch": "s1",
+                           "switch_port": port, "gateway_mac": fabric_mod.switch_port_mac(1, port)})
+        switch_ports.append({"port": port, "iface": ports[name], "peer": name, "peer_port": 0})
+        links.append({"a": "s1", "a_port": port, "b": name, "b_port": 0})
+    fabric = fabric_mod.from_dict({
+        "name": "hosts-e2e", "target": "embedded",
+        "program": {"source": "p4src/dlcp.p4", "p4info": str(out.p4info), "device_config": str(out.device_config)},
+        "switches": [{"name": "s1", "device_id": 1, "grpc_addr": grpc_addr, "cpu_port": 510,
+                      "ports": switch_ports}],
+        "hosts": hosts_desc, "links": links})
+    for desc in hosts_desc:
+        host = hosts[desc["name"]]
+        netns.in_ns(host.ns, "ip", "route", "add", "10.0.0.0/16", "dev", host.iface)
+        for other in hosts_desc:
+            if other is not desc:
+                netns.in_ns(host.ns, "ip", "neigh", "replace", other["ip"], "lladdr", desc["gateway_mac"],
+                            "dev", host.iface, "nud", "permanent")
+    return Bed(hosts, fabric, Pipeline.load(out.p4info, out.device_config))
+
+
+def _run(host: netns.Host, script: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(["ip", "netns", "exec", host.ns, sys.executable, "-c", script, *args],
+                            cwd=str(ROOT), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _line(proc: subprocess.Popen[str], prefix: str, timeout: float = 30) -> str:
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+        said.append(line)
+    raise AssertionError(f"no {prefix!r} line (exit {proc.wait(timeout)}):\n{''.join(said)}")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout:
+                proc.stdout.close()
+
+
+def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
+        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    values = gradients()
+    np.save(tmp_path / "values.npy", values)
+    with netns.lab() as lab:
+        lab_hosts, ports = {}, {}
+        for name, (port, ip) in HOSTS.items():
+            lab_hosts[name], ports[name] = lab.add_host(port, ip)
+        args = ["--no-p4", "--device-id", "1", "--cpu-port", "510", "--priority-queues", "8",
+                "--log-level", "warn", "--queue-rate", f"3={PORT_RATE_PPS}pps", "--queue-depth", "3=64"]
+        for name, (port, _) in HOSTS.items():
+            args += ["-i", f"{port}@{ports[name]}"]
+        with switch_process(args, tmp_path / "s1.log") as (_, address):
+            bed = _build(lab_hosts, ports, tmp_path, address)
+            with FabricController.for_fabric(bed.fabric, bed.pipeline, request_logs=False) as controller:
+                controller.apply(route_entries(bed.fabric, bed.pipeline.schema), ROUTE_TABLES)
+                entries = policy_entries(parse_policy(POLICY), bed.pipeline.schema)
+                controller.apply({"s1": entries}, POLICY_TABLES)
+                session = controller["s1"]
+                before = gather(session, [1, 2, 3], jobs=[1])
+
+                receiver_ip, sender_ip = HOSTS["receiver"][1], HOSTS["sender"][1]
+                receiver = _run(bed.hosts["receiver"], RECEIVER, receiver_ip, str(BOUND), str(COUNT), "2")
+                procs.append(receiver)
+                port = _line(receiver, "port ")
+                blaster = _run(bed.hosts["blaster"], BLASTER, receiver_ip, str(2 * PORT_RATE_PPS), "5")
+                procs.append(blaster)
+                _line(blaster, "blasting")
+                sender = _run(bed.hosts["sender"], SENDER, receiver_ip, port, str(BOUND), str(COUNT), "2",
+                              str(SENDER_PPS), str(tmp_path / "values.npy"), sender_ip)
+                procs.append(sender)
+                sent = json.loads(_line(sender, "result "))
+                got = json.loads(_line(receiver, "result "))
+                after = gather(session, [1, 2, 3], jobs=[1])
+    counted = after.minus(before)
+    magnitude_drops = counted.drops.get("magnitude_threshold", (0, 0))[0]
+    marks = counted.ecn_marks.get(1, (0, 0))[0]
+    missing_packets = sum(ELEMENTS - r for r in got["received"])
+    assert missing_packets % COUNT == 0
+    missing_packets //= COUNT
+
+    # Congestion happened and the switch shed only drop-eligible packets: as many as the
+    # receiver lacks, all of them from the tiny-gradient packets.
+    assert magnitude_drops > 0, (sent, got, counted)
+    assert magnitude_drops == missing_packets, (sent, got, counted)
+    small = {p for p in range(0, PACKETS, SMALL_EVERY)}
+    assert {i // COUNT for i in got["zero_positions"]} <= small
+    # Within the bound: no retransmission; each message lost at most its eligible packets.
+    for report in sent["reports"]:
+        assert report["retransmitted"] == 0 and report["rounds"] == 0
+        assert report["eligible"] == len(small)
+        assert report["missing"] <= BOUND * ELEMENTS
+    # Important packets were ECN-marked, the receiver echoed it and the sender slowed down.
+    assert marks > 0 and 0 < got["ce_marked"] <= marks
+    assert got["echoes"] >= 1 and any(r["echoes"] for r in sent["reports"])
+    assert sent["rates"][-1] < sent["rates"][0]
