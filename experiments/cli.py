@@ -141,12 +141,8 @@ def _train_all(args: argparse.Namespace, config, options) -> int:  # noqa: ANN00
         task = progress.add("train", f"{args.workers} workers, {options.scheduler}")
         if args.threads:
             from experiments.training.loopback import run_loopback
-            from experiments.training.processes import JobOutcome
 
-            job = run_loopback(config, options, args.workers)
-            outcome = JobOutcome(
-                records={r: [x.to_dict() for x in recs] for r, recs in job.records.items()},
-                server={"server": job.server.to_dict() if job.server else {}})
+            outcome = run_loopback(config, options, args.workers).outcome()
             progress.advance(task, config.iterations, None)
         else:
             from experiments.training.processes import Placement, local_spawner, run_job

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -103,7 +102,3 @@ def plot(metrics: Sequence[RunMetrics], out_dir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
     return paths
-
-
-def finite(value: float) -> bool:
-    return not (math.isnan(value) or math.isinf(value))

@@ -9,7 +9,7 @@ from lark import Token, Tree
 from p4switch import hashes
 from p4switch.action_profiles import ActionProfile
 from p4switch.compile_expr import expr_text
-from p4switch.compile_stmt import seq
+from p4switch.compile_stmt import _inline, seq
 from p4switch.compiled import (
     E, ActionImpl, CompiledProgram, Const, ControlImpl, ExternInstance, Fn, FunctionImpl,
     PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type, anno_texts,
@@ -30,6 +30,53 @@ from p4switch.tables import ActionSpec, Exact, KeyField, Lpm, Optional, Range, T
 _V1_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _MAX_PARSER_STEPS = 1000
 _LEGACY_PRIORITY_TOP = 1 << 24  # legacy @priority(N) becomes TOP - N (higher wins here)
+
+
+def _fast_runner(impl: ActionImpl, may_return: bool) -> None:
+    """Give `impl` a generated `run_with_args`: action data into its slots, then the body
+    inlined (the generic method stays for actions that may `return`)."""
+    if may_return:
+        return
+    lines, env = _inline(impl.body)
+    slots = impl.data_slots
+    head = [f"{', '.join(f's[{x}]' for x in slots)}, = args"] if slots else []
+    body = "".join(f"    {line}\n" for line in head + lines or ["pass"])
+    impl.run_with_args = generate(f"def run(s, args):\n{body}", "run", env)  # type: ignore[method-assign]
+
+
+def _parser_loop(init: Fn, states: dict[str, Fn]) -> Fn | None:
+    """The parser as one generated loop: each state's statements inlined in an if-chain,
+    direct transitions as constants (no call per state, no dict lookup)."""
+    lines, env = _inline(init)
+    lines = list(lines) + ["state = 'start'", "steps = 0", "while True:"]
+    env = dict(env)
+    first = True
+    for i, (name, fn) in enumerate(states.items()):
+        parts = getattr(fn, "parts", None)
+        if parts is None:
+            return None
+        body, nxt, direct = parts
+        body_lines, body_env = _inline(body)
+        env.update(body_env)
+        lines.append(f"    {'if' if first else 'elif'} state == {name!r}:")
+        first = False
+        lines += [f"        {line}" for line in body_lines]
+        if direct is not None:
+            lines.append(f"        state = {direct!r}")
+        else:
+            env[f"_next{i}"] = nxt
+            lines.append(f"        state = _next{i}(s)")
+    lines += ["    if state == 'accept':", "        return",
+              "    if state == 'reject':", "        raise ParserError('$reject')",
+              "    steps += 1",
+              f"    if steps >= {_MAX_PARSER_STEPS}:", "        raise ParserError('ParserTimeout')"]
+    env["ParserError"] = ParserError
+    source = "def run_parser(s):\n" + "".join(f"    {line}\n" for line in lines)
+    return generate(source, "run_parser", env)
+
+
+def _has_return(node: Tree) -> bool:
+    return any(t.data == "return_stmt" for t in node.iter_subtrees())
 
 
 def _name(node: Any) -> str:
@@ -99,6 +146,8 @@ class BlockCompiler:
                 infos.append(ParamInfo(pname, scalar_width(ptype)))
         impl = ActionImpl(qualified, params, self.block(body.children[1:], inner), data_slots)
         impl.bool_slots = [p[3] for p in params if p[2] is None and isinstance(p[1], BoolT)]
+        impl.may_return = _has_return(body)
+        _fast_runner(impl, impl.may_return)
         self.info.actions.setdefault(qualified, ActionInfo(qualified, infos, anno_texts(annos_node)))
         return impl
 
@@ -368,6 +417,7 @@ class BlockCompiler:
             post(s)
         wrapped = ActionImpl(impl.name, impl.params, run_bound, impl.data_slots)
         wrapped.bool_slots = getattr(impl, "bool_slots", [])
+        _fast_runner(wrapped, False)  # run_bound catches the body's `return` itself
         return wrapped
 
     def _resolve_action(self, name_node: Any, scope: Scope) -> ActionImpl:
@@ -476,24 +526,37 @@ class BlockCompiler:
         else:
             make_key = lambda s: tuple(f(s) for f in fns)  # noqa: E731
 
-        def apply(s: list) -> tuple[bool, str]:
-            installed = lookup(make_key(s)) if fns else None
-            ctx = s[0]
-            ctx.hit_entry = installed
-            if installed is None:
-                name, args = table._default
-                impls[name].run_with_args(s, args)
-                return False, name
-            entry = installed.entry
-            if counted:
-                installed.packets += 1
-                installed.bytes += ctx.length
-            impls[entry.action].run_with_args(s, entry.args)
-            return True, entry.action
         if table.profile is not None:
             return self._indirect_apply(table, lookup, make_key if fns else None, impls, counted,
                                         selector_keys)
-        return apply
+        runners = {name: impl.run_with_args for name, impl in impls.items()}
+        env = {"lookup": lookup, "make_key": make_key, "table": table, "runners": runners,
+               "entries": table._entries}
+        if not fns:
+            find = "None"
+        elif all(c is not None for c in key_codes) and table._exact_only:
+            find = f"entries.get((({', '.join(key_codes)},), 0))"  # exact: one dict probe
+        elif all(c is not None for c in key_codes):
+            find = f"lookup(({', '.join(key_codes)},))"
+        else:
+            find = "lookup(make_key(s))"
+        count = ["    installed.packets += 1", "    installed.bytes += ctx.length"] if counted else []
+        source = "\n".join([
+            "def apply(s):",
+            f"    installed = {find}",
+            "    ctx = s[0]",
+            "    ctx.hit_entry = installed",
+            "    if installed is None:",
+            "        name, args = table._default",
+            "        runners[name](s, args)",
+            "        return False, name",
+            "    entry = installed.entry",
+            *count,
+            "    runners[entry.action](s, entry.args)",
+            "    return True, entry.action", ""])
+        for fn in fns:  # key code may name helpers of its own
+            env.update(getattr(fn, "key_env", {}) or {})
+        return generate(source, "apply", env)
 
     @staticmethod
     def _indirect_apply(table: Table, lookup: Any, make_key: Any, impls: dict[str, ActionImpl],
@@ -653,7 +716,10 @@ class BlockCompiler:
         scope.names["$prefix"] = prefix
         init: list[Fn] = []
         self._locals(children[5:apply_index], prefix, scope, init)
-        body = seq(init + [self.stmt(children[apply_index + 1], scope)])
+        apply_block = children[apply_index + 1]
+        body = seq(init + [self.stmt(apply_block, scope)])
+        if not any(t.data == "return_stmt" for t in apply_block.iter_subtrees()):
+            return body  # nothing to catch: the statements themselves
 
         def run_control(s: list) -> None:
             try:
@@ -678,6 +744,9 @@ class BlockCompiler:
         for st in states:
             compiled[_name(st.children[2])] = self._state(st, scope, names | {"accept", "reject"})
         start_init = seq(init)
+        generated = _parser_loop(start_init, compiled)
+        if generated is not None:
+            return generated
 
         def run_parser(s: list) -> None:
             start_init(s)
@@ -711,6 +780,8 @@ class BlockCompiler:
         def state(s: list) -> str:
             body(s)
             return nxt(s)
+        state.parts = (body, nxt, target if transition is not None and  # type: ignore[attr-defined]
+                       transition.data == "transition_direct" else None)
         return state
 
     def _select(self, node: Tree, scope: Scope, names: set[str]) -> Fn:

@@ -187,6 +187,10 @@ class ExternCompiler:
             raise self.unsupported(args[3], "random is not a checksum algorithm")
         m = _mask(target.type.width)
         read, write = target.fn, self.writer_for(node, target)
+        cond_code = self._bool_operand(args[0], scope).code
+        if cond_code is not None and (update or target.code is not None):
+            return self._checksum_code(cond_code, data, algo, m, payload, update, write,
+                                       target.code, None if update else self._std_slot("checksum_error"))
         if update:
             def update_checksum(s: list) -> None:
                 if cond(s):
@@ -205,6 +209,19 @@ class ExternCompiler:
                 if algo(d) & m != read(s):
                     s[error_slot] = 1
         return E(VoidT(), verify_checksum)
+
+    @staticmethod
+    def _checksum_code(cond: str, data: Fn, algo: Any, mask: int, payload: bool, update: bool,
+                       write: Any, read: str | None, error_slot: int | None) -> E:
+        """A checksum statement as generated code (the condition and the field inlined)."""
+        value = "algo(data(s) + s[0].payload)" if payload else "algo(data(s))"
+        if update:
+            body = f"    if {cond}:\n        write(s, {value} & {mask})\n"
+        else:
+            body = f"    if {cond} and {value} & {mask} != {read}:\n        s[{error_slot}] = 1\n"
+        fn = generate(f"def checksum(s):\n{body}", "checksum",
+                      {"algo": algo, "data": data, "write": write})
+        return E(VoidT(), fn)
 
     def _v1_verify_checksum(self, node: Tree, args: list, scope: Scope) -> E:
         return self._checksum(node, args, scope, update=False, payload=False)

@@ -36,7 +36,10 @@ class QueueMeta:
     qid: int = 0
 
 
-@dataclass
+_NO_QUEUE = QueueMeta()
+
+
+@dataclass(slots=True)
 class EgressJob:
     """A packet between ingress and egress; `state` is opaque to the traffic manager."""
 
@@ -82,6 +85,14 @@ class Pipeline:
         self._egress_rid = std["egress_rid"]
         self._parser_error = std["parser_error"]
         self._priority = std["priority"]
+        self._run_verify = compiled.verify
+        self._run_ingress = compiled.ingress
+        self._run_egress = compiled.egress
+        self._run_compute = compiled.compute
+        self._run_deparser = compiled.deparser
+        self._ingress_slots = (self._ingress_port, self._instance_type, self._packet_length,
+                               self._ingress_ts, self._parser_error, self._priority,
+                               self._mcast_grp, self._egress_spec)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -114,23 +125,34 @@ class Pipeline:
                 _instance_type: int = PKT_NORMAL, _preserved: list | None = None,
                 _depth: int = 0) -> list[EgressJob]:
         """Parser, checksum verification and ingress; the jobs for the traffic manager."""
-        c = self._c
-        s = self._fresh(packet, now_us)
-        s[self._ingress_port] = port
-        s[self._instance_type] = _instance_type
-        s[self._packet_length] = len(packet)
-        s[self._ingress_ts] = now_us
-        self._run_parser(s)
-        for slot, value in _preserved or ():
-            s[slot] = value
-        c.verify(s)
+        in_port, itype, length, in_ts, perror, prio, mcast, espec = self._ingress_slots
+        s = self._template.copy()
+        s[0] = ctx = PacketContext(packet, now_us, self._digest, self.log)
+        s[in_port] = port
+        s[itype] = _instance_type
+        s[length] = ctx.length
+        s[in_ts] = now_us
         try:
-            c.ingress(s)
+            self._c.parser(s)
+        except ParserError as exc:
+            if exc.error != "$reject":
+                s[perror] = exc.error
+        ctx.payload = packet[ctx.pos:] if ctx.pos else packet
+        if _preserved:
+            for slot, value in _preserved:
+                s[slot] = value
+        self._run_verify(s)
+        try:
+            self._run_ingress(s)
         except ExitSignal:
             pass
-        ctx = s[0]
+        priority = s[prio]
+        if ctx.clone is None and ctx.resubmit is None and not s[mcast]:  # unicast
+            spec = s[espec]
+            if spec == DROP_PORT:
+                return []
+            return [EgressJob(spec, priority, s[itype], 0, s, ctx.length)]
         jobs: list[EgressJob] = []
-        priority = s[self._priority]
         if ctx.clone is not None:
             ctype, session, index = ctx.clone
             if ctype == "I2E":
@@ -185,28 +207,40 @@ class Pipeline:
 
     def egress(self, job: EgressJob, queue: QueueMeta | None = None, _depth: int = 0) -> list[tuple[int, bytes]]:
         """Egress, checksum update and deparser for one job; the frames to transmit."""
-        c = self._c
-        q = queue or QueueMeta()
+        q = queue or _NO_QUEUE
+        return self._egress(job, q.enq_timestamp, q.enq_qdepth, q.deq_timedelta, q.deq_qdepth,
+                            _depth)
+
+    def _egress(self, job: EgressJob, enq_timestamp: int, enq_qdepth: int, deq_timedelta: int,
+                deq_qdepth: int, _depth: int = 0) -> list[tuple[int, bytes]]:
         s = job.state
         ctx: PacketContext = s[0]
         ctx.clone = None
-        s[self._egress_port] = job.egress_port
-        s[self._egress_spec] = job.egress_port
-        s[self._enq_timestamp] = q.enq_timestamp & 0xFFFFFFFF
-        s[self._enq_qdepth] = q.enq_qdepth & 0x7FFFF
-        s[self._deq_timedelta] = q.deq_timedelta & 0xFFFFFFFF
-        s[self._deq_qdepth] = q.deq_qdepth & 0x7FFFF
-        s[self._egress_ts] = (q.enq_timestamp + q.deq_timedelta) & 0xFFFFFFFFFFFF
+        port = job.egress_port
+        s[self._egress_port] = port
+        s[self._egress_spec] = port
+        s[self._enq_timestamp] = enq_timestamp & 0xFFFFFFFF
+        s[self._enq_qdepth] = enq_qdepth & 0x7FFFF
+        s[self._deq_timedelta] = deq_timedelta & 0xFFFFFFFF
+        s[self._deq_qdepth] = deq_qdepth & 0x7FFFF
+        s[self._egress_ts] = (enq_timestamp + deq_timedelta) & 0xFFFFFFFFFFFF
         try:
-            c.egress(s)
+            self._run_egress(s)
         except ExitSignal:
             pass
-        out: list[tuple[int, bytes]] = []
-        clone = ctx.clone
         if s[self._egress_spec] == DROP_PORT:
             frame = None
         else:
-            frame = self._deparse(s)
+            self._run_compute(s)
+            ctx.out = out_parts = []
+            self._run_deparser(s)
+            frame = b"".join(out_parts) + ctx.payload
+            if ctx.truncate:
+                frame = frame[:ctx.truncate]
+        clone = ctx.clone
+        if clone is None and ctx.recirculate is None:  # the usual case: one frame out
+            return [] if frame is None else [(port, frame)]
+        out: list[tuple[int, bytes]] = []
         if clone is not None and clone[0] == "E2E" and _depth < _MAX_LOOPS:
             out.extend(self._egress_clones(s, clone[1], clone[2], _depth))
         if frame is None:
@@ -218,7 +252,7 @@ class Pipeline:
                                          preserved, _depth + 1):
                     out.extend(self.egress(job2, None, _depth + 1))
             return out
-        out.append((job.egress_port, frame))
+        out.append((port, frame))
         return out
 
     def _deparse(self, s: list) -> bytes:
@@ -259,9 +293,12 @@ class Pipeline:
 
     def process(self, packet: bytes, port: int, now_us: int = 0) -> list[tuple[int, bytes]]:
         """Ingress then egress with empty queues: the (port, frame) pairs that leave."""
+        jobs = self.ingress(packet, port, now_us)
+        if len(jobs) == 1:
+            return self._egress(jobs[0], now_us, 0, 0, 0)
         out: list[tuple[int, bytes]] = []
-        for job in self.ingress(packet, port, now_us):
-            out.extend(self.egress(job, QueueMeta(enq_timestamp=now_us)))
+        for job in jobs:
+            out.extend(self._egress(job, now_us, 0, 0, 0))
         return out
 
     def reset_state(self) -> None:

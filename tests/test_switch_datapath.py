@@ -126,3 +126,37 @@ def test_priority_beyond_queue_count_is_dropped(datapath: tuple[Datapath, Virtua
     assert path.receive(probe(6, 1), 1) == 0
     assert path.tm.drops[(2, 6, "bad_priority")] == 1
     assert path.transmit_due() == 0 and out.take() == []
+
+
+def test_immediate_mode_sends_what_the_queued_path_sends(tmp_path: Path) -> None:
+    """Real ports send a packet that finds its port idle from receive() itself; with the
+    ingress thread's habit (transmit_due after every frame) the frames, their times and the
+    queue metadata egress sees are those of the queue-everything path."""
+    from p4switch.frontend import load_program
+    from p4switch.pipeline import Pipeline
+
+    source = tmp_path / "queue_probe.p4"
+    source.write_text(QUEUE_PROBE_P4)
+    program = load_program(source)
+    runs = {}
+    for immediate in (False, True):
+        clock = VirtualClock()
+        tm = TrafficManager(priority_queues=8)
+        tm.set_queue_rate(2, Rate(2000))  # 500 us per packet: some packets wait, some do not
+        path = Datapath(tm, clock, immediate=immediate)
+        for number in (1, 2):
+            path.add_port(MemoryPort(number, clock))
+        path.install(Pipeline(load_program(source)) if immediate else Pipeline(program))
+        passed_at_once = 0
+        for i, gap in enumerate([0, 100, 100, 900, 2000, 50, 50, 50, 3000, 600] * 3):
+            clock.advance(gap)
+            before = len(path.ports[2].sent)  # type: ignore[attr-defined]
+            path.receive(probe(i % 3 * 2, i), 1)
+            passed_at_once += len(path.ports[2].sent) - before  # type: ignore[attr-defined]
+            path.transmit_due()
+        run_until(path, clock, clock.now_us() + 20_000)
+        sent = path.ports[2].sent  # type: ignore[attr-defined]
+        runs[immediate] = ([(t, decode(f)) for t, f in sent], dict(tm.departed), passed_at_once)
+    assert runs[True][:2] == runs[False][:2]
+    assert len(runs[True][0]) == 30
+    assert runs[False][2] == 0 and runs[True][2] > 0  # only immediate mode sent from receive()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.metrics import summarize
 from experiments.training.data import Batches, load_digits, shard
 from experiments.training.loop import LocalSgd, TrainConfig, Worker, final_accuracy, time_to_accuracy
 from experiments.training.loopback import run_loopback
@@ -57,6 +58,9 @@ def test_training_converges_with_bounded_random_loss(digits) -> None:
     # Packets were really lost and some gradient values were zero-filled instead of resent.
     assert sum(r.dropped for r in job.relays) > 0
     assert 0.0 < job.server.gradient_loss <= options.grad_bound
+    # The job's own count of lost packets (sent minus received, from every socket) is the relays'.
+    run = summarize("lossy", job.outcome(), target=0.9)
+    assert run.dropped == sum(r.dropped for r in job.relays)
     accuracies = [final_accuracy(job.records[r]) for r in range(2)]
     assert accuracies[0] == accuracies[1]  # every worker holds the server's parameters
     assert accuracies[0] >= 0.9

@@ -11,12 +11,15 @@ from __future__ import annotations
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 from experiments.errors import ExperimentError
 from experiments.training.data import Digits, load_digits
 from experiments.training.loop import Record, TrainConfig, Worker
 from experiments.training.model import build_mlp, parameter_arrays, tensor_sizes
 from experiments.training.options import TransportOptions
+from experiments.training.processes import JobOutcome
+from experiments.training.roles import receive_stats
 from experiments.training.transport import PsExchange, ServerSummary, make_endpoint, serve
 from hosts.ps import PS_WORKER_ID
 from hosts.relay import Relay, RelayStats, random_impairment
@@ -27,6 +30,16 @@ class JobResult:
     records: dict[int, list[Record]] = field(default_factory=dict)
     server: ServerSummary | None = None
     relays: list[RelayStats] = field(default_factory=list)
+    #: What each socket received (as the roles print it): the server's, then by rank.
+    server_receive: dict[str, Any] = field(default_factory=dict)
+    worker_receive: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def outcome(self) -> JobOutcome:
+        """The same figures as a job of processes reports them."""
+        return JobOutcome(
+            records={rank: [r.to_dict() for r in recs] for rank, recs in self.records.items()},
+            server={"server": self.server.to_dict() if self.server else {}, "receive": self.server_receive},
+            worker_receive=dict(self.worker_receive))
 
 
 def run_loopback(config: TrainConfig, options: TransportOptions, workers: int, *, loss: float = 0.0,
@@ -74,6 +87,8 @@ def run_loopback(config: TrainConfig, options: TransportOptions, workers: int, *
         for t in threads:
             t.join()
         result.relays = [r.stats for r in relays]
+        result.server_receive = receive_stats(ps_endpoint)
+        result.worker_receive = {rank: receive_stats(e) for rank, e in enumerate(endpoints)}
     if errors:
         raise ExperimentError(f"the loopback job failed: {errors[0]}") from errors[0]
     return result

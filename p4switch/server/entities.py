@@ -16,7 +16,7 @@ from p4.v1 import p4runtime_pb2
 
 from p4switch import tables
 from p4switch.errors import P4SwitchError
-from p4switch.server import codec
+from p4switch.server import codec, wire
 from p4switch.server.errors import RpcError, from_table_error, invalid, not_found, out_of_range, unimplemented
 from p4switch.server.schema import IndexedInfo, Schema, TableInfo
 
@@ -32,15 +32,24 @@ class EntityStore:
         self.pipeline = pipeline
         #: Digest ids the controller enabled, with their configuration.
         self.digest_configs: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
+        self._codecs: dict[int, codec.TableCodec] = {}
 
     # -- look-ups -------------------------------------------------------------------------
 
+    def _codec(self, table_id: int) -> codec.TableCodec:
+        """The translation of one table (built once per table)."""
+        found = self._codecs.get(table_id)
+        if found is None:
+            info = self.schema.table(table_id)
+            table = self.pipeline.tables.get(info.name)
+            if table is None:
+                raise RpcError(grpc.StatusCode.INTERNAL, f"table {info.name} is in the P4Info but not in the pipeline")
+            found = self._codecs[table_id] = codec.TableCodec(self.schema, info, table)
+        return found
+
     def _table(self, table_id: int) -> tuple[TableInfo, tables.Table]:
-        info = self.schema.table(table_id)
-        table = self.pipeline.tables.get(info.name)
-        if table is None:
-            raise RpcError(grpc.StatusCode.INTERNAL, f"table {info.name} is in the P4Info but not in the pipeline")
-        return info, table
+        found = self._codec(table_id)
+        return found.info, found.table
 
     def _array(self, kind: str, ids: dict[int, IndexedInfo], store: dict[str, Any], resource_id: int) -> tuple[IndexedInfo, Any]:
         info = self.schema.lookup(kind, ids, resource_id)
@@ -50,6 +59,32 @@ class EntityStore:
         return info, array
 
     # -- Write ----------------------------------------------------------------------------
+
+    def write_serialized(self, data: bytes) -> None:
+        """Apply one serialized update: table entries of the usual shape straight from the
+        wire, anything else through the protobuf runtime (same checks, same statuses)."""
+        update = wire.table_update(data)
+        if update is None or update.type not in (INSERT, MODIFY, DELETE):
+            self.write(p4runtime_pb2.Update.FromString(data))
+            return
+        try:
+            self._write_table_update(update)
+        except tables.TableError as exc:
+            raise from_table_error(exc) from exc
+        except P4SwitchError as exc:
+            raise invalid(str(exc)) from exc
+
+    def _write_table_update(self, update: wire.TableUpdate) -> None:
+        found = self._codec(update.table_id)
+        table = found.table
+        if update.type == DELETE:
+            table.delete(tables.TableEntry(found.match(update.matches), update.priority, "", ()))
+            return
+        entry = found.entry(update.matches, update.priority, update.action_id, update.params)
+        if update.type == INSERT:
+            table.insert(entry)
+        else:
+            table.modify(entry)
 
     def write(self, update: p4runtime_pb2.Update) -> None:
         """Apply one update; raises :class:`RpcError` with the per-update status."""
@@ -75,7 +110,8 @@ class EntityStore:
             raise invalid(str(exc)) from exc
 
     def _write_table_entry(self, kind: int, msg: p4runtime_pb2.TableEntry) -> None:
-        info, table = self._table(msg.table_id)
+        found = self._codec(msg.table_id)
+        info, table = found.info, found.table
         if msg.idle_timeout_ns:
             raise unimplemented(f"table {info.name}: idle timeout is not implemented by this target "
                                 "(set idle_timeout_ns to 0)")
@@ -95,10 +131,9 @@ class EntityStore:
             table.set_default(name, args)
             return
         if kind == DELETE:
-            match = codec.match_from_proto(self.schema, info, table, list(msg.match))
-            table.delete(tables.TableEntry(match, msg.priority, "", ()))
+            table.delete(tables.TableEntry(found.match_from_proto(msg.match), msg.priority, "", ()))
             return
-        entry = codec.table_entry_from_proto(self.schema, info, table, msg)
+        entry = found.entry_from_proto(msg)
         if kind == INSERT:
             table.insert(entry)
         else:
@@ -124,9 +159,9 @@ class EntityStore:
             array.write(i, msg.data.packet_count, msg.data.byte_count)
 
     def _direct_entry(self, msg: p4runtime_pb2.TableEntry) -> tuple[TableInfo, tables.Table, tables.TableEntry]:
-        info, table = self._table(msg.table_id)
-        match = codec.match_from_proto(self.schema, info, table, list(msg.match))
-        entry = table.get(match, msg.priority)
+        found = self._codec(msg.table_id)
+        info, table = found.info, found.table
+        entry = table.get(found.match_from_proto(msg.match), msg.priority)
         if entry is None:
             raise not_found(f"table {info.name}: no such entry")
         return info, table, entry
@@ -216,8 +251,9 @@ class EntityStore:
 
     # -- Read -----------------------------------------------------------------------------
 
-    def read(self, entity: p4runtime_pb2.Entity) -> Iterator[p4runtime_pb2.Entity]:
-        """Every entity matching a (possibly wildcard) read request entity."""
+    def read(self, entity: p4runtime_pb2.Entity) -> Iterator[p4runtime_pb2.Entity | bytes]:
+        """Every entity matching a (possibly wildcard) read request entity; table entries come
+        already serialized (bytes of an ``Entity``)."""
         kind = entity.WhichOneof("entity")
         try:
             if kind == "table_entry":
@@ -242,11 +278,12 @@ class EntityStore:
         except P4SwitchError as exc:
             raise invalid(str(exc)) from exc
 
-    def _read_table_entries(self, query: p4runtime_pb2.TableEntry) -> Iterator[p4runtime_pb2.Entity]:
+    def _read_table_entries(self, query: p4runtime_pb2.TableEntry) -> Iterator[p4runtime_pb2.Entity | bytes]:
         table_ids = [query.table_id] if query.table_id else sorted(self.schema.tables)
         with_counters = query.HasField("counter_data")
         for table_id in table_ids:
-            info, table = self._table(table_id)
+            found = self._codec(table_id)
+            info, table = found.info, found.table
             if query.is_default_action:
                 name, args = table.default
                 msg = p4runtime_pb2.TableEntry(table_id=info.id, is_default_action=True)
@@ -257,19 +294,15 @@ class EntityStore:
                 yield p4runtime_pb2.Entity(table_entry=msg)
                 continue
             if query.match:
-                match = codec.match_from_proto(self.schema, info, table, list(query.match))
-                found = table.get(match, query.priority)
-                entries = [found] if found is not None else []
+                match = found.match_from_proto(query.match)
+                hit = table.get(match, query.priority)
+                entries = [hit] if hit is not None else []
             else:
                 entries = table.entries()
+            counters = with_counters and bool(info.direct_counter_id)
             for entry in entries:
-                msg = codec.table_entry_to_proto(self.schema, info, table, entry)
-                if table.is_const:
-                    msg.is_const = True
-                if with_counters and info.direct_counter_id:
-                    packets, nbytes = table.direct_counter(entry)
-                    msg.counter_data.packet_count, msg.counter_data.byte_count = packets, nbytes
-                yield p4runtime_pb2.Entity(table_entry=msg)
+                data = found.encode(entry, table.direct_counter(entry) if counters else None)
+                yield wire.delimited(wire.ENTITY_TABLE_ENTRY, data)
 
     def _read_counters(self, query: p4runtime_pb2.CounterEntry) -> Iterator[p4runtime_pb2.Entity]:
         ids = [query.counter_id] if query.counter_id else sorted(self.schema.counters)
@@ -297,7 +330,7 @@ class EntityStore:
             for entry in entries:
                 packets, nbytes = table.direct_counter(entry)
                 msg = p4runtime_pb2.DirectCounterEntry()
-                msg.table_entry.CopyFrom(codec.table_entry_to_proto(self.schema, info, table, entry))
+                msg.table_entry.MergeFromString(self._codec(table_id).encode(entry, mark_const=False))
                 msg.data.packet_count, msg.data.byte_count = packets, nbytes
                 yield p4runtime_pb2.Entity(direct_counter_entry=msg)
 

@@ -12,6 +12,8 @@ import grpc
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
+from p4switch.server.wire import SplitWriteRequest
+
 ELIDE_BYTES = 1024  # device configs and large payloads are logged by size only
 
 
@@ -25,6 +27,8 @@ class RequestLog:
 
     def record(self, method: str, message: Any) -> None:
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+        if isinstance(message, SplitWriteRequest):
+            message = message.message()
         text = _describe(message) if isinstance(message, Message) else f"{message!r}\n"
         with self._lock:
             if self._file.closed:

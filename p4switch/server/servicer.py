@@ -27,7 +27,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from p4switch.errors import P4SwitchError
-from p4switch.server import codec
+from p4switch.server import codec, wire
 from p4switch.server.arbitration import Arbiter
 from p4switch.server.entities import EntityStore
 from p4switch.server.errors import RpcError, invalid
@@ -193,42 +193,31 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
                 raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
             store = self._store()
-            errors: list[p4runtime_pb2.Error] = []
+            split = isinstance(request, wire.SplitWriteRequest)
+            apply = store.write_serialized if split else store.write
+            failures: list[tuple[int, int, str]] = []  # (update index, canonical code, message)
             with self.target.lock:
-                for update in request.updates:
+                for index, update in enumerate(request.updates):
                     try:
-                        store.write(update)
-                        errors.append(p4runtime_pb2.Error(canonical_code=code_pb2.OK))
+                        apply(update)
                     except RpcError as exc:
-                        errors.append(p4runtime_pb2.Error(canonical_code=exc.canonical_code, message=exc.message))
+                        failures.append((index, exc.canonical_code, exc.message))
                     except Exception as exc:  # noqa: BLE001 - one bad update must not fail the others
                         log.exception("update failed")
-                        errors.append(p4runtime_pb2.Error(canonical_code=code_pb2.INTERNAL,
-                                                          message=f"{type(exc).__name__}: {exc}"))
-            failed = [e for e in errors if e.canonical_code != code_pb2.OK]
-            if failed:
-                status = status_pb2.Status(
-                    code=code_pb2.UNKNOWN,
-                    message=f"{len(failed)} of {len(errors)} update(s) failed: {failed[0].message}",
-                )
-                for error in errors:
-                    packed = any_pb2.Any()
-                    packed.Pack(error)
-                    status.details.append(packed)
-                context.abort_with_status(_Status(
-                    grpc.StatusCode.UNKNOWN, status.message,
-                    (("grpc-status-details-bin", status.SerializeToString()),),
-                ))
+                        failures.append((index, code_pb2.INTERNAL, f"{type(exc).__name__}: {exc}"))
+            if failures:
+                _abort_with_update_errors(context, len(request.updates), failures)
             return p4runtime_pb2.WriteResponse()
 
     def Read(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        """Serialized ReadResponses of at most READ_BATCH entities each (at least one response)."""
         with _AbortOnRpcError(context):
             self._check_device(request.device_id)
             store = self._store()
             with self.target.lock:
                 entities = [found for entity in request.entities for found in store.read(entity)]
         for start in range(0, max(len(entities), 1), READ_BATCH):
-            yield p4runtime_pb2.ReadResponse(entities=entities[start:start + READ_BATCH])
+            yield wire.read_response(entities[start:start + READ_BATCH])
 
     # -- StreamChannel ----------------------------------------------------------------------
 
@@ -354,6 +343,28 @@ def _check_consistent(schema: Schema, pipeline: Any) -> None:
                 raise invalid(f"P4Info does not match the device config: {kind} {info.name} is not in the program")
 
 
+def _abort_with_update_errors(context: grpc.ServicerContext, count: int,
+                              failures: list[tuple[int, int, str]]) -> None:
+    """End a Write with UNKNOWN and one ``p4.v1.Error`` per update in the status details."""
+    status = status_pb2.Status(
+        code=code_pb2.UNKNOWN, message=f"{len(failures)} of {count} update(s) failed: {failures[0][2]}")
+    by_index = {index: (code, message) for index, code, message in failures}
+    ok = any_pb2.Any()
+    ok.Pack(p4runtime_pb2.Error(canonical_code=code_pb2.OK))
+    for index in range(count):
+        if index in by_index:
+            code, message = by_index[index]
+            packed = any_pb2.Any()
+            packed.Pack(p4runtime_pb2.Error(canonical_code=code, message=message))
+            status.details.append(packed)
+        else:
+            status.details.append(ok)
+    context.abort_with_status(_Status(
+        grpc.StatusCode.UNKNOWN, status.message,
+        (("grpc-status-details-bin", status.SerializeToString()),),
+    ))
+
+
 def _stream_error(exc: RpcError, message: p4runtime_pb2.StreamMessageRequest) -> p4runtime_pb2.StreamMessageResponse:
     response = p4runtime_pb2.StreamMessageResponse()
     response.error.canonical_code = exc.canonical_code
@@ -378,6 +389,34 @@ class _AbortOnRpcError:
         return False
 
 
+def _service_handler(servicer: P4RuntimeServicer) -> grpc.GenericRpcHandler:
+    """The P4Runtime service as the generated code registers it, except that Write requests
+    are split into serialized updates and Read responses come serialized already."""
+    pb = p4runtime_pb2
+    handlers = {
+        "Write": grpc.unary_unary_rpc_method_handler(
+            servicer.Write, request_deserializer=wire.parse_write_request,
+            response_serializer=pb.WriteResponse.SerializeToString),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            servicer.Read, request_deserializer=pb.ReadRequest.FromString, response_serializer=wire.serialize),
+        "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.SetForwardingPipelineConfig,
+            request_deserializer=pb.SetForwardingPipelineConfigRequest.FromString,
+            response_serializer=pb.SetForwardingPipelineConfigResponse.SerializeToString),
+        "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.GetForwardingPipelineConfig,
+            request_deserializer=pb.GetForwardingPipelineConfigRequest.FromString,
+            response_serializer=pb.GetForwardingPipelineConfigResponse.SerializeToString),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamChannel, request_deserializer=pb.StreamMessageRequest.FromString,
+            response_serializer=pb.StreamMessageResponse.SerializeToString),
+        "Capabilities": grpc.unary_unary_rpc_method_handler(
+            servicer.Capabilities, request_deserializer=pb.CapabilitiesRequest.FromString,
+            response_serializer=pb.CapabilitiesResponse.SerializeToString),
+    }
+    return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers)
+
+
 class P4RuntimeServer:
     """A gRPC server for one switch; ``port`` is the bound port (useful with ``:0``)."""
 
@@ -394,7 +433,7 @@ class P4RuntimeServer:
                      ("grpc.max_send_message_length", 256 << 20),
                      ("grpc.so_reuseport", 0)],
         )
-        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.servicer, self.server)
+        self.server.add_generic_rpc_handlers((_service_handler(self.servicer),))
         if extra_handlers:
             self.server.add_generic_rpc_handlers(extra_handlers)
         try:

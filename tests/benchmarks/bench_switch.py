@@ -4,11 +4,15 @@
   DLCP program), against a Linux bridge between the same two namespaces (same sender, same run).
 - P4Runtime writes: table entries/s written in batched Write requests, against one update
   per request.
+- P4Runtime reads: entries/s of one wildcard Read of 10,000 entries, against writing the
+  same entries in Write requests of 1,000 updates. Both figures are the switch's: the
+  requests are serialized before the clock starts and the responses parsed after it stops.
 """
 
 from __future__ import annotations
 
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -32,6 +36,8 @@ SWITCH_MAC = "00:00:00:00:01:01"
 SEND_SECONDS = 3.0
 WRITE_ENTRIES = 1000  # the router's table holds 1024
 WRITE_BATCH = 100
+READ_ENTRIES = 10_000
+READ_WRITE_BATCH = 1000
 
 BLASTER = r"""
 import socket, sys, time
@@ -236,9 +242,41 @@ def _write_figure(workdir: Path) -> Figure:
                   "one update per Write", single_rate, "entries/s")
 
 
+def _read_figure(workdir: Path) -> Figure:
+    """The router with a 10,000-entry table: batched writes, then one wildcard Read."""
+    source = workdir / "ipv4_router_big.p4"
+    source.write_text(re.sub(r"size\s*=\s*\d+\s*;", f"size = {READ_ENTRIES};", ROUTER.read_text()))
+    with _switch(source, [], workdir) as client:
+        inserts = [client.lpm_update("MyIngress.ipv4_lpm", (0x0A << 24) | (i << 8), 24, "MyIngress.ipv4_forward",
+                                     {"dstAddr": i, "port": 1}) for i in range(READ_ENTRIES)]
+        batches = []
+        for i in range(0, READ_ENTRIES, READ_WRITE_BATCH):  # built and serialized before timing
+            batch = p4runtime_pb2.WriteRequest(device_id=client.device_id, updates=inserts[i:i + READ_WRITE_BATCH])
+            batch.election_id.low = 1
+            batches.append(batch.SerializeToString())
+        write = client.channel.unary_unary("/p4.v1.P4Runtime/Write")
+        start = time.perf_counter()
+        for batch_bytes in batches:
+            write(batch_bytes)
+        write_rate = READ_ENTRIES / (time.perf_counter() - start)
+        request = p4runtime_pb2.ReadRequest(device_id=client.device_id)
+        request.entities.add().table_entry.table_id = inserts[0].entity.table_entry.table_id
+        read = client.channel.unary_stream("/p4.v1.P4Runtime/Read",
+                                           request_serializer=p4runtime_pb2.ReadRequest.SerializeToString)
+        start = time.perf_counter()
+        responses = list(read(request))
+        read_rate = READ_ENTRIES / (time.perf_counter() - start)
+        count = sum(len(p4runtime_pb2.ReadResponse.FromString(r).entities) for r in responses)
+        if count != READ_ENTRIES:
+            raise RuntimeError(f"Read returned {count} entries, {READ_ENTRIES} were written")
+    return Figure(f"P4Runtime Read, {READ_ENTRIES:,} entries in one wildcard request", read_rate,
+                  f"batched Write of the same entries ({READ_WRITE_BATCH:,} per request)", write_rate, "entries/s")
+
+
 def run() -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="bench-switch-") as tmp:
         workdir = Path(tmp)
         figures = _forwarding_figures(workdir) if netns.is_root() else []
         figures.append(_write_figure(workdir))
+        figures.append(_read_figure(workdir))
     return figures
