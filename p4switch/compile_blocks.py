@@ -13,7 +13,7 @@ from p4switch.compile_stmt import _inline, seq
 from p4switch.compiled import (
     E, ActionImpl, CompiledProgram, Const, ControlImpl, ExternInstance, Fn, FunctionImpl,
     PacketParam, Place, Scope, TableImpl, Var, _anno_map, _anno_string, _same_type, anno_texts,
-    generate,
+    codes, generate,
 )
 from p4switch.externs import CounterArray, Meter, MeterArray, RegisterArray, ValueSet
 from p4switch.frontend.program import (
@@ -29,6 +29,7 @@ from p4switch.tables import ActionSpec, Exact, KeyField, Lpm, Optional, Range, T
 
 _V1_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _MAX_PARSER_STEPS = 1000
+_NO_MATCH = "$nomatch"  # the parser state a select without a matching case goes to
 _LEGACY_PRIORITY_TOP = 1 << 24  # legacy @priority(N) becomes TOP - N (higher wins here)
 
 
@@ -68,6 +69,7 @@ def _parser_loop(init: Fn, states: dict[str, Fn]) -> Fn | None:
             lines.append(f"        state = _next{i}(s)")
     lines += ["    if state == 'accept':", "        return",
               "    if state == 'reject':", "        raise ParserError('$reject')",
+              f"    if state == {_NO_MATCH!r}:", "        raise ParserError('NoMatch')",
               "    steps += 1",
               f"    if steps >= {_MAX_PARSER_STEPS}:", "        raise ParserError('ParserTimeout')"]
     env["ParserError"] = ParserError
@@ -755,6 +757,8 @@ class BlockCompiler:
             while state != "accept":
                 if state == "reject":
                     raise ParserError("$reject")
+                if state == _NO_MATCH:
+                    raise ParserError("NoMatch")
                 steps += 1
                 if steps > _MAX_PARSER_STEPS:
                     raise ParserError("ParserTimeout")
@@ -808,19 +812,9 @@ class BlockCompiler:
                 raise self.type_error(case, f"select has {len(keys)} key(s), case has {len(sets)}")
             cases.append(([self._select_matcher(k, st, scope) for k, st in zip(keys, sets)], target))
         fns = [k.fn for k in keys]
-        if len(keys) == 1 and all(m[0][0] == "eq" for m, _ in cases[:-1] if m) and cases and \
-                cases[-1][0][0][0] in ("any", "eq"):
-            table = {}
-            fallback = "reject"
-            for m, target in cases:
-                tag, v = m[0][0], m[0][1]
-                if tag == "eq":
-                    table.setdefault(v, target)
-                else:
-                    fallback = target
-                    break
-            k0 = fns[0]
-            return lambda s: table.get(k0(s), fallback)
+        fast = self._select_by_dict(keys, cases)
+        if fast is not None:
+            return fast
         compiled = [(tuple(m for m in ms), target) for ms, target in cases]
 
         def select(s: list) -> str:
@@ -844,6 +838,32 @@ class BlockCompiler:
                     return target
             raise ParserError("NoMatch")
         return select
+
+    @staticmethod
+    def _select_by_dict(keys: list[E], cases: list[tuple[list, str]]) -> Fn | None:
+        """Cases of plain values (then at most a final default) as one dict probe on the key
+        values; no match is the state `$nomatch` (error.NoMatch)."""
+        if not cases or any(m[0] != "eq" for ms, _ in cases[:-1] for m in ms):
+            return None
+        last = [m[0] for m in cases[-1][0]]
+        if not (all(t == "eq" for t in last) or all(t == "any" for t in last)):
+            return None
+        table: dict = {}
+        fallback = _NO_MATCH
+        for ms, target in cases:
+            if ms[0][0] == "any":
+                fallback = target
+                break
+            table.setdefault(ms[0][1] if len(ms) == 1 else tuple(m[1] for m in ms), target)
+        if len(keys) == 1:
+            k0 = keys[0].fn
+            return lambda s: table.get(k0(s), fallback)
+        key_codes = codes(*keys)
+        if key_codes is not None:
+            return generate(f"def select(s):\n    return table.get(({', '.join(key_codes)}), fallback)\n",
+                            "select", {"table": table, "fallback": fallback})
+        fns = [k.fn for k in keys]
+        return lambda s: table.get(tuple(f(s) for f in fns), fallback)
 
     def _select_matcher(self, key: E, ks: Any, scope: Scope) -> tuple[str, Any, Any]:
         kind = ks.data if isinstance(ks, Tree) else ""
