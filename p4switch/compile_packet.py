@@ -131,7 +131,10 @@ class PacketCompiler:
             ]
             lines += [f"    s[{place.base + o}] = (v >> {sh}) & {m}" for o, sh, m in offsets]
             lines.append(f"    s[{place.base}] = True")
-            return generate("\n".join(lines) + "\n", "extract", {"ParserError": ParserError})
+            env = {"ParserError": ParserError}
+            fn = generate("\n".join(lines) + "\n", "extract", env)
+            fn.lines, fn.env = [line[4:] for line in lines[1:]], env  # inlinable (see compile_stmt)
+            return fn
         base_of = (lambda s: place.base) if place.base is not None else place.dyn
         bump = stack_next.writer() if stack_next is not None else None
         read_next = stack_next.reader() if stack_next is not None else None
@@ -218,9 +221,10 @@ class PacketCompiler:
                 raise self.unsupported(node, "emit of a dynamically indexed header")
             b = place.base
             terms = " | ".join(f"((s[{b + 1 + i}] & {m}) << {sh})" for i, (sh, m, _) in enumerate(layout))
-            source = (f"def emit(s):\n    if s[{b}]:\n"
-                      f"        s[0].out.append(({terms}).to_bytes({nbytes}, 'big'))\n")
-            return generate(source, "emit")
+            body = [f"if s[{b}]:", f"    s[0].out.append(({terms}).to_bytes({nbytes}, 'big'))"]
+            fn = generate("def emit(s):\n" + "".join(f"    {line}\n" for line in body), "emit")
+            fn.lines, fn.env = body, {}  # inlinable (see compile_stmt)
+            return fn
         if isinstance(t, StructT):
             parts = []
             for fname, ft in t.fields:

@@ -247,3 +247,73 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
     with pytest.raises(P4UnsupportedError, match=r"conf\.p4:\d+:\d+: unsupported: digest data must "
                                                  r"be a struct: give its type"):
         pipeline(body.replace("DIGEST", "digest(1, {h.eth.src, sm.ingress_port})"))
+
+
+def test_select_without_a_matching_case_is_error_no_match():
+    pl = pipeline("""
+struct hs { eth_t eth; tag_t tag; }
+struct ms { }
+parser P(packet_in p, out hs h, inout ms m, inout standard_metadata_t sm) {
+    state start {
+        p.extract(h.eth);
+        transition select(h.eth.type) { 0x0800: accept; 0x8100: pair; }
+    }
+    state pair {
+        transition select(h.eth.src[7:0], p.lookahead<bit<8>>()) { (12, 1): tagged; (12, 2): accept; }
+    }
+    state tagged { p.extract(h.tag); transition accept; }
+}
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    apply {
+        if (sm.parser_error == error.NoMatch) { sm.egress_spec = 3; }
+        else if (h.tag.isValid()) { sm.egress_spec = 2; }
+        else { sm.egress_spec = 1; }
+    }
+}
+""")
+    assert pl.process(frame(0x0800), 0)[0][0] == 1
+    assert pl.process(frame(0x0806), 0)[0][0] == 3  # one key, no case: NoMatch, not a bare reject
+    assert pl.process(frame(0x8100, b"\x01"), 0)[0][0] == 2
+    assert pl.process(frame(0x8100, b"\x02"), 0)[0][0] == 1
+    assert pl.process(frame(0x8100, b"\x05"), 0)[0][0] == 3
+
+
+def test_return_in_actions_and_controls_ends_only_that_body():
+    # also: `h.eth.type = value;` once made the lexer take `value` for a type name
+    pl = pipeline("""
+struct hs { eth_t eth; }
+struct ms { bit<8> steps; }
+""" + SIMPLE_PARSER + """
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    action early(bit<16> value) {
+        h.eth.type = value;
+        if (value == 1) { return; }
+        h.eth.type = value + 0x100;
+    }
+    action bound_early(inout bit<48> field) {
+        field = 0xAA;
+        if (h.eth.type == 0x101) { return; }
+        field = 0xBB;
+    }
+    table t {
+        key = { h.eth.dst: exact; }
+        actions = { early; bound_early(h.eth.src); }
+        default_action = early(1);
+    }
+    apply {
+        sm.egress_spec = 1;
+        t.apply();
+        if (h.eth.type == 0x0001) { return; }
+        sm.egress_spec = 2;
+    }
+}
+""")
+    out = pl.process(frame(0x0800), 0)
+    assert out == [(1, frame(0x0001))]  # the action's return skipped its tail, the control's too
+    pl.tables["I.t"].set_default("I.early", (5,))
+    assert pl.process(frame(0x0800), 0) == [(2, frame(0x0105))]
+    pl.tables["I.t"].set_default("I.bound_early", ())
+    port, data = pl.process(frame(0x0101), 0)[0]
+    assert port == 2 and data[6:12] == (0xAA).to_bytes(6, "big")  # copied out after `return`
+    port, data = pl.process(frame(0x0800), 0)[0]
+    assert data[6:12] == (0xBB).to_bytes(6, "big")

@@ -18,7 +18,6 @@ from p4.v1 import p4runtime_pb2
 
 from p4switch import tables
 from p4switch.server import wire
-from p4switch.server.codec import TableCodec
 from p4switch.server.entities import EntityStore
 from p4switch.server.errors import RpcError
 from p4switch.server.schema import Schema
@@ -295,3 +294,10 @@ def test_read_of_many_entries_comes_in_batches_of_serialized_responses() -> None
          i.to_bytes(max(1, (i.bit_length() + 7) // 8), "big")) for i in range(1234)]
     assert got[5] == p4runtime_pb2.TableEntry.FromString(
         reference_encoding(table.entries()[5], 2, False, None))
+
+
+def test_an_update_that_is_not_protobuf_is_invalid_argument() -> None:
+    store = make_store()
+    with pytest.raises(RpcError) as info:
+        store.write_serialized(b"\x12\x05\x12\x03")  # entity: length 5, only 2 bytes follow
+    assert info.value.code.name == "INVALID_ARGUMENT"

@@ -50,7 +50,9 @@ def _type_names(tokens: list[Token]) -> set[str]:
             names.add(val(i + 1))
         elif v == "extern" and tokens[i + 1].type == "IDENTIFIER" and val(i + 2) in ("{", "<"):
             names.add(val(i + 1))
-        elif v in ("typedef", "type") and tok.type != "IDENTIFIER":
+        elif v == "typedef" or (v == "type" and tok.type != "IDENTIFIER" and val(i - 1) != "."
+                                and val(i + 1) not in (";", ")", ",", "=", ":", "]", ".")):
+            # `typedef T N;` and `type T N;`, not a field or parameter named `type`
             j = i + 1
             while j < n and val(j) != ";":
                 j += 1

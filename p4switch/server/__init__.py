@@ -1,4 +1,5 @@
-"""P4Runtime server of the embedded target: servicer, arbitration, entity translation, request log."""
+"""P4Runtime server of the embedded target: servicer, arbitration, entity translation, wire
+format of the bulk messages, request log."""
 
 from p4switch.server.servicer import P4RuntimeServer, P4RuntimeServicer
 

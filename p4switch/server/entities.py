@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from p4.v1 import p4runtime_pb2
 
 from p4switch import tables
@@ -65,7 +66,11 @@ class EntityStore:
         wire, anything else through the protobuf runtime (same checks, same statuses)."""
         update = wire.table_update(data)
         if update is None or update.type not in (INSERT, MODIFY, DELETE):
-            self.write(p4runtime_pb2.Update.FromString(data))
+            try:
+                message = p4runtime_pb2.Update.FromString(data)
+            except DecodeError as exc:
+                raise invalid(f"the update is not a p4.v1.Update: {exc}") from exc
+            self.write(message)
             return
         try:
             self._write_table_update(update)

@@ -9,7 +9,6 @@ and anything this module does not expect is left to the protobuf runtime.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf.message import Message
@@ -51,24 +50,35 @@ def delimited(key: bytes, payload: bytes) -> bytes:
     return key + (bytes((size,)) if size < 0x80 else varint(size)) + payload
 
 
-def fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
+def fields(data: bytes) -> list[tuple[int, int, Any]]:
     """(field number, wire type, value) of each field: an int for varints, bytes for
-    length-delimited fields. Other wire types raise :class:`WireFormatError`."""
+    length-delimited fields. Other wire types and truncated data raise :class:`WireFormatError`."""
+    out = []
     pos, end = 0, len(data)
     while pos < end:
-        key, pos = _read_varint(data, pos)
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
         wire_type = key & 7
-        if wire_type == VARINT:
+        if pos >= end:
+            raise WireFormatError("truncated field")
+        value = data[pos]
+        if value < 0x80:
+            pos += 1
+        else:
             value, pos = _read_varint(data, pos)
-            yield key >> 3, VARINT, value
-        elif wire_type == LENGTH:
-            size, pos = _read_varint(data, pos)
-            if pos + size > end:
+        if wire_type == LENGTH:
+            if pos + value > end:
                 raise WireFormatError("truncated length-delimited field")
-            yield key >> 3, LENGTH, data[pos:pos + size]
-            pos += size
+            out.append((key >> 3, LENGTH, data[pos:pos + value]))
+            pos += value
+        elif wire_type == VARINT:
+            out.append((key >> 3, VARINT, value))
         else:
             raise WireFormatError(f"wire type {wire_type} is not expected here")
+    return out
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
