@@ -6,8 +6,13 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from experiments.training.loop import TrainConfig
+    from experiments.training.options import TransportOptions
 
 DEFAULT_TARGET = 0.93
 
@@ -78,7 +83,7 @@ def add_transport_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds to wait for a message")
 
 
-def job_config(args: argparse.Namespace):  # noqa: ANN201
+def job_config(args: argparse.Namespace) -> TrainConfig:
     from experiments.training.loop import TrainConfig
 
     try:
@@ -91,7 +96,7 @@ def job_config(args: argparse.Namespace):  # noqa: ANN201
                        hidden=hidden, eval_every=args.eval_every)
 
 
-def transport_options(args: argparse.Namespace):  # noqa: ANN201
+def transport_options(args: argparse.Namespace) -> TransportOptions:
     from experiments.training.options import TransportOptions
     from hosts.schedulers import available
 
@@ -132,7 +137,7 @@ def _train(args: argparse.Namespace) -> int:
     return _train_all(args, config, options)
 
 
-def _train_all(args: argparse.Namespace, config, options) -> int:  # noqa: ANN001
+def _train_all(args: argparse.Namespace, config: TrainConfig, options: TransportOptions) -> int:
     from experiments.metrics import summarize
     from experiments.progress import TrainingProgress
     from experiments.report import print_summary

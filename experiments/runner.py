@@ -222,6 +222,7 @@ Background traffic: {'; '.join(meta['background']) or 'none'}.
 Iteration times leave out the first iteration (warm-up). Packets are DLCP data packets
 (pushes and pulls); *dropped* counts those no receiver got (queue overflow and magnitude
 drops), *retransmitted* those sent again after a probe. Plots: `accuracy.png` (test
-accuracy against wall time), `iteration_cdf.png`. Policies pushed: `policies/`.
+accuracy against wall time), `iteration_cdf.png`. Policies pushed: `policies/`. What the
+figures show and why: `experiments/README.md`, section Results.
 """
     (out / "results.md").write_text(text)

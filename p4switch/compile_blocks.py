@@ -64,6 +64,10 @@ def _parser_loop(init: Fn, states: dict[str, Fn]) -> Fn | None:
         lines += [f"        {line}" for line in body_lines]
         if direct is not None:
             lines.append(f"        state = {direct!r}")
+        elif getattr(nxt, "inline", None) is not None:
+            table, key, fallback = nxt.inline
+            env[f"_cases{i}"] = table
+            lines.append(f"        state = _cases{i}.get({key}, {fallback!r})")
         else:
             env[f"_next{i}"] = nxt
             lines.append(f"        state = _next{i}(s)")
@@ -855,15 +859,20 @@ class BlockCompiler:
                 fallback = target
                 break
             table.setdefault(ms[0][1] if len(ms) == 1 else tuple(m[1] for m in ms), target)
+        key_codes = codes(*keys)
         if len(keys) == 1:
             k0 = keys[0].fn
-            return lambda s: table.get(k0(s), fallback)
-        key_codes = codes(*keys)
-        if key_codes is not None:
-            return generate(f"def select(s):\n    return table.get(({', '.join(key_codes)}), fallback)\n",
-                            "select", {"table": table, "fallback": fallback})
-        fns = [k.fn for k in keys]
-        return lambda s: table.get(tuple(f(s) for f in fns), fallback)
+            select = lambda s: table.get(k0(s), fallback)  # noqa: E731
+        elif key_codes is not None:
+            select = generate(f"def select(s):\n    return table.get(({', '.join(key_codes)}), "
+                              "fallback)\n", "select", {"table": table, "fallback": fallback})
+        else:
+            fns = [k.fn for k in keys]
+            return lambda s: table.get(tuple(f(s) for f in fns), fallback)
+        if key_codes is not None:  # for the parser loop to inline
+            key = key_codes[0] if len(keys) == 1 else f"({', '.join(key_codes)})"
+            select.inline = (table, key, fallback)  # type: ignore[attr-defined]
+        return select
 
     def _select_matcher(self, key: E, ks: Any, scope: Scope) -> tuple[str, Any, Any]:
         kind = ks.data if isinstance(ks, Tree) else ""

@@ -82,7 +82,9 @@ class ExternCompiler:
         if leaves and all(slot is not None for slot in slots):
             terms = " | ".join(f"(s[{slot}] << {sh})" if sh else f"s[{slot}]"
                                for slot, sh in zip(slots, shifts))
-            return generate(f"def pack(s):\n    return ({terms}).to_bytes({nbytes}, 'big')\n", "pack")
+            fn = generate(f"def pack(s):\n    return ({terms}).to_bytes({nbytes}, 'big')\n", "pack")
+            fn.value_code = (f"({terms})", nbytes)  # the number before it becomes bytes
+            return fn
         pairs = tuple(zip(fns, shifts, [_mask(w) for w in widths]))
 
         def pack(s: list) -> bytes:
@@ -215,12 +217,16 @@ class ExternCompiler:
                        write: Any, read: str | None, error_slot: int | None) -> E:
         """A checksum statement as generated code (the condition and the field inlined)."""
         value = "algo(data(s) + s[0].payload)" if payload else "algo(data(s))"
+        number = getattr(data, "value_code", None)
+        if algo is hashes.csum16 and not payload and number is not None:
+            value = f"csum16_value({number[0]}, {number[1]})"  # no bytes round trip
         if update:
             body = f"    if {cond}:\n        write(s, {value} & {mask})\n"
         else:
             body = f"    if {cond} and {value} & {mask} != {read}:\n        s[{error_slot}] = 1\n"
         fn = generate(f"def checksum(s):\n{body}", "checksum",
-                      {"algo": algo, "data": data, "write": write})
+                      {"algo": algo, "data": data, "write": write,
+                       "csum16_value": hashes.csum16_value})
         return E(VoidT(), fn)
 
     def _v1_verify_checksum(self, node: Tree, args: list, scope: Scope) -> E:

@@ -44,6 +44,16 @@ def csum16(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
+def csum16_value(number: int, nbytes: int) -> int:
+    """csum16 of `nbytes` bytes given as one big-endian number (no bytes object needed)."""
+    if nbytes % 2:
+        number <<= 8
+    total = number % 0xFFFF
+    if total == 0 and number:
+        total = 0xFFFF
+    return ~total & 0xFFFF
+
+
 def xor16(data: bytes) -> int:
     if len(data) % 2:
         data += b"\x00"

@@ -9,6 +9,7 @@ roles as separate processes (:mod:`experiments.training.processes`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,7 @@ def run_loopback(config: TrainConfig, options: TransportOptions, workers: int, *
     result = JobResult()
     errors: list[BaseException] = []
 
-    def guarded(body, *args) -> None:  # noqa: ANN001
+    def guarded(body: Callable[..., None], *args: object) -> None:
         try:
             body(*args)
         except BaseException as exc:  # reported below, in the caller's thread

@@ -7,16 +7,22 @@ first layer's weight), so front layers get the low ids the DLCP policy favours.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from experiments.errors import ExperimentError
 
-DEFAULT_HIDDEN = (128, 64)
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_HIDDEN = (64,)
 CLASSES = 10
 
 
-def torch_module():  # noqa: ANN201 - torch is optional at import time
+def torch_module() -> ModuleType:
+    """PyTorch, with one CPU thread (imported on first use: it is an optional extra)."""
     try:
         import torch
     except ImportError as exc:
@@ -25,7 +31,7 @@ def torch_module():  # noqa: ANN201 - torch is optional at import time
     return torch
 
 
-def build_mlp(features: int, hidden: Sequence[int] = DEFAULT_HIDDEN, seed: int = 0):  # noqa: ANN201
+def build_mlp(features: int, hidden: Sequence[int] = DEFAULT_HIDDEN, seed: int = 0) -> torch.nn.Sequential:
     """features -> hidden... -> 10, ReLU between; same seed, same initial weights everywhere."""
     torch = torch_module()
     if not hidden or any(h <= 0 for h in hidden):
@@ -40,12 +46,12 @@ def build_mlp(features: int, hidden: Sequence[int] = DEFAULT_HIDDEN, seed: int =
     return torch.nn.Sequential(*layers)
 
 
-def parameter_arrays(model) -> list[np.ndarray]:  # noqa: ANN001
+def parameter_arrays(model: torch.nn.Module) -> list[np.ndarray]:
     """Copies of the parameters, flat float32, in forward order."""
     return [p.detach().cpu().numpy().reshape(-1).astype(np.float32, copy=True) for p in model.parameters()]
 
 
-def gradient_arrays(model) -> list[np.ndarray]:  # noqa: ANN001
+def gradient_arrays(model: torch.nn.Module) -> list[np.ndarray]:
     """The gradients of the last backward pass, flat float32, in forward order (0 where none)."""
     out = []
     for p in model.parameters():
@@ -55,7 +61,7 @@ def gradient_arrays(model) -> list[np.ndarray]:  # noqa: ANN001
     return out
 
 
-def load_parameters(model, arrays: Sequence[np.ndarray]) -> None:  # noqa: ANN001
+def load_parameters(model: torch.nn.Module, arrays: Sequence[np.ndarray]) -> None:
     """Overwrite the parameters with `arrays` (flat, forward order)."""
     torch = torch_module()
     params = list(model.parameters())
@@ -68,11 +74,11 @@ def load_parameters(model, arrays: Sequence[np.ndarray]) -> None:  # noqa: ANN00
             p.copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).view_as(p))
 
 
-def tensor_sizes(model) -> list[int]:  # noqa: ANN001
+def tensor_sizes(model: torch.nn.Module) -> list[int]:
     return [p.numel() for p in model.parameters()]
 
 
-def accuracy(model, x: np.ndarray, y: np.ndarray) -> float:  # noqa: ANN001
+def accuracy(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     """Share of correctly classified samples."""
     torch = torch_module()
     with torch.no_grad():

@@ -173,7 +173,6 @@ def run_job(config: TrainConfig, options: TransportOptions, placement: Placement
     if n < 1:
         raise ExperimentError("a training job needs at least one worker")
     roles: list[RoleProcess] = []
-    started = time.perf_counter()
     try:
         spawn, ip = placement.ps
         ps = RoleProcess("parameter server", role_argv("ps", config, options, workers=n,
