@@ -132,3 +132,13 @@ def test_sub_parser_fills_its_out_parameter(program):
     pipe = Pipeline(program)
     assert run(pipe)[0] == 0xBB3D  # the data header came through the sub-parser
     assert pipe.process(b"\x02rest", 1) == [(2, b"\x02rest")]
+
+
+def test_csum16_of_a_number_equals_csum16_of_its_bytes():
+    import random
+
+    from p4switch import hashes
+    rng = random.Random(5)
+    for n in [0, 1, 2, 3, 19, 20, 21] + [rng.randrange(1, 64) for _ in range(200)]:
+        data = bytes(rng.choice([0, 0xFF, rng.randrange(256)]) for _ in range(n))
+        assert hashes.csum16_value(int.from_bytes(data, "big"), n) == hashes.csum16(data), data
