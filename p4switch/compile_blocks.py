@@ -25,7 +25,18 @@ from p4switch.frontend.types import (
     field_offset, scalar_width,
 )
 from p4switch.runtime import ParserError, ReturnSignal
-from p4switch.tables import ActionSpec, Exact, KeyField, Lpm, Optional, Range, Table, TableEntry, Ternary
+from p4switch.tables import (
+    ActionSpec,
+    Exact,
+    KeyField,
+    Lpm,
+    Optional,
+    Range,
+    Table,
+    TableEntry,
+    TableError,
+    Ternary,
+)
 
 _V1_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _MAX_PARSER_STEPS = 1000
@@ -484,7 +495,7 @@ class BlockCompiler:
             action, args = self._action_call(call, scope, impls, qualified)
             try:
                 table.insert_const(TableEntry(match, priority, action, args))
-            except Exception as exc:  # TableError: report at the entry
+            except TableError as exc:  # report at the entry, with its location
                 raise self.type_error(entry, str(exc)) from None
 
     def _entry_match(self, ks: Any, key: KeyField, scope: Scope) -> Any:
