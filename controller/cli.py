@@ -117,17 +117,19 @@ def _dry_run(controller, desired, tables) -> dict:
     return plans
 
 
+def _write_or_plan(what: str, controller, desired, tables, schema, dry_run: bool) -> None:
+    """Write ``desired`` (or, on a dry run, only compute the updates) and print the outcome."""
+    result = _dry_run(controller, desired, tables) if dry_run else controller.apply(desired, tables)
+    _print_result(what, result, schema, dry_run)
+
+
 # -- handlers --------------------------------------------------------------------------------
 def _routes(args: argparse.Namespace) -> int:
     from controller.routing import ROUTE_TABLES, route_entries
 
     with _controller(args) as (fabric, controller):
         schema = next(iter(controller.sessions.values())).schema
-        desired = route_entries(fabric, schema)
-        if args.dry_run:
-            _print_result("routes", _dry_run(controller, desired, ROUTE_TABLES), schema, True)
-        else:
-            _print_result("routes", controller.apply(desired, ROUTE_TABLES), schema, False)
+        _write_or_plan("routes", controller, route_entries(fabric, schema), ROUTE_TABLES, schema, args.dry_run)
     return 0
 
 
@@ -140,10 +142,7 @@ def _policy_apply(args: argparse.Namespace) -> int:
         schema = next(iter(controller.sessions.values())).schema
         entries = policy_entries(policy, schema)
         desired = {name: entries for name in controller.sessions}
-        if args.dry_run:
-            _print_result("policy", _dry_run(controller, desired, POLICY_TABLES), schema, True)
-        else:
-            _print_result("policy", controller.apply(desired, POLICY_TABLES), schema, False)
+        _write_or_plan("policy", controller, desired, POLICY_TABLES, schema, args.dry_run)
     return 0
 
 

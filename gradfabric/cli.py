@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from collections.abc import Sequence
 
 from gradfabric import __version__
 from gradfabric.errors import GradfabricError
+from p4switch.cli import run_handler
 
 #: Modules that add subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -42,16 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except GradfabricError as exc:
-        print(f"gradfabric {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"gradfabric {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_handler("gradfabric", build_parser().parse_args(argv), GradfabricError, 1)
 
 
 if __name__ == "__main__":

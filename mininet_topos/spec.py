@@ -17,6 +17,7 @@ import networkx as nx
 import yaml
 
 from gradfabric.errors import GradfabricError
+from gradfabric.fabric import switch_port_mac
 from gradfabric.paths import TOPOLOGIES
 
 #: Interface names are limited to 15 characters; "<node>-eth<port>" must fit.
@@ -127,11 +128,6 @@ class TopologySpec:
 
     def node_names(self) -> list[str]:
         return [s.name for s in self.switches] + [h.name for h in self.hosts]
-
-
-def port_mac(device_id: int, port: int) -> str:
-    """The switch-side MAC of a port: ``00:00:00:00:<device_id>:<port>``."""
-    return f"00:00:00:00:{device_id:02x}:{port:02x}"
 
 
 def host_mac(ip: str) -> str:
@@ -363,7 +359,7 @@ class _Parser:
                 raise self.fail(f"{key}.ip", f"duplicate address {ip} (also {addresses[ip]})")
             addresses[ip] = key
             hosts.append(HostSpec(name, ip, prefix_len, host_mac(ip), switch, port,
-                                  port_mac(device[switch], port)))
+                                  switch_port_mac(device[switch], port)))
         return hosts
 
     def address(self, item: Mapping[str, Any], key: str, device_id: int, port: int) -> tuple[str, int]:

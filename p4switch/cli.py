@@ -27,14 +27,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_handler(prog: str, args: argparse.Namespace, error_type: type[Exception], error_exit: int) -> int:
+    """Run the parsed subcommand's handler and return its exit code.
+
+    An ``error_type`` becomes a one-line ``PROG COMMAND: error: ...`` on stderr and
+    ``error_exit``; an interrupt becomes exit code 130. Both command-line tools dispatch here.
+    """
     try:
         return int(args.handler(args) or 0)
-    except P4SwitchError as exc:
-        print(f"p4switch {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except error_type as exc:
+        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
+        return error_exit
+    except KeyboardInterrupt:
+        print(f"{prog} {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Exit 2 for errors: 1 is taken by `p4switch stf` for a test that ran and failed.
+    return run_handler("p4switch", build_parser().parse_args(argv), P4SwitchError, 2)
 
 
 if __name__ == "__main__":

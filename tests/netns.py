@@ -7,6 +7,7 @@ can be cleaned with :func:`remove_leftovers` and tests never touch anything else
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -73,6 +74,16 @@ class Lab:
         sh("ethtool", "-K", outer, "tx", "off", check=False)
         return Host(ns=ns, iface=inner, ip=ip, mac=mac), outer
 
+    def add_bridge(self, ports: list[str], i: int = 0) -> str:
+        """A root-namespace Linux bridge joining ``ports`` (root-side veth ends); its name."""
+        bridge = self.name("br", i)
+        sh("ip", "link", "add", bridge, "type", "bridge")
+        self.links.append(bridge)
+        for port in ports:
+            sh("ip", "link", "set", port, "master", bridge)
+        sh("ip", "link", "set", bridge, "up")
+        return bridge
+
     def close(self) -> None:
         for link in self.links:
             sh("ip", "link", "del", link, check=False)
@@ -88,6 +99,37 @@ def lab() -> Iterator[Lab]:
         yield made
     finally:
         made.close()
+
+
+def route_through_gateways(hosts: dict[str, Host], descriptions: list[dict], subnet: str) -> None:
+    """Give each host a route to ``subnet`` and a permanent neighbour entry for every other
+    host's IP at its own ``gateway_mac`` (the switches route and never answer ARP).
+
+    ``descriptions`` are fabric description host entries (``name``, ``ip``, ``gateway_mac``).
+    """
+    for desc in descriptions:
+        host = hosts[desc["name"]]
+        in_ns(host.ns, "ip", "route", "add", subnet, "dev", host.iface)
+        for other in descriptions:
+            if other is not desc:
+                in_ns(host.ns, "ip", "neigh", "replace", other["ip"], "lladdr", desc["gateway_mac"],
+                      "dev", host.iface, "nud", "permanent")
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def accepts_connections(host: str, port: int) -> bool:
+    """True when something listens on the port (a connection to itself does not count)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2) as sock:
+            return sock.getsockname() != sock.getpeername()
+    except OSError:
+        return False
 
 
 def remove_leftovers() -> None:

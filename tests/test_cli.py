@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -32,3 +34,31 @@ def test_p4switch_version() -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.startswith("p4switch ")
+
+
+def _raising(exc: BaseException) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        raise exc
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("error_type", "error_exit", "raised", "code", "message"),
+    [
+        (ValueError, 2, ValueError("bad port"), 2, "tool cmd: error: bad port"),
+        (ValueError, 1, KeyboardInterrupt(), 130, "tool cmd: interrupted"),
+    ],
+)
+def test_run_handler_turns_errors_into_one_line_and_exit_code(
+    capsys: pytest.CaptureFixture[str], error_type: type[Exception], error_exit: int,
+    raised: BaseException, code: int, message: str,
+) -> None:
+    args = argparse.Namespace(command="cmd", handler=_raising(raised))
+    assert p4switch_cli.run_handler("tool", args, error_type, error_exit) == code
+    assert capsys.readouterr().err.strip() == message
+
+
+def test_run_handler_lets_other_errors_through() -> None:
+    args = argparse.Namespace(command="cmd", handler=_raising(KeyError("x")))
+    with pytest.raises(KeyError):
+        p4switch_cli.run_handler("tool", args, ValueError, 1)

@@ -45,6 +45,13 @@ def test_routes_then_again_writes_nothing(fabric, capsys) -> None:
     assert (path.parent / "s1-controller.log").read_text().count("Write") == 1
 
 
+def test_routes_dry_run_lists_the_updates_and_writes_nothing(fabric, capsys) -> None:
+    fakes, path = fabric
+    code, out, _ = run(capsys, "routes", "--fabric", str(path), "--dry-run")
+    assert code == 0 and "would be written (dry run)" in out and "s1: INSERT" in out
+    assert all(not f.entries() for f in fakes)
+
+
 def test_policy_apply_is_idempotent_and_show_reads_it_back(fabric, capsys) -> None:
     fakes, path = fabric
     code, out, _ = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))

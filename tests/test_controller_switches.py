@@ -34,12 +34,6 @@ pytestmark = pytest.mark.netns
 LEAVES, SPINES, HOSTS_PER_LEAF = 2, 2, 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class SwitchProcess:
     name: str
@@ -111,7 +105,7 @@ def _build(lab: netns.Lab, tmp: Path) -> LeafSpineBed:
     out = compile_embedded(ROOT / "p4src" / "dlcp.p4", tmp / "build")
     switches_desc, procs = [], {}
     for i, n in enumerate(names):
-        address = f"127.0.0.1:{_free_port()}"
+        address = f"127.0.0.1:{netns.free_port()}"
         switches_desc.append({"name": n, "device_id": i + 1, "grpc_addr": address, "cpu_port": 510,
                               "log": str(tmp / f"{n}.log"), "request_log": str(tmp / f"{n}-controller.log"),
                               "ports": ports[n]})
@@ -126,13 +120,7 @@ def _build(lab: netns.Lab, tmp: Path) -> LeafSpineBed:
         "program": {"source": "p4src/dlcp.p4", "p4info": str(out.p4info), "device_config": str(out.device_config)},
         "switches": switches_desc, "hosts": hosts_desc, "links": links})
     # Hosts reach every other host through their gateway MAC: the switches route, never answer ARP.
-    for desc in hosts_desc:
-        host = hosts[desc["name"]]
-        netns.in_ns(host.ns, "ip", "route", "add", "10.0.0.0/16", "dev", host.iface)
-        for other in hosts_desc:
-            if other is not desc:
-                netns.in_ns(host.ns, "ip", "neigh", "replace", other["ip"], "lladdr", desc["gateway_mac"],
-                            "dev", host.iface, "nud", "permanent")
+    netns.route_through_gateways(hosts, hosts_desc, "10.0.0.0/16")
     return LeafSpineBed(fabric, Pipeline.load(out.p4info, out.device_config), procs, hosts)
 
 

@@ -4,19 +4,14 @@ gradient buckets all-reduced over DLCP (UDP on loopback)."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import numpy as np
 import torch.multiprocessing as mp
 
+from tests.netns import free_port
+
 STEPS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _model(torch):  # noqa: ANN001, ANN202
@@ -70,7 +65,7 @@ def _arrays(path: Path) -> list[np.ndarray]:
 
 
 def test_ddp_hook_all_reduces_buckets_over_dlcp(tmp_path: Path) -> None:
-    mp.start_processes(_rank, args=(_free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank, args=(free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
     info = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     hooked = [_arrays(tmp_path / f"rank{r}.npz") for r in range(2)]
     reference = _arrays(tmp_path / "ref0.npz")

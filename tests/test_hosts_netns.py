@@ -27,12 +27,7 @@ AGENT = [sys.executable, "-m", "gradfabric.cli", "agent"]
 def _two_hosts(lab: netns.Lab) -> tuple[netns.Host, netns.Host]:
     a, a_out = lab.add_host(1, "10.79.0.1")
     b, b_out = lab.add_host(2, "10.79.0.2")
-    bridge = lab.name("br", 0)
-    netns.sh("ip", "link", "add", bridge, "type", "bridge")
-    lab.links.append(bridge)
-    for port in (a_out, b_out):
-        netns.sh("ip", "link", "set", port, "master", bridge)
-    netns.sh("ip", "link", "set", bridge, "up")
+    lab.add_bridge([a_out, b_out])
     return a, b
 
 

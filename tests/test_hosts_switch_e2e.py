@@ -139,13 +139,7 @@ def _build(hosts: dict[str, netns.Host], ports: dict[str, str], tmp: Path, grpc_
         "switches": [{"name": "s1", "device_id": 1, "grpc_addr": grpc_addr, "cpu_port": 510,
                       "ports": switch_ports}],
         "hosts": hosts_desc, "links": links})
-    for desc in hosts_desc:
-        host = hosts[desc["name"]]
-        netns.in_ns(host.ns, "ip", "route", "add", "10.0.0.0/16", "dev", host.iface)
-        for other in hosts_desc:
-            if other is not desc:
-                netns.in_ns(host.ns, "ip", "neigh", "replace", other["ip"], "lladdr", desc["gateway_mac"],
-                            "dev", host.iface, "nud", "permanent")
+    netns.route_through_gateways(hosts, hosts_desc, "10.0.0.0/16")
     return Bed(hosts, fabric, Pipeline.load(out.p4info, out.device_config))
 
 

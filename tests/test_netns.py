@@ -12,12 +12,7 @@ def test_two_namespaces_over_a_root_bridge_ping_and_are_removed() -> None:
     with netns.lab() as lab:
         a, a_out = lab.add_host(1, "10.77.0.1")
         b, b_out = lab.add_host(2, "10.77.0.2")
-        bridge = lab.name("br", 0)
-        netns.sh("ip", "link", "add", bridge, "type", "bridge")
-        lab.links.append(bridge)
-        for port in (a_out, b_out):
-            netns.sh("ip", "link", "set", port, "master", bridge)
-        netns.sh("ip", "link", "set", bridge, "up")
+        lab.add_bridge([a_out, b_out])
         ping = netns.in_ns(a.ns, "ping", "-c", "2", "-W", "2", "-i", "0.2", b.ip, check=False)
         assert ping.returncode == 0, ping.stdout + ping.stderr
         made = list(lab.namespaces)

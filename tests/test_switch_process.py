@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,22 +21,7 @@ from p4switch.errors import P4SwitchError
 from p4switch.ports import PortSpec
 from p4switch.run_commands import parse_queue_setting, parse_queue_target
 from p4switch.server import control
-from tests.netns import Lab
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def accepts_connections(host: str, port: int) -> bool:
-    """True when something listens on the port (a connection to itself does not count)."""
-    try:
-        with socket.create_connection((host, port), timeout=0.2) as sock:
-            return sock.getsockname() != sock.getpeername()
-    except OSError:
-        return False
+from tests.netns import Lab, accepts_connections, free_port
 
 
 def wait_ready(address: str, proc: subprocess.Popen[str], log: Path, timeout: float = 20) -> None:
@@ -58,14 +42,15 @@ def _tail(path: Path) -> str:
 
 
 @contextmanager
-def switch_process(args: list[str], log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def switch_process(args: list[str], log: Path, *,
+                   ready_timeout: float = 20) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A running ``p4switch run``; SIGTERM and a checked exit afterwards, kill as a last resort."""
     address = f"127.0.0.1:{free_port()}"
     cmd = [sys.executable, "-m", "p4switch.cli", "run", *args, "--grpc-server-addr", address,
            "--log-file", str(log)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_ready(address, proc, log)
+        wait_ready(address, proc, log, ready_timeout)
         yield proc, address
     finally:
         if proc.poll() is None:

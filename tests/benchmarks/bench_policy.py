@@ -25,6 +25,7 @@ from controller.pipeline import Pipeline
 from controller.policy import POLICY_TABLES, parse_policy, policy_entries
 from controller.switch import SwitchSession
 from gradfabric.paths import ROOT
+from tests import netns
 from tests.benchmarks.figure import Figure
 from tests.fake_p4runtime import FakeSwitch
 
@@ -45,12 +46,6 @@ def big_policy() -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _embedded_pipeline(workdir: Path) -> Pipeline | None:
     """The DLCP program with every table size raised to 16384, compiled for the embedded target."""
     try:
@@ -69,7 +64,7 @@ def _embedded_pipeline(workdir: Path) -> Pipeline | None:
 
 @contextmanager
 def embedded_switch(workdir: Path, tag: str) -> Iterator[str]:
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{netns.free_port()}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "p4switch.cli", "run", "--no-p4", "--device-id", str(DEVICE_ID),
          "--grpc-server-addr", address, "--log-file", str(workdir / f"{tag}.log"), "--log-level", "warn"],

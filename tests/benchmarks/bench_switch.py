@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import queue
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from tests import netns
 from tests.benchmarks.figure import Figure
+from tests.test_switch_process import switch_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER = ROOT / "tests" / "p4programs" / "ipv4_router.p4"
@@ -56,21 +55,6 @@ while time.monotonic() < end:
             pass
 print(sent)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    """Something listens on the loopback port (a TCP self-connection does not count)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-            return sock.getsockname() != sock.getpeername()
-    except OSError:
-        return False
 
 
 def _rx_packets(host: netns.Host) -> int:
@@ -102,13 +86,8 @@ def _forwarded_pps(sender: netns.Host, receiver: netns.Host, frame: bytes) -> fl
 
 
 def _bridge_pps(lab: netns.Lab, h1: netns.Host, h2: netns.Host, outers: list[str]) -> float:
-    bridge = lab.name("b", 0)
-    netns.sh("ip", "link", "add", bridge, "type", "bridge")
-    lab.links.append(bridge)
+    bridge = lab.add_bridge(outers)
     try:
-        for outer in outers:
-            netns.sh("ip", "link", "set", outer, "master", bridge)
-        netns.sh("ip", "link", "set", bridge, "up")
         return _forwarded_pps(h1, h2, _udp_frame(h1, h2, h2.mac, 5000, bytes(18)))
     finally:
         for outer in outers:
@@ -158,37 +137,15 @@ class _Client:
 
 @contextmanager
 def _switch(program: Path, interfaces: list[str], workdir: Path) -> Iterator[_Client]:
-    address = f"127.0.0.1:{_free_port()}"
-    log = workdir / f"{program.stem}.log"
-    cmd = [sys.executable, "-m", "p4switch.cli", "run", str(program), "--device-id", "1",
-           "--grpc-server-addr", address, "--log-file", str(log), "--log-level", "warn"]
+    args = [str(program), "--device-id", "1", "--log-level", "warn"]
     for i, iface in enumerate(interfaces, start=1):
-        cmd += ["-i", f"{i}@{iface}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = None
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"p4switch run {program.name} exited: {proc.stderr.read() if proc.stderr else ''}")
-            if _listening(int(address.rsplit(":", 1)[1])):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"p4switch run {program.name} not ready")
-            time.sleep(0.1)
+        args += ["-i", f"{i}@{iface}"]
+    with switch_process(args, workdir / f"{program.stem}.log", ready_timeout=60) as (_, address):
         client = _Client(address, 1)
-        yield client
-    finally:
-        if client is not None:
-            client.close()
-        proc.terminate()
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+            yield client
+        finally:
+            client.close()
 
 
 def _mac(text: str) -> int:
