@@ -157,10 +157,10 @@ def _policy_show(args: argparse.Namespace) -> int:
         first_name = next(iter(held))
         first, first_default = held[first_name]
         schema = controller[first_name].schema
-        print(f"policy entries on {first_name} ({len(first)}):")
+        print(f"policy entries on {first_name} ({len(first)} entries and the default entry):")
         for e in first_default + first:
             print(f"  {e.text(schema)}")
-        for name, (entries, default) in held.items():
+        for name, (entries, default) in list(held.items())[1:]:
             same = entries == first and default == first_default
             verdict = f"same as {first_name}" if same else f"DIFFERS from {first_name}"
             print(f"{name}: {len(entries)} entries, {verdict}")

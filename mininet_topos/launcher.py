@@ -8,7 +8,9 @@ process and removes every interface the fabric made. What it made is recorded in
 from __future__ import annotations
 
 import os
+import shlex
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -228,12 +230,17 @@ class Fabric:
             apply_queue_settings(cfg.thrift_port, settings)
 
     def configure_hosts(self) -> None:
-        """Offloads off, IPv6 off; with P4 switches every peer is reached through the gateway MAC."""
+        """Offloads off, IPv6 off, our commands on PATH; with P4 switches every peer is reached
+        through the gateway MAC."""
         assert self.net is not None
+        # The hosts' shells get the launcher's environment; `make run` does not put the
+        # virtual environment on PATH, so `h1 gradfabric agent ...` needs it added.
+        bin_dir = shlex.quote(str(Path(sys.executable).parent))
         for spec in self.spec.hosts:
             node = self.net.get(spec.name)
             iface = node.defaultIntf().name
-            cmds = [f"ethtool -K {iface} tx off rx off >/dev/null 2>&1",
+            cmds = [f"export PATH={bin_dir}:$PATH",
+                    f"ethtool -K {iface} tx off rx off >/dev/null 2>&1",
                     "sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
                     "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
             if self.p4:

@@ -63,7 +63,9 @@ def test_policy_apply_is_idempotent_and_show_reads_it_back(fabric, capsys) -> No
     code, out, _ = run(capsys, "policy", "show", "--fabric", str(path))
     assert code == 0
     assert "DlcpIngress.spray_mode hdr.dlcp.job_id=1 -> DlcpIngress.spray_random()" in out
+    assert "policy entries on s1 (6 entries and the default entry):" in out
     assert "s4: 6 entries, same as s1" in out
+    assert "s1: " not in out  # the first switch is not compared with itself
 
 
 def test_dry_run_writes_nothing(fabric, capsys) -> None:

@@ -385,6 +385,8 @@ def test_bridge_fabric_boots_pings_shapes_and_leaves_nothing(tmp_path: Path, pre
                                     capture_output=True, text=True).stdout
         assert "rate 20Mbit" in bottleneck
         assert "tx-checksumming: off" in h1.cmd(f"ethtool -k {h1.defaultIntf().name}")
+        # `h1 gradfabric agent ...` in the CLI finds the command of the running environment
+        assert h1.cmd("command -v gradfabric").strip() == str(Path(sys.executable).parent / "gradfabric")
         described = fabric_description.load(tmp_path / "build" / "fabric.json")
         assert described.host(f"{prefix}h3").switch == f"{prefix}s2"
         state = cleanup.FabricState.load(tmp_path / "build" / cleanup.STATE_FILE)

@@ -13,7 +13,7 @@ from p4.v1 import p4runtime_pb2
 
 from p4switch import tables
 from p4switch.server import wire
-from p4switch.server.errors import RpcError, invalid, out_of_range, unimplemented
+from p4switch.server.errors import RpcError, invalid, not_found, out_of_range, unimplemented
 from p4switch.server.schema import ActionInfo, MatchFieldInfo, ParamInfo, Schema, TableInfo
 
 
@@ -150,6 +150,8 @@ _VALUE = wire.tag(_FM.Exact, "value", wire.LENGTH)  # field 1 of Exact, LPM, Ter
 _SECOND = wire.tag(_FM.Ternary, "mask", wire.LENGTH)  # field 2 of Ternary and Range
 _PREFIX_LEN = wire.tag(_FM.LPM, "prefix_len", wire.VARINT)
 _TA_ACTION = wire.tag(p4runtime_pb2.TableAction, "action", wire.LENGTH)
+_TA_MEMBER = wire.tag(p4runtime_pb2.TableAction, "action_profile_member_id", wire.VARINT)
+_TA_GROUP = wire.tag(p4runtime_pb2.TableAction, "action_profile_group_id", wire.VARINT)
 _ACTION_ID = wire.tag(p4runtime_pb2.Action, "action_id", wire.VARINT)
 _ACTION_PARAM = wire.tag(p4runtime_pb2.Action, "params", wire.LENGTH)
 _PARAM_ID = wire.tag(p4runtime_pb2.Action.Param, "param_id", wire.VARINT)
@@ -204,10 +206,26 @@ class TableCodec:
         kind = msg.action.WhichOneof("type")
         if kind is None:
             raise invalid(f"table {self.info.name}: the entry has no action")
-        if kind != "action":
-            raise unimplemented(f"table {self.info.name}: {kind} (action profiles) are not supported")
-        name, args = action_from_proto(self.schema, self.info, msg.action.action)
-        return tables.TableEntry(match=match, priority=msg.priority, action=name, args=args)
+        if kind == "action":
+            name, args = action_from_proto(self.schema, self.info, msg.action.action)
+            return tables.TableEntry(match=match, priority=msg.priority, action=name, args=args)
+        if kind == "action_profile_action_set":
+            raise unimplemented(f"table {self.info.name}: one-shot action sets are not supported "
+                                "(insert members and groups, then name them)")
+        profile = self.table.profile
+        if profile is None:
+            raise invalid(f"table {self.info.name} has no action profile: give an action")
+        if kind == "action_profile_member_id":
+            member_id = msg.action.action_profile_member_id
+            if member_id not in profile.members:
+                raise not_found(f"table {self.info.name}: {profile.name} has no member {member_id}")
+            return tables.TableEntry(match, msg.priority, "", (), member_id=member_id)
+        group_id = msg.action.action_profile_group_id
+        if not profile.with_selector:
+            raise invalid(f"table {self.info.name}: {profile.name} is not an action selector (no groups)")
+        if group_id not in profile.groups:
+            raise not_found(f"table {self.info.name}: {profile.name} has no group {group_id}")
+        return tables.TableEntry(match, msg.priority, "", (), group_id=group_id)
 
     # -- encoding ---------------------------------------------------------------------------
 
@@ -235,16 +253,12 @@ class TableCodec:
             else:
                 body = _FM_OPTIONAL, wire.delimited(_VALUE, to_bytes(m.value))
             parts.append(wire.delimited(_TE_MATCH, key + wire.delimited(*body)))
-        action = self._actions.get(entry.action)
-        if action is None:
-            info = find_action(self.schema, entry.action)
-            action = (_ACTION_ID + wire.varint(info.id),
-                      [_PARAM_ID + wire.varint(p.id) for p in info.params.values()])
-            self._actions[entry.action] = action
-        head, param_ids = action
-        body = head + b"".join(wire.delimited(_ACTION_PARAM, pid + wire.delimited(_PARAM_VALUE, to_bytes(arg)))
-                               for pid, arg in zip(param_ids, entry.args))
-        parts.append(wire.delimited(_TE_ACTION, wire.delimited(_TA_ACTION, body)))
+        if entry.member_id is not None:
+            parts.append(wire.delimited(_TE_ACTION, _TA_MEMBER + wire.varint(entry.member_id)))
+        elif entry.group_id is not None:
+            parts.append(wire.delimited(_TE_ACTION, _TA_GROUP + wire.varint(entry.group_id)))
+        else:
+            parts.append(wire.delimited(_TE_ACTION, self._direct_action(entry)))
         if entry.priority:
             parts.append(_TE_PRIORITY + wire.varint(entry.priority))
         if counters is not None:
@@ -255,6 +269,19 @@ class TableCodec:
         if mark_const:
             parts.append(self._suffix)
         return b"".join(parts)
+
+    def _direct_action(self, entry: tables.TableEntry) -> bytes:
+        """The serialized ``TableAction`` of an entry's direct action."""
+        action = self._actions.get(entry.action)
+        if action is None:
+            info = find_action(self.schema, entry.action)
+            action = (_ACTION_ID + wire.varint(info.id),
+                      [_PARAM_ID + wire.varint(p.id) for p in info.params.values()])
+            self._actions[entry.action] = action
+        head, param_ids = action
+        body = head + b"".join(wire.delimited(_ACTION_PARAM, pid + wire.delimited(_PARAM_VALUE, to_bytes(arg)))
+                               for pid, arg in zip(param_ids, entry.args))
+        return wire.delimited(_TA_ACTION, body)
 
 
 def pack_fields(values: list[tuple[int, int]]) -> bytes:

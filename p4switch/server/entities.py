@@ -1,9 +1,10 @@
 """Write and Read of P4Runtime entities against a pipeline.
 
-Supported: table entries (with default entries, direct counters and direct meters), counters,
-direct counters, meters, direct meters, multicast groups and clone sessions, digest
-configuration. Registers are UNIMPLEMENTED, as on BMv2, and so are action profiles, value
-sets and externs. The caller holds the pipeline lock.
+Supported: table entries (with default entries, direct counters and direct meters; entries
+naming an action profile member or group), counters, direct counters, meters, direct meters,
+multicast groups and clone sessions, digest configuration, action profile members and groups
+(:mod:`profiles`), value sets (:mod:`value_sets`). Registers are UNIMPLEMENTED, as on BMv2,
+and so are externs and one-shot action sets. The caller holds the pipeline lock.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from p4switch import tables
 from p4switch.errors import P4SwitchError
 from p4switch.server import codec, wire
 from p4switch.server.errors import RpcError, from_table_error, invalid, not_found, out_of_range, unimplemented
+from p4switch.server.profiles import ProfileEntities
 from p4switch.server.schema import IndexedInfo, Schema, TableInfo
+from p4switch.server.value_sets import ValueSetEntities
 
 Update = p4runtime_pb2.Update
 INSERT, MODIFY, DELETE = Update.INSERT, Update.MODIFY, Update.DELETE
@@ -34,6 +37,8 @@ class EntityStore:
         #: Digest ids the controller enabled, with their configuration.
         self.digest_configs: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
         self._codecs: dict[int, codec.TableCodec] = {}
+        self.profiles = ProfileEntities(schema, pipeline)
+        self.value_sets = ValueSetEntities(schema, pipeline)
 
     # -- look-ups -------------------------------------------------------------------------
 
@@ -104,6 +109,9 @@ class EntityStore:
             "direct_meter_entry": self._write_direct_meter,
             "packet_replication_engine_entry": self._write_pre,
             "digest_entry": self._write_digest,
+            "action_profile_member": self.profiles.write_member,
+            "action_profile_group": self.profiles.write_group,
+            "value_set_entry": self.value_sets.write,
         }.get(kind or "")
         if handler is None:
             raise unimplemented(f"writing {kind or 'an empty entity'} is not supported by this target")
@@ -131,7 +139,8 @@ class EntityStore:
                 table.reset_default()
                 return
             if msg.action.WhichOneof("type") != "action":
-                raise unimplemented(f"table {info.name}: action profiles are not supported")
+                raise unimplemented(f"table {info.name}: a default entry naming an action profile member "
+                                    "or group is not supported (give an action)")
             name, args = codec.action_from_proto(self.schema, info, msg.action.action)
             table.set_default(name, args)
             return
@@ -276,6 +285,12 @@ class EntityStore:
                     if entity.digest_entry.digest_id in (0, digest_id):
                         yield p4runtime_pb2.Entity(digest_entry=p4runtime_pb2.DigestEntry(
                             digest_id=digest_id, config=config))
+            elif kind == "action_profile_member":
+                yield from self.profiles.read_members(entity.action_profile_member)
+            elif kind == "action_profile_group":
+                yield from self.profiles.read_groups(entity.action_profile_group)
+            elif kind == "value_set_entry":
+                yield from self.value_sets.read(entity.value_set_entry)
             else:
                 raise unimplemented(f"reading {kind or 'an empty entity'} is not supported by this target")
         except tables.TableError as exc:

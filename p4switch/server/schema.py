@@ -49,6 +49,7 @@ class TableInfo:
     direct_counter_id: int = 0
     direct_meter_id: int = 0
     supports_idle_timeout: bool = False
+    implementation_id: int = 0  # the action profile implementing the table, if any
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,28 @@ class PacketMetadataInfo:
 
 
 @dataclass(frozen=True)
+class ActionProfileInfo:
+    """An action profile or selector; ``max_group_size`` 0 means the profile's size."""
+
+    id: int
+    name: str
+    table_ids: tuple[int, ...]
+    with_selector: bool
+    size: int
+    max_group_size: int
+
+
+@dataclass(frozen=True)
+class ValueSetInfo:
+    """A parser value set: its match fields in P4Info order."""
+
+    id: int
+    name: str
+    match_fields: dict[int, MatchFieldInfo]
+    size: int
+
+
+@dataclass(frozen=True)
 class DigestInfo:
     id: int
     name: str
@@ -93,6 +116,8 @@ class Schema:
     direct_meters: dict[int, IndexedInfo] = field(default_factory=dict)
     registers: dict[int, IndexedInfo] = field(default_factory=dict)
     digests: dict[int, DigestInfo] = field(default_factory=dict)
+    action_profiles: dict[int, ActionProfileInfo] = field(default_factory=dict)
+    value_sets: dict[int, ValueSetInfo] = field(default_factory=dict)
     packet_out: PacketMetadataInfo | None = None
     packet_in: PacketMetadataInfo | None = None
 
@@ -112,6 +137,7 @@ class Schema:
                 {ref.id for ref in table.action_refs}, table.const_default_action_id,
                 supports_idle_timeout=table.idle_timeout_behavior
                 == p4info_pb2.Table.NOTIFY_CONTROL,
+                implementation_id=table.implementation_id,
             )
             for resource in table.direct_resource_ids:
                 if any(c.preamble.id == resource for c in p4info.direct_counters):
@@ -134,6 +160,13 @@ class Schema:
         for d in p4info.digests:
             widths = _struct_widths(d.type_spec, p4info)
             schema.digests[d.preamble.id] = DigestInfo(d.preamble.id, d.preamble.name, widths)
+        for a in p4info.action_profiles:
+            schema.action_profiles[a.preamble.id] = ActionProfileInfo(
+                a.preamble.id, a.preamble.name, tuple(a.table_ids), a.with_selector, a.size, a.max_group_size)
+        for v in p4info.value_sets:
+            fields = {m.id: MatchFieldInfo(m.id, m.name, m.bitwidth, _MATCH_KINDS.get(m.match_type, "unknown"))
+                      for m in v.match}
+            schema.value_sets[v.preamble.id] = ValueSetInfo(v.preamble.id, v.preamble.name, fields, v.size)
         for header in p4info.controller_packet_metadata:
             meta = PacketMetadataInfo(
                 header.preamble.name,

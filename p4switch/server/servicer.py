@@ -341,6 +341,13 @@ def _check_consistent(schema: Schema, pipeline: Any) -> None:
         for info in infos.values():
             if info.name not in store:
                 raise invalid(f"P4Info does not match the device config: {kind} {info.name} is not in the program")
+    for kind, named, store in (
+        ("action profile", schema.action_profiles, getattr(pipeline, "action_profiles", {})),
+        ("value set", schema.value_sets, getattr(pipeline, "value_sets", {})),
+    ):
+        for item in named.values():
+            if item.name not in store:
+                raise invalid(f"P4Info does not match the device config: {kind} {item.name} is not in the program")
 
 
 def _abort_with_update_errors(context: grpc.ServicerContext, count: int,
