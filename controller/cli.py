@@ -253,5 +253,11 @@ def _status(args: argparse.Namespace) -> int:
     for s in statuses:
         table.add_row(s.name, s.address, yes[s.reachable], yes[s.primary], yes[s.pipeline_loaded], s.detail)
     Console().print(table)
+    if not any(s.reachable for s in statuses):
+        # the description outlives the fabric: say so rather than leave a table of NOs
+        from gradfabric.fabric import default_path
+
+        print(f"status: no switch of {args.fabric or default_path()} answers; is the fabric up? "
+              "(start it with `make run`)", file=sys.stderr)
     ready = all(s.reachable and s.primary and s.pipeline_loaded for s in statuses)
     return 0 if ready else STATUS_NOT_READY

@@ -112,8 +112,12 @@ def test_status_exit_codes(fabric, capsys) -> None:
     code, out, _ = run(capsys, "status", "--fabric", str(path))
     assert code == 0 and out.count("yes") == 12
     fakes[3].stop()
-    code, out, _ = run(capsys, "status", "--fabric", str(path), "--timeout", "0.5")
-    assert code == 3 and "NO" in out
+    code, out, err = run(capsys, "status", "--fabric", str(path), "--timeout", "0.5")
+    assert code == 3 and "NO" in out and err == ""
+    for f in fakes[:3]:
+        f.stop()
+    code, out, err = run(capsys, "status", "--fabric", str(path), "--timeout", "0.2")
+    assert code == 3 and f"no switch of {path} answers; is the fabric up?" in err
 
 
 def test_counters_show_drops_and_spraying_balance(fabric, capsys) -> None:
