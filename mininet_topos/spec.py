@@ -17,7 +17,7 @@ import networkx as nx
 import yaml
 
 from gradfabric.errors import GradfabricError
-from gradfabric.fabric import switch_port_mac
+from gradfabric.fabric import Host, switch_port_mac
 from gradfabric.paths import TOPOLOGIES
 
 #: Interface names are limited to 15 characters; "<node>-eth<port>" must fit.
@@ -56,18 +56,6 @@ class SwitchSpec:
 
 
 @dataclass(frozen=True)
-class HostSpec:
-    name: str
-    ip: str
-    prefix_len: int
-    mac: str
-    switch: str
-    switch_port: int
-    #: The MAC of the switch port the host hangs off: its next hop for every destination.
-    gateway_mac: str
-
-
-@dataclass(frozen=True)
 class LinkSpec:
     """A link between two nodes; a host's end has port 0 (hosts have one interface)."""
 
@@ -83,13 +71,13 @@ class TopologySpec:
     name: str
     source: Path
     switches: tuple[SwitchSpec, ...]
-    hosts: tuple[HostSpec, ...]
+    hosts: tuple[Host, ...]
     links: tuple[LinkSpec, ...]
 
     def switch(self, name: str) -> SwitchSpec:
         return next(s for s in self.switches if s.name == name)
 
-    def host(self, name: str) -> HostSpec:
+    def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
 
     def ports_of(self, switch: str) -> list[tuple[int, str, int]]:
@@ -117,7 +105,7 @@ class TopologySpec:
                 SwitchSpec(p + s.name, s.device_id, s.role, s.params) for s in self.switches
             ),
             hosts=tuple(
-                HostSpec(p + h.name, h.ip, h.prefix_len, h.mac, p + h.switch, h.switch_port,
+                Host(p + h.name, h.ip, h.prefix_len, h.mac, p + h.switch, h.switch_port,
                          h.gateway_mac)
                 for h in self.hosts
             ),
@@ -338,7 +326,7 @@ class _Parser:
         return free
 
     def place_hosts(self, raw: list[Any], names: dict[str, str], switches: list[SwitchSpec],
-                    links: list[LinkSpec]) -> list[HostSpec]:
+                    links: list[LinkSpec]) -> list[Host]:
         device = {s.name: s.device_id for s in switches}
         attach: dict[str, tuple[str, int]] = {}
         for link in links:
@@ -346,7 +334,7 @@ class _Parser:
                 attach[link.a] = (link.b, link.b_port)
             if link.b in names:
                 attach[link.b] = (link.a, link.a_port)
-        hosts: list[HostSpec] = []
+        hosts: list[Host] = []
         addresses: dict[str, str] = {}
         for item in raw:
             name = item["name"]
@@ -358,7 +346,7 @@ class _Parser:
             if ip in addresses:
                 raise self.fail(f"{key}.ip", f"duplicate address {ip} (also {addresses[ip]})")
             addresses[ip] = key
-            hosts.append(HostSpec(name, ip, prefix_len, host_mac(ip), switch, port,
+            hosts.append(Host(name, ip, prefix_len, host_mac(ip), switch, port,
                                   switch_port_mac(device[switch], port)))
         return hosts
 
