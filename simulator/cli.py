@@ -49,6 +49,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--workers", type=_int_list, default=[4, 8, 16, 32, 64], help="e.g. 4,8,16")
     run.add_argument("--arch", choices=("ring", "ps"), default="ring")
     run.add_argument("--servers", type=int, default=None, help="PS servers (default: one per worker)")
+    run.add_argument("--aggregation-us", type=float, default=0.0,
+                     help="PS: server delay between a transfer's last push and its pull")
     net = run.add_argument_group("network (one of)")
     net.add_argument("--gbps", type=float, default=None, help="link bandwidth in Gbit/s (with --latency-us)")
     net.add_argument("--latency-us", type=float, default=10.0, help="per-step latency with --gbps")
@@ -123,7 +125,7 @@ def _cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.loss_rate is not None or args.paths > 1:
         tail = TailModel(loss_rate=args.loss_rate or 0.0, rto_s=args.rto_ms * 1e-3, paths=args.paths, flows=args.flows)
     return ClusterSpec(args.arch, network, servers=args.servers, tail=tail,
-                       overlap_forward=not args.no_overlap, costs=costs)
+                       overlap_forward=not args.no_overlap, costs=costs, aggregation_s=args.aggregation_us * 1e-6)
 
 
 def _run(args: argparse.Namespace) -> int:

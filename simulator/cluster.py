@@ -10,6 +10,13 @@ link bandwidth ``bandwidth`` (bytes/s, full duplex). For a message of M bytes:
   ``N*M/S`` bytes per direction and a worker's ``M``:
   ``alpha = 2 * latency``, ``beta = 2 * max(1, N/S) / bandwidth``.
 
+**Links** (what :mod:`simulator.engine` drives). A ring all-reduce holds the worker's link
+for its whole cost. A PS transfer is two legs: the push holds the worker's uplink
+(``alpha/2 + beta/2 * M``); the servers then aggregate (``aggregation_s``, waiting for the
+slowest push and summing) and the pull comes back on the downlink (another
+``alpha/2 + beta/2 * M``) while the uplink is free for the next push. The transfer completes,
+and a scheduler's credit returns, only when the pull has arrived (:class:`PushPullLink`).
+
 A fit measured at ``N0`` workers (alpha, beta of a ring all-reduce) is turned into a network
 by inverting the ring formulas; other worker counts and the PS are derived from it.
 """
@@ -17,6 +24,7 @@ by inverting the ring formulas; other worker counts and the PS are derived from 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from hosts.schedulers import AlphaBeta, Transfer
 from simulator.errors import SimulatorError
@@ -69,3 +77,35 @@ class AlphaBetaLink:
 
     def seconds(self, transfer: Transfer) -> float:
         return self.cost.seconds(transfer.nbytes)
+
+    def round_trip_s(self, transfer: Transfer) -> float:
+        """Nothing after the link: the whole cost is charged while it holds the link."""
+        return 0.0
+
+
+class LegLink(Protocol):
+    """One leg (push or pull) of a PS transfer; :class:`AlphaBetaLink` or a tail link."""
+
+    def seconds(self, transfer: Transfer) -> float: ...
+
+
+@dataclass(frozen=True)
+class PushPullLink:
+    """A parameter-server transfer: ``push`` holds the uplink; after it the servers aggregate
+    for ``aggregation_s`` and ``pull`` brings the result back on the downlink, leaving the
+    uplink free. Completion (credit, update) waits for the pull."""
+
+    push: LegLink
+    pull: LegLink
+    aggregation_s: float = 0.0
+
+    def seconds(self, transfer: Transfer) -> float:
+        return self.push.seconds(transfer)
+
+    def round_trip_s(self, transfer: Transfer) -> float:
+        return self.aggregation_s + self.pull.seconds(transfer)
+
+
+def half_cost(cost: AlphaBeta) -> AlphaBeta:
+    """One leg (push or pull) of a PS collective costing ``cost`` for both."""
+    return AlphaBeta(cost.alpha / 2, cost.beta / 2, cost.nbytes)

@@ -103,3 +103,7 @@ class TailLink:
         stall = prob_loss_exceeds(packets, self.tail.loss_rate, 0.0)
         bandwidth_term = self.cost.beta * transfer.nbytes * self.tail.hash_imbalance
         return self.cost.alpha + bandwidth_term + self.tail.rto_s * stall
+
+    def round_trip_s(self, transfer: Transfer) -> float:
+        """Nothing after the link: the whole cost is charged while it holds the link."""
+        return 0.0

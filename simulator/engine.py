@@ -7,10 +7,13 @@ One worker's view of data-parallel training (all workers are symmetric):
   layer ``l``'s gradient is ready ``backward_s`` after the previous one. Compute is one
   serial resource: an iteration's forward starts after the previous backward ends.
 * Communication is one serial resource (the *link*): each :class:`Transfer` the scheduler
-  hands out is one collective (ring all-reduce or PS push+pull) lasting ``link.seconds(t)``.
-  Transfers handed out while the link is busy queue; the queue is served by priority
-  (higher first), then in hand-out order, never preempting the transfer in flight.
-* A layer's parameters are updated when the last transfer carrying part of it ends.
+  hands out holds the link for ``link.seconds(t)`` (a whole ring all-reduce, or the push of
+  a PS transfer). Transfers handed out while the link is busy queue; the queue is served by
+  priority (higher first), then in hand-out order, never preempting the transfer in flight.
+* A transfer *completes* ``link.round_trip_s(t)`` after it leaves the link (0 for a ring;
+  server aggregation plus the pull for a PS). The link is free meanwhile. Only at completion
+  does the scheduler hear ``on_transfer_done`` (a credit returns) and is the layer updated.
+* A layer's parameters are updated when the last transfer carrying part of it completes.
   With ``overlap_forward`` (P3/ByteScheduler/DLCP style) the next forward of layer ``l``
   waits only for layer ``l``'s update; without it (Caffe, the MG-WFBP testbed) the next
   forward waits for every update.
@@ -34,17 +37,25 @@ from simulator.errors import SimulatorError
 class Link(Protocol):
     """How long one transfer (one collective) takes on the cluster."""
 
-    def seconds(self, transfer: Transfer) -> float: ...
+    def seconds(self, transfer: Transfer) -> float:
+        """How long the transfer holds the link."""
+        ...
+
+    def round_trip_s(self, transfer: Transfer) -> float:
+        """From leaving the link to completion (aggregation and pull), link free meanwhile."""
+        ...
 
 
 @dataclass(frozen=True)
 class TransferRecord:
-    """A transfer as it happened, times relative to the iteration's backward start."""
+    """A transfer as it happened, times relative to the iteration's backward start: it held
+    the link from ``start`` to ``end`` and completed (credit back, update) at ``done``."""
 
     transfer: Transfer
     handed_out: float
     start: float
     end: float
+    done: float
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,8 @@ class IterationTrace:
 
     @property
     def link_idle_s(self) -> float:
-        """Idle link time between the first gradient and the end of communication."""
+        """Idle link time between the first transfer and the end of communication (the last
+        completion, so a PS pull still under way counts as idle link)."""
         if not self.transfers:
             return 0.0
         first_start = min(r.start for r in self.transfers)
@@ -106,6 +118,7 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
     queue: list[tuple[int, int, Transfer, float]] = []  # (-priority, seq, transfer, handed_out)
     seq = 0
     current: tuple[Transfer, float, float, float] | None = None  # transfer, handed, start, end
+    returning: list[tuple[float, int, TransferRecord]] = []  # (done, seq, record): left the link
     wait_until: float | None = None
     handed_all = False
     records: list[TransferRecord] = []
@@ -122,13 +135,17 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
         if current is not None and current[3] <= now:
             transfer, handed, start, end = current
             current = None
-            records.append(TransferRecord(transfer, handed, start, end))
-            for i in transfer.layer_indices:
-                update[i] = max(update[i], end)
-            duration = end - start
-            rate = transfer.nbytes / duration if duration > 0 else math.inf
+            done = end + link.round_trip_s(transfer)
+            heapq.heappush(returning, (done, transfer.id, TransferRecord(transfer, handed, start, end, done)))
             start_next(end)
-            scheduler.on_transfer_done(transfer, end, rate)
+        while returning and returning[0][0] <= now:
+            done, _, record = heapq.heappop(returning)
+            records.append(record)
+            for i in record.transfer.layer_indices:
+                update[i] = max(update[i], done)
+            duration = record.end - record.start
+            rate = record.transfer.nbytes / duration if duration > 0 else math.inf
+            scheduler.on_transfer_done(record.transfer, done, rate)
         while next_grad < n and ready_at[order[next_grad]] <= now:
             scheduler.on_gradient_ready(order[next_grad], ready_at[order[next_grad]])
             next_grad += 1
@@ -150,12 +167,14 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
         candidates = []
         if current is not None:
             candidates.append(current[3])
+        if returning:
+            candidates.append(returning[0][0])
         if next_grad < n:
             candidates.append(ready_at[order[next_grad]])
         if wait_until is not None:
             candidates.append(wait_until)
         if not candidates:
-            if handed_all and not queue:
+            if handed_all and not queue and not returning:
                 break
             raise SimulatorError(
                 f"scheduler {scheduler.name!r} stalled at t={now:.6f}s: it waits, but no gradient, "
@@ -170,7 +189,7 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
                 f"scheduler {scheduler.name!r} sent {covered.get(layer.index, 0)} of "
                 f"{layer.numel} elements of layer {layer.index} ({layer.name})"
             )
-    comm_end = max((r.end for r in records), default=backward_s)
+    comm_end = max((r.done for r in records), default=backward_s)
     return IterationTrace(0.0, backward_s, max(comm_end, backward_s), tuple(update), tuple(records))
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hosts.schedulers import AlphaBeta, create
-from simulator.cluster import AlphaBetaLink, Network, collective_cost
+from simulator.cluster import AlphaBetaLink, Network, PushPullLink, collective_cost, half_cost
 from simulator.dlcp_model import TailLink, TailModel
 from simulator.engine import Link, SimResult, simulate
 from simulator.errors import SimulatorError
@@ -19,7 +19,8 @@ class ClusterSpec:
     """Architecture, network, optional tail model, and whether forward overlaps communication.
 
     ``costs`` pins the alpha-beta of given worker counts (e.g. a fit measured there);
-    other counts are derived from ``network``.
+    other counts are derived from ``network``. ``aggregation_s``: PS only, the servers'
+    delay between the last push of a transfer and the start of its pull.
     """
 
     arch: str
@@ -28,6 +29,11 @@ class ClusterSpec:
     tail: TailModel | None = None
     overlap_forward: bool = True
     costs: Mapping[int, AlphaBeta] = field(default_factory=dict)
+    aggregation_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.aggregation_s < 0:
+            raise SimulatorError(f"aggregation delay must not be negative, not {self.aggregation_s:g} s")
 
     def cost(self, workers: int) -> AlphaBeta:
         if workers in self.costs:
@@ -36,6 +42,12 @@ class ClusterSpec:
 
     def link(self, workers: int) -> Link:
         cost = self.cost(workers)
+        if self.arch != "ps":
+            return self._leg(cost)
+        leg = half_cost(cost)
+        return PushPullLink(self._leg(leg), self._leg(leg), self.aggregation_s)
+
+    def _leg(self, cost: AlphaBeta) -> AlphaBetaLink | TailLink:
         return TailLink(cost, self.tail) if self.tail is not None else AlphaBetaLink(cost)
 
 

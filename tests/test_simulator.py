@@ -14,7 +14,7 @@ import pytest
 from gradfabric.cli import main
 from hosts.schedulers import AlphaBeta, Layer, LossPolicy, Scheduler, Segment, Transfer, Wait, create
 from simulator.cli import DEFAULT_TRACES
-from simulator.cluster import AlphaBetaLink, Network, collective_cost
+from simulator.cluster import AlphaBetaLink, Network, PushPullLink, collective_cost
 from simulator.dlcp_model import TailLink, TailModel, hash_imbalance, prob_loss_exceeds
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
@@ -206,6 +206,81 @@ def test_engine_rejects_schedulers_that_lose_gradients_or_stall() -> None:
         simulate(layers, _Stuck(), link)
 
 
+# --- parameter-server round trips ---------------------------------------------------------
+
+def _ready_together(n: int, numel: int) -> list[Layer]:
+    """``n`` layers whose gradients are all ready 1 ms into backward, no forward time."""
+    return [Layer(i, f"l{i}", numel, 0.0, 0.001 if i == n - 1 else 0.0) for i in range(n)]
+
+
+def _push_pull(push_s_per_byte: float, aggregation_s: float, pull_s: float) -> PushPullLink:
+    return PushPullLink(AlphaBetaLink(AlphaBeta(0.0, push_s_per_byte)), AlphaBetaLink(AlphaBeta(pull_s, 0.0)),
+                        aggregation_s)
+
+
+def test_p3_with_a_one_partition_window_idles_one_round_trip_per_partition() -> None:
+    # 4 layers of 1000 B (one partition each); a push takes 1 ms, aggregation 0.5 ms and pull
+    # 1.5 ms come back 2 ms later. Credit = one partition: push k+1 starts when pull k is back.
+    layers = _ready_together(4, 250)
+    link = _push_pull(1e-6, 0.0005, 0.0015)
+    steady = simulate(layers, create("p3", partition_bytes=1000), link, overlap_forward=False).steady
+    records = sorted(steady.transfers, key=lambda r: r.start)
+    assert [r.start for r in records] == pytest.approx([0.001, 0.004, 0.007, 0.010])
+    assert [r.done - r.end for r in records] == pytest.approx([0.002] * 4)
+    assert steady.link_busy_s == pytest.approx(0.004)
+    assert steady.link_idle_s == pytest.approx(4 * 0.002)
+    assert steady.layer_update == pytest.approx((0.004, 0.007, 0.010, 0.013))  # front layer first
+
+
+def test_a_window_covering_the_round_trip_keeps_the_push_link_busy() -> None:
+    layers = _ready_together(4, 250)
+    link = _push_pull(1e-6, 0.0005, 0.0015)
+    steady = simulate(layers, create("p3", partition_bytes=1000, credit_bytes=4000), link,
+                      overlap_forward=False).steady
+    assert sorted(r.start for r in steady.transfers) == pytest.approx([0.001, 0.002, 0.003, 0.004])
+    assert steady.link_idle_s == pytest.approx(0.002)  # only the last pull
+    assert steady.comm_end == pytest.approx(0.007)
+
+
+def test_every_scheduler_sees_the_same_round_trip() -> None:
+    layers = _ready_together(3, 250)
+    link = _push_pull(1e-6, 0.001, 0.0)
+    for name in ("wfbp", "p3", "prophet", "dlcp", "mgwfbp", "fusion", "synceasgd"):
+        steady = simulate(layers, create(name, cost=AlphaBeta(0.0, 1e-6)), link, overlap_forward=False).steady
+        assert all(r.done - r.end == pytest.approx(0.001) for r in steady.transfers), name
+        assert steady.comm_end == pytest.approx(max(r.end for r in steady.transfers) + 0.001), name
+
+
+def test_ps_cluster_splits_the_collective_into_push_and_pull() -> None:
+    net = Network.from_gbps(8.0, 100.0)
+    cost = collective_cost("ps", 4, net)
+    transfer = Transfer((Segment(0, 0, 1000),), 4000)
+    link = ClusterSpec("ps", net, aggregation_s=0.002).link(4)
+    assert isinstance(link, PushPullLink)
+    assert link.seconds(transfer) == pytest.approx(100e-6 + 4000 / 1e9)
+    assert link.seconds(transfer) + link.round_trip_s(transfer) == pytest.approx(cost.seconds(4000) + 0.002)
+    ring = ClusterSpec("ring", net).link(4)
+    assert ring.round_trip_s(transfer) == 0.0
+    with pytest.raises(SimulatorError, match="aggregation"):
+        ClusterSpec("ps", net, aggregation_s=-1.0)
+
+
+def test_prophet_blocks_do_not_hold_back_the_credit() -> None:
+    # Two stages; the first stage's block is still being pulled when layer 0 arrives, yet
+    # layer 0's partition goes out at once (p3 would wait for the credit).
+    # Layers 3, 2, 1 arrive 0.1 ms apart, layer 0 10 ms later: stages {3, 2, 1} and {0}.
+    layers = [Layer(0, "a", 250, 0.0, 0.010)] + [Layer(i, f"l{i}", 250, 0.0, 0.0001) for i in (1, 2, 3)]
+    link = _push_pull(1e-6, 0.050, 0.0)
+    steady = simulate(layers, create("prophet", partition_bytes=1000, initial_bandwidth=1e6), link,
+                      overlap_forward=False, iterations=3).steady
+    block = next(r for r in steady.transfers if len(r.transfer.segments) == 3)
+    layer0 = next(r for r in steady.transfers if r.transfer.layer_indices == (0,))
+    assert block.start == pytest.approx(0.0003) and block.done == pytest.approx(0.0533)
+    assert layer0.start == pytest.approx(0.0103)
+    p3 = simulate(layers, create("p3", partition_bytes=1000), link, overlap_forward=False, iterations=3).steady
+    assert next(r for r in p3.transfers if r.transfer.layer_indices == (0,)).start > 0.05
+
+
 # --- reproduction targets ---------------------------------------------------------------
 
 def test_mgwfbp_reproduction_targets(tmp_path: Path) -> None:
@@ -228,6 +303,11 @@ def test_prophet_beats_p3_on_the_stepwise_pattern(tmp_path: Path) -> None:
     assert by["prophet"][0] < by["p3"][0]  # iteration time
     assert by["prophet"][2] < by["p3"][2]  # layer 0 updated earlier: next forward starts earlier
     assert (tmp_path / "prophet_timeline.png").stat().st_size > 0
+    with (tmp_path / "prophet_sensitivity.csv").open() as f:
+        small_window = [r for r in list(csv.reader(f))[1:] if r[0] == "0.25 MB"]
+    assert len(small_window) == 3
+    for row in small_window:  # a window below the round trip: P3's link idles, Prophet's less
+        assert float(row[5]) > float(row[6]) and float(row[4].rstrip("x")) > 1.0
 
 
 def test_sweep_speedups_and_efficiency() -> None:

@@ -3,7 +3,8 @@
 Each ready layer is cut into partitions of at most ``partition_bytes``; pending partitions
 wait in a priority queue, front (input-side) layers first. A partition is handed out when
 the bytes in flight plus its own stay within ``credit_bytes`` (or nothing is in flight), so a
-newly ready front layer overtakes everything not yet handed out.
+newly ready front layer overtakes everything not yet handed out. A transfer is in flight
+until the driver reports it done: for a parameter server, when its pull has come back.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class PriorityScheduler(Scheduler):
         self.credit_bytes = partition_bytes if credit_bytes is None else credit_bytes
         self.queue = PartitionQueue()
         self.in_flight_bytes = 0
+        self._credited: set[int] = set()
         self._pending_layers = 0
 
     @property
@@ -90,6 +92,7 @@ class PriorityScheduler(Scheduler):
         super().start_iteration(layers, now)
         self.queue = PartitionQueue()
         self.in_flight_bytes = 0
+        self._credited = set()
         self._pending_layers = len(self.layers)
 
     def on_gradient_ready(self, layer_index: int, now: float) -> None:
@@ -101,12 +104,16 @@ class PriorityScheduler(Scheduler):
     def all_handed_out(self) -> bool:
         return self._pending_layers == 0 and not self.queue
 
-    def make_transfer(self, segments: Sequence[Segment]) -> Transfer:
+    def make_transfer(self, segments: Sequence[Segment], *, credited: bool = True) -> Transfer:
+        """A transfer of ``segments``; ``credited`` ones count against the credit until done."""
         segments = tuple(segments)
         top = min(s.layer_index for s in segments)
         nbytes = self.segment_bytes(segments)
-        self.in_flight_bytes += nbytes
-        return Transfer(segments=segments, nbytes=nbytes, priority=layer_priority(top, len(self.layers)))
+        transfer = Transfer(segments=segments, nbytes=nbytes, priority=layer_priority(top, len(self.layers)))
+        if credited:
+            self.in_flight_bytes += nbytes
+            self._credited.add(transfer.id)
+        return transfer
 
     def credit_transfer(self) -> Decision:
         """The next partition if the credit allows it, else a wait (None when all sent)."""
@@ -124,4 +131,6 @@ class PriorityScheduler(Scheduler):
         return self.credit_transfer()
 
     def on_transfer_done(self, transfer: Transfer, now: float, achieved_bytes_per_s: float) -> None:
-        self.in_flight_bytes = max(0, self.in_flight_bytes - transfer.nbytes)
+        if transfer.id in self._credited:
+            self._credited.discard(transfer.id)
+            self.in_flight_bytes = max(0, self.in_flight_bytes - transfer.nbytes)

@@ -8,8 +8,9 @@ stepwise gradient pattern.
   a finished transfer achieved.
 * When the last gradient of stage ``k`` arrives, one block of queued gradients is sent in
   priority order (front layer first), at most ``gap_k * B`` bytes, then the scheduler waits
-  for the next stage. Once layer 0's gradient has arrived it falls back to credit-based
-  sending of partitions, as ``p3`` does.
+  for the next stage. A block is sent outside the credit (it does not hold credit back
+  while its pull is under way). Once layer 0's gradient has arrived it falls back to
+  credit-based sending of partitions, as ``p3`` does.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class ProphetScheduler(PriorityScheduler):
         if self._block_budget_bytes >= self.nbytes and self.queue:
             segments = self.queue.take(int(self._block_budget_bytes // self.nbytes))
             self._block_budget_bytes = 0.0
-            return self.make_transfer(segments)
+            return self.make_transfer(segments, credited=False)
         return Wait()
 
     def on_transfer_done(self, transfer: Transfer, now: float, achieved_bytes_per_s: float) -> None:
