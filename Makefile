@@ -8,6 +8,15 @@ SYSTEM_PY   := /usr/bin/python3
 TOPO        ?= leafspine
 TARGET      ?= embedded
 PYTEST_ARGS ?=
+# The reference P4 tools (p4c, BMv2): ../shared/p4ref when it exists, unless the caller names a
+# prefix of their own; otherwise whatever is on PATH (see gradfabric/p4ref.py).
+ifeq ($(origin GRADFABRIC_P4REF),undefined)
+  ifneq ($(wildcard ../shared/p4ref/bin/p4c),)
+    export GRADFABRIC_P4REF := $(abspath ../shared/p4ref)
+  endif
+else
+  export GRADFABRIC_P4REF
+endif
 # Debian packages the fabric needs: Mininet (and its Python module, imported from the venv),
 # iproute2 for namespaces and veths, tcpdump for pcaps, ethtool to turn off TX checksum
 # offload, iperf3 for background traffic, python3-venv to build .venv from the system Python.

@@ -15,12 +15,12 @@ The launcher calls :func:`compile_program` before it boots the fabric.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from gradfabric.errors import GradfabricError
+from gradfabric.p4ref import find_tool
 from gradfabric.paths import P4SRC, build_dir
 
 DEFAULT_SOURCE = P4SRC / "dlcp.p4"
@@ -75,8 +75,9 @@ def compile_embedded(source: Path, out_dir: Path) -> Artifacts:
 
 
 def find_p4c() -> str | None:
-    """The p4c executable on PATH, or None."""
-    return shutil.which("p4c")
+    """The p4c executable under $GRADFABRIC_P4REF/bin or on PATH, or None."""
+    found = find_tool("p4c")
+    return str(found) if found else None
 
 
 def compile_p4c(source: Path, out_dir: Path, p4c: str = "p4c") -> Artifacts:
@@ -113,7 +114,7 @@ def compile_program(
     out_dir = build_dir() if out_dir is None else Path(out_dir)
     p4c = find_p4c() if use_p4c is not False else None
     if use_p4c and p4c is None:
-        raise P4BuildError("p4c is not on PATH (install p4lang's p4c, or drop --p4c)")
+        raise P4BuildError("p4c is neither under $GRADFABRIC_P4REF/bin nor on PATH (install p4lang's p4c, or drop --p4c)")
     embedded = compile_embedded(source, out_dir)
     bmv2 = compile_p4c(source, out_dir / BMV2_SUBDIR, p4c) if p4c else None
     return BuildResult(source=source, embedded=embedded, bmv2=bmv2)
