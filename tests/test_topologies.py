@@ -234,8 +234,11 @@ def test_banner_says_where_logs_pcaps_and_request_logs_are(tmp_path: Path) -> No
     assert "logs/l1.log" in text and "logs/l1-p4runtime.log" in text
     assert "pcaps/" in text and "build/fabric.json" in text and "warning: w1" in text
     assert "counters" in text and "policy apply FILE" in text
-    off = boot_banner(fab.to_dict(), tmp_path, pcap=False, description_path=tmp_path / "f.json", policy=None)
-    assert "pcaps:               off" in off
+    assert "logs/l1-controller.log" in text and "leave with: exit" in text
+    off = boot_banner(fab.to_dict(), tmp_path, pcap=False, description_path=tmp_path / "f.json", policy=None,
+                      interactive=False)
+    assert "pcaps:               off" in off and "PCAP=1" in off
+    assert "exit" not in off and "extra CLI commands" not in off
 
 
 # -- switch command lines and processes --------------------------------------------------
