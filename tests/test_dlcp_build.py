@@ -178,5 +178,5 @@ def test_requiring_p4c_without_it_is_an_error(
 ) -> None:
     monkeypatch.delenv(ENV_PREFIX, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(P4BuildError, match="p4c is neither under"):
+    with pytest.raises(P4BuildError, match=r"p4c is neither under \$GRADFABRIC_P4REF/bin nor on PATH"):
         compile_program(DEFAULT_SOURCE, tmp_path / "build", use_p4c=True)
