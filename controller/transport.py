@@ -24,6 +24,15 @@ _DISCONNECTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.St
 _SESSION_LOST = _DISCONNECTED + (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED)
 
 
+#: Large messages both ways, and room for the per-update errors of a large batch: they travel
+#: in trailing metadata, which gRPC limits to 16 KB by default (about 465 updates' worth).
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_metadata_size", 16 << 20),
+]
+
+
 def _code_name(code: int) -> str:
     return code_pb2.Code.Name(code) if code in code_pb2.Code.values() else str(code)
 
@@ -81,10 +90,7 @@ class Transport:
     def open(self, election_id: ElectionId, timeout: float = 5.0) -> bool:
         """Connect, open the stream and arbitrate; returns whether this client is primary."""
         self.close()
-        self._channel = grpc.insecure_channel(
-            self.address,
-            options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
-        )
+        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
