@@ -180,5 +180,6 @@ def test_requiring_p4c_without_it_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(P4BuildError, match="p4c is not on PATH"):
+    monkeypatch.delenv("GRADFABRIC_P4REF", raising=False)
+    with pytest.raises(P4BuildError, match=r"p4c is neither under \$GRADFABRIC_P4REF/bin nor on PATH"):
         compile_program(DEFAULT_SOURCE, tmp_path / "build", use_p4c=True)
