@@ -134,6 +134,17 @@ class BackgroundTraffic:
             if server.poll() is not None:
                 raise ExperimentError(f"a background server exited at start (exit {server.returncode})")
 
+    def wait(self, timeout: float) -> list[dict[str, Any]]:
+        """Wait for every iperf3 client to end on its own; their JSON reports."""
+        reports = []
+        for client in self.clients:
+            out, _ = client.communicate(timeout=timeout)
+            report = _json(out or "")
+            if report is None:
+                raise ExperimentError(f"a background client wrote no JSON report (exit {client.returncode})")
+            reports.append(report)
+        return reports
+
     def finish(self) -> list[FlowReport]:
         """Stop the clients (SIGINT: they report), then collect every flow's report."""
         seconds = time.monotonic() - self.started

@@ -48,8 +48,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--configs", default=None,
                           help="comma-separated configurations for every chosen scenario (default: the sweep's)")
     training.add_argument("--repetitions", type=int, default=5, help="runs per configuration (default 5)")
-    training.add_argument("--iterations", type=int, default=None, help="iterations per run (default 150)")
-    training.add_argument("--target", type=float, default=None, help="test accuracy to time (default 0.90)")
+    training.add_argument("--iterations", type=int, default=None, help="iterations per run (default 60)")
+    training.add_argument("--target", type=float, default=None, help="test accuracy to time (default 0.85)")
     training.add_argument("--topo", default=None,
                           help="topology name or YAML file (default experiments/topologies/leafspine_training.yaml)")
     training.add_argument("--loopback", action="store_true",

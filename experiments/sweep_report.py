@@ -35,7 +35,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"load average (1, 5, 15 min) at start {meta['load_at_start']}, at end {meta.get('load_at_end')}, "
         f"{meta['cpus']} CPUs. Site: {meta['site']}.",
         f"Job: PyTorch DDP, CNN on scikit-learn digits, {job['iterations']} iterations, batch {job['batch_size']} "
-        f"per rank, SGD lr {job['lr']} momentum {job['momentum']}; target test accuracy {meta['target_accuracy']}; "
+        f"per rank, Adam lr {job['lr']}; target test accuracy {meta['target_accuracy']}; "
         f"{meta['repetitions']} repetitions per configuration, interleaved, data-order seed per repetition.", "",
         "Cells: median [95% bootstrap CI]. Time to target of a run that did not reach it is its training time "
         "(a lower bound; counted under *not reached*). Speed-up: median time to target of the reference over "

@@ -1,8 +1,8 @@
 """The experiment's model: a small CNN on the 8x8 digits, ten parameter tensors of ten sizes.
 
-``conv 1->16, conv 16->32, pool, conv 32->48, pool, fc 192->64, fc 64->10`` (3x3 kernels,
-padding 1, ReLU): weights and biases of 144, 16, 4,608, 32, 13,824, 48, 12,288, 64, 640
-and 10 values (31,674 in all). Parameter index = forward order, so index 0 is the input-side
+``conv 1->8, conv 8->16, pool, conv 16->24, pool, fc 96->32, fc 32->10`` (3x3 kernels,
+padding 1, ReLU): weights and biases of 72, 8, 1,152, 16, 3,456, 24, 3,072, 32, 320 and 10
+values (8,162 in all, 32.6 kB). Parameter index = forward order, so index 0 is the input-side
 layer the DLCP policy ranks first.
 """
 
@@ -17,8 +17,8 @@ from experiments.training.model import torch_module
 if TYPE_CHECKING:
     import torch
 
-CHANNELS = (16, 32, 48)
-HIDDEN = 64
+CHANNELS = (8, 16, 24)
+HIDDEN = 32
 CLASSES = 10
 
 

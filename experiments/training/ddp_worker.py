@@ -40,13 +40,12 @@ from hosts.wire import DLCP_PORT
 class DdpJob:
     """What every rank of a job agrees on (hyper-parameters and communication)."""
 
-    iterations: int = 150
+    iterations: int = 60
     batch_size: int = 32
-    lr: float = 0.1
-    momentum: float = 0.9
+    lr: float = 0.01  # Adam
     model_seed: int = 0
     data_seed: int = 1  # minibatch order: differs per repetition
-    eval_every: int = 10
+    eval_every: int = 5
     bucket_cap_mb: float = 1e-4  # below the smallest tensor's bytes: one tensor per bucket
     comm: str = "gloo"  # "gloo" or "dlcp"
     collective: str = "ring"  # dlcp: "ring" or "star" (rank 0 aggregates)
@@ -115,7 +114,7 @@ def run_rank(job: DdpJob, rank: int, world: int, master: str, bind: str, dlcp_po
             sys.stdin.readline()
         dist.barrier()
         batches = Batches(data, rank, world, job.batch_size, job.data_seed)
-        opt = torch.optim.SGD(ddp.parameters(), lr=job.lr, momentum=job.momentum)
+        opt = torch.optim.Adam(ddp.parameters(), lr=job.lr)
         loss_fn = torch.nn.CrossEntropyLoss()
         origin = time.perf_counter()
         totals = {"packets": 0, "retransmitted": 0, "lost": 0, "reduced": 0}
