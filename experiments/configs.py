@@ -21,6 +21,7 @@ Background traffic is not DLCP and always goes to queue 0.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,8 @@ class Configuration:
         jobs = []
         for job_id in job_ids:
             job: dict[str, Any] = {"id": job_id, "name": f"training-{job_id}-{self.name}", "workers": [],
-                                   "spraying": "random" if self.spraying else "off", "layers": layers}
+                                   "spraying": "random" if self.spraying else "off",
+                                   "layers": copy.deepcopy(layers)}  # no YAML aliases
             if self.dropping:
                 depth = SHARED_QUEUE_THRESHOLD if self.queues == "fifo" else PRIORITY_QUEUE_THRESHOLD
                 job["thresholds"] = [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": depth}]

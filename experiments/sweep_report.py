@@ -75,6 +75,11 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _legend(ax: Any, **kwargs: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", **kwargs)
+
+
 def plots(records: Sequence[dict[str, Any]], summary: dict[str, Any], target: float, out: Path) -> list[Path]:
     import matplotlib
 
@@ -97,7 +102,7 @@ def plots(records: Sequence[dict[str, Any]], summary: dict[str, Any], target: fl
         ax.axhline(target, color="grey", linestyle=":", linewidth=1, label="target")
         ax.set(xlabel="wall time (s)", ylabel="test accuracy", ylim=(0, 1), title=f"{sc}: accuracy, one line per run")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize="small")
+        _legend(ax, loc="lower right")
         fig.tight_layout()
         paths.append(out / f"accuracy_{sc}.png")
         fig.savefig(paths[-1], dpi=110)
@@ -112,7 +117,7 @@ def plots(records: Sequence[dict[str, Any]], summary: dict[str, Any], target: fl
         ax.set_xscale("log")
         ax.set(xlabel="iteration time (ms)", ylabel="CDF", title=f"{sc}: iteration times, all runs pooled")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(loc="lower right", fontsize="small")
+        _legend(ax, loc="lower right")
         fig.tight_layout()
         paths.append(out / f"iteration_cdf_{sc}.png")
         fig.savefig(paths[-1], dpi=110)
@@ -137,7 +142,7 @@ def plots(records: Sequence[dict[str, Any]], summary: dict[str, Any], target: fl
         ax.axhline(1.0, color="grey", linewidth=1)
         ax.set_xticks(range(len(configs)), configs)
         ax.set(ylabel="speed-up in time to target (x)", title=f"{sc}: speed-up, median and 95% CI")
-        ax.legend(fontsize="small")
+        _legend(ax)
         fig.tight_layout()
         paths.append(out / f"speedup_{sc}.png")
         fig.savefig(paths[-1], dpi=110)
