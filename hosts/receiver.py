@@ -281,7 +281,7 @@ class Reassembler:
             header = HEADER_STRUCT.pack(
                 (VERSION << 4) | MsgType.BITMAP, flags, key.job_id, key.worker_id, key.tensor_id,
                 key.iteration, first + start, tensor_len, chunk.size, int(key.kind), 7,
-                start // BITMAP_BITS_PER_PACKET,
+                nonce + start // BITMAP_BITS_PER_PACKET,
             )
             replies.append(header + pack_bitmap(chunk))
         self.stats.bitmaps_sent += len(replies)
