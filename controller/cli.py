@@ -106,6 +106,8 @@ def _print_result(what: str, result, schema, dry_run: bool) -> None:
         print(f"{what}: every switch already up to date (0 updates)")
     else:
         print(f"{what}: {result.total} update(s) written ({per_switch})")
+    for line in result.restored:
+        print(line)
 
 
 def _dry_run(controller, desired, tables) -> dict:
@@ -219,7 +221,8 @@ def _counters(args: argparse.Namespace) -> int:
             try:
                 if session.name not in jobs:
                     jobs[session.name] = policy_jobs(session) or None
-                return gather(session, ports[session.name], jobs[session.name])
+                return gather(session, ports[session.name], jobs[session.name],
+                              with_queue_drops=fabric.target == "embedded")
             except GradfabricError as exc:
                 return str(exc)
 
@@ -233,6 +236,9 @@ def _counters(args: argparse.Namespace) -> int:
             return [Text(f"{n}: UNREACHABLE ({why})", style="bold red") for n, why in unreachable.items()]
 
         previous = read_all()
+        if fabric.target == "bmv2":
+            console.print(Text("queue drops: not shown on BMv2 (simple_switch keeps no count of tail drops; "
+                               "its log at debug level names each dropped packet)", style="dim"))
         if not args.watch:
             for item in [*render(previous), *problems()]:
                 console.print(item)
