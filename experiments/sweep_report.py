@@ -40,15 +40,16 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"per rank, Adam lr {job['lr']}; target test accuracy {meta['target_accuracy']}; "
         f"{meta['repetitions']} repetitions per configuration, interleaved, data-order seed per repetition.", "",
         "Cells: median [95% bootstrap CI]. Time to target of a run that did not reach it is its training time "
-        "(a lower bound; counted under *not reached*). Speed-up: median time to target of the reference over "
+        "(a lower bound; counted under *not reached*). *Same round vs gloo*: final accuracy minus gloo's in "
+        "the same round (same data-order seed), median of those differences. Speed-up: median time to target of the reference over "
         "this configuration's. Background goodput: sum of the long flows' received Mbit/s.", "",
     ]
     for sc, table in summary.items():
         lines += [f"## Scenario `{sc}`: {meta['scenarios'].get(sc, '')}", "",
                   "| configuration | runs ok / failed / not reached | time to target (s) | iterations to target "
                   "| speed-up vs gloo | speed-up vs qos | iteration p50 (ms) | iteration p99 (ms) | final accuracy "
-                  "| accuracy vs gloo (pp) |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| accuracy vs gloo (pp) | same round vs gloo (pp) |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for c in _configs(table):
             row = table[c]
             lines.append(
@@ -56,7 +57,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                 f"| {_est(row['iterations_to_target'], fmt='{:.0f}')} | {_est(row['speedup_vs_gloo'])} "
                 f"| {_est(row['speedup_vs_qos'])} | {_est(row['iteration_p50_s'], 1e3, '{:.0f}')} "
                 f"| {_est(row['iteration_p99_s'], 1e3, '{:.0f}')} | {_est(row['final_accuracy'], fmt='{:.3f}')} "
-                f"| {_est(row['accuracy_vs_gloo'], 100, '{:+.1f}')} |")
+                f"| {_est(row['accuracy_vs_gloo'], 100, '{:+.1f}')} "
+                f"| {_est(row.get('accuracy_vs_gloo_paired'), 100, '{:+.1f}')} |")
         lines += ["", "| configuration | gradient loss (%) | packets | retransmitted | dropped (transport) "
                   "| magnitude drops (switch) | background goodput (Mbit/s) | UDP background loss (%) "
                   "| request/response FCT p50 / p99 (ms) | requests failed | job 2 time to target (s) |",
@@ -182,7 +184,7 @@ def pool(folders: Sequence[Path], out: Path, command: str) -> Path:
             metas.append(json.loads((folder / "results.json").read_text())["meta"])
         except (OSError, ValueError, KeyError) as exc:
             raise ExperimentError(f"{folder} holds no readable results.json ({exc})") from None
-        records += [json.loads(p.read_text()) for p in sorted((folder / "runs").glob("*.json"))]
+        records += [{**json.loads(p.read_text()), "source": str(folder)} for p in sorted((folder / "runs").glob("*.json"))]
     targets = {m["target_accuracy"] for m in metas}
     if len(targets) != 1:
         raise ExperimentError(f"the folders used different target accuracies: {sorted(targets)}")
