@@ -147,7 +147,7 @@ def _policy_apply(args: argparse.Namespace) -> int:
 
 
 def _policy_show(args: argparse.Namespace) -> int:
-    from controller.policy import LAYER_PRIORITY, POLICY_TABLES
+    from controller.policy import LAYER_PRIORITY, POLICY_TABLES, mechanisms_held
 
     with _controller(args, load_pipeline=False) as (fabric, controller):
         held = {}
@@ -157,6 +157,9 @@ def _policy_show(args: argparse.Namespace) -> int:
         first_name = next(iter(held))
         first, first_default = held[first_name]
         schema = controller[first_name].schema
+        print(f"mechanisms on {first_name}, per job (each on or off by itself):")
+        for job_id, state in mechanisms_held(first).items():
+            print(f"  job {job_id}: " + "  ".join(f"{k}={v}" for k, v in state.items()))
         print(f"policy entries on {first_name} ({len(first)} entries and the default entry):")
         for e in first_default + first:
             print(f"  {e.text(schema)}")

@@ -245,7 +245,7 @@ class Switch:
                 path = Path(tmp) / "device_config.json"
                 write_device_config(program, path)
                 data = path.read_bytes()
-        self._initial = (p4info, data, pipeline_from_device_config(data))
+        self._initial = (p4info, data, pipeline_from_device_config(data, self.config.device_id))
         log.info("program %s loaded", source)
 
     def start(self) -> None:
