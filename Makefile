@@ -7,6 +7,10 @@ PY          := $(VENV)/bin/python
 SYSTEM_PY   := /usr/bin/python3
 TOPO        ?= leafspine
 TARGET      ?= embedded
+# PCAP=1 captures every switch port into pcaps/; ARGS passes any other `gradfabric run` option
+# through (e.g. ARGS="--policy my.yaml --log-level debug").
+PCAP        ?=
+ARGS        ?=
 PYTEST_ARGS ?=
 # The reference P4 tools (p4c, BMv2): ../shared/p4ref when it exists, unless the caller names a
 # prefix of their own; otherwise whatever is on PATH (see gradfabric/p4ref.py).
@@ -28,7 +32,7 @@ PIP_STAMP    := $(VENV)/.installed
 .PHONY: help install run test bench stop clean p4
 
 help:
-	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET))"
+	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET) PCAP=1 ARGS=...)"
 	@echo "make test    set up what is missing, then run the test suite"
 	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
 	@echo "make p4      compile p4src/ with the embedded front end (and p4c when on PATH) into build/"
@@ -63,7 +67,7 @@ $(PIP_STAMP): $(DEB_STAMP) pyproject.toml $(wildcard */__init__.py)
 	@touch $@
 
 run: install
-	@$(VENV)/bin/gradfabric run --topo $(TOPO) --target $(TARGET)
+	@$(VENV)/bin/gradfabric run --topo $(TOPO) --target $(TARGET) $(if $(filter 1 yes true,$(PCAP)),--pcap) $(ARGS)
 
 test: install
 	@$(PY) -m pytest $(PYTEST_ARGS)

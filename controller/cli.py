@@ -21,9 +21,10 @@ from gradfabric.errors import GradfabricError
 STATUS_NOT_READY = 3
 
 
-def _add_fabric(parser: argparse.ArgumentParser) -> None:
+def _add_fabric(parser: argparse.ArgumentParser, timeout: float = 5.0) -> None:
     parser.add_argument("--fabric", type=Path, default=None, help="fabric description (default: build/fabric.json)")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each switch (default 5)")
+    parser.add_argument("--timeout", type=float, default=timeout,
+                        help=f"seconds to wait for each switch (default {timeout:g})")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -36,22 +37,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     policy_sub = policy.add_subparsers(dest="policy_command", metavar="ACTION")
     policy_sub.required = True
     apply = policy_sub.add_parser("apply", help="validate FILE, then write only what differs, on all switches or none")
-    apply.add_argument("file", type=Path)
+    apply.add_argument("file", type=Path, help="policy YAML (format: controller/README.md)")
     _add_fabric(apply)
     apply.add_argument("--dry-run", action="store_true", help="validate and print the updates, write nothing")
     apply.set_defaults(handler=_policy_apply)
     show_policy = policy_sub.add_parser("show", help="the policy entries every switch holds")
-    _add_fabric(show_policy)
+    _add_fabric(show_policy, timeout=2.0)
     show_policy.set_defaults(handler=_policy_show)
 
     show = sub.add_parser("show", help="entries of a switch's tables, in p4runtime-shell syntax")
-    show.add_argument("switch")
+    show.add_argument("switch", help="switch name, as in the fabric description")
     show.add_argument("table", nargs="?", help="table name or unique suffix (default: every table)")
-    _add_fabric(show)
+    _add_fabric(show, timeout=2.0)
     show.set_defaults(handler=_show)
 
     counters = sub.add_parser("counters", help="per port and priority, drops by reason, spraying balance")
-    _add_fabric(counters)
+    _add_fabric(counters, timeout=2.0)
     counters.add_argument("--switch", action="append", help="only this switch (repeatable)")
     counters.add_argument("--watch", action="store_true", help="refresh, showing what changed since the last refresh")
     counters.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
@@ -59,12 +60,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     counters.set_defaults(handler=_counters)
 
     shell = sub.add_parser("shell", help="open p4runtime-shell on a switch")
-    shell.add_argument("switch")
+    shell.add_argument("switch", help="switch name, as in the fabric description")
     _add_fabric(shell)
     shell.set_defaults(handler=_shell)
 
     status = sub.add_parser("status", help="each switch: reachable, primary, pipeline loaded (exit 3 if not all)")
-    _add_fabric(status)
+    _add_fabric(status, timeout=2.0)
     status.set_defaults(handler=_status)
 
 
@@ -149,25 +150,35 @@ def _policy_apply(args: argparse.Namespace) -> int:
 def _policy_show(args: argparse.Namespace) -> int:
     from controller.policy import LAYER_PRIORITY, POLICY_TABLES, mechanisms_held
 
-    with _controller(args, load_pipeline=False) as (fabric, controller):
-        held = {}
-        for name, session in controller.sessions.items():
+    def read(session) -> tuple[list, list] | str:
+        try:
             entries = session.read_entries(sorted(POLICY_TABLES))
-            held[name] = (sorted(entries, key=_sort_key), [session.read_default(LAYER_PRIORITY)])
-        first_name = next(iter(held))
-        first, first_default = held[first_name]
-        schema = controller[first_name].schema
-        print(f"mechanisms on {first_name}, per job (each on or off by itself):")
-        for job_id, state in mechanisms_held(first).items():
-            print(f"  job {job_id}: " + "  ".join(f"{k}={v}" for k, v in state.items()))
-        print(f"policy entries on {first_name} ({len(first)} entries and the default entry):")
-        for e in first_default + first:
-            print(f"  {e.text(schema)}")
-        for name, (entries, default) in list(held.items())[1:]:
-            same = entries == first and default == first_default
-            verdict = f"same as {first_name}" if same else f"DIFFERS from {first_name}"
-            print(f"{name}: {len(entries)} entries, {verdict}")
-    return 0
+            return sorted(entries, key=_sort_key), [session.read_default(LAYER_PRIORITY)]
+        except GradfabricError as exc:
+            return str(exc)
+
+    with _controller(args, load_pipeline=False) as (fabric, controller):
+        held = dict(zip(controller.sessions, controller.each(read)))
+        answered = {name: got for name, got in held.items() if not isinstance(got, str)}
+        if answered:
+            first_name = next(iter(answered))
+            first, first_default = answered[first_name]
+            schema = controller[first_name].schema
+            print(f"mechanisms on {first_name}, per job (each on or off by itself):")
+            for job_id, state in mechanisms_held(first).items():
+                print(f"  job {job_id}: " + "  ".join(f"{k}={v}" for k, v in state.items()))
+            print(f"policy entries on {first_name} ({len(first)} entries and the default entry):")
+            for e in first_default + first:
+                print(f"  {e.text(schema)}")
+        for name, got in held.items():
+            if isinstance(got, str):
+                print(f"{name}: UNREACHABLE ({got})")
+            elif name != first_name:
+                entries, default = got
+                same = entries == first and default == first_default
+                verdict = f"same as {first_name}" if same else f"DIFFERS from {first_name}"
+                print(f"{name}: {len(entries)} entries, {verdict}")
+    return 0 if len(answered) == len(held) else 1
 
 
 def _sort_key(entry) -> tuple:
@@ -182,45 +193,81 @@ def _show(args: argparse.Namespace) -> int:
         entries = session.read_entries(tables)
         for table in tables:
             rows = sorted((e for e in entries if e.table == table), key=_sort_key)
-            print(f"{table}: {len(rows)} entries")
-            for e in rows:
+            default = session.read_default(table)
+            print(f"{table}: {len(rows)} entries and the default entry")
+            for e in [default, *rows]:
                 print(f"  {e.text(schema)}")
     return 0
 
 
 def _counters(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
 
     from controller.counters import gather, policy_jobs, render
+    from gradfabric.console import console as make_console
 
-    console = Console()
+    console = make_console()
     with _controller(args, load_pipeline=False) as (fabric, controller):
         names = args.switch or list(controller.sessions)
-        sessions = [controller[n] for n in names]
+        for n in names:
+            controller[n]  # an unknown name is an error before anything is read
         # Read only the cells that can count: the switch's ports, the policy's jobs (all jobs without one).
         ports = {n: [p.port for p in fabric.switch(n).ports] for n in names}
-        jobs = {s.name: policy_jobs(s) or None for s in sessions}
+        jobs: dict[str, list[int] | None] = {}
+        unreachable: dict[str, str] = {}
+
+        def read(session) -> object:
+            try:
+                if session.name not in jobs:
+                    jobs[session.name] = policy_jobs(session) or None
+                return gather(session, ports[session.name], jobs[session.name])
+            except GradfabricError as exc:
+                return str(exc)
 
         def read_all() -> dict:
-            return {s.name: gather(s, ports[s.name], jobs[s.name]) for s in sessions}
+            got = dict(zip(names, controller.each(read, names)))
+            unreachable.clear()
+            unreachable.update({n: v for n, v in got.items() if isinstance(v, str)})
+            return {n: v for n, v in got.items() if not isinstance(v, str)}
+
+        def problems() -> list[Text]:
+            return [Text(f"{n}: UNREACHABLE ({why})", style="bold red") for n, why in unreachable.items()]
 
         previous = read_all()
         if not args.watch:
-            for table in render(previous):
-                console.print(table)
-            return 0
+            for item in [*render(previous), *problems()]:
+                console.print(item)
+            if not any(previous.values()) and not unreachable:
+                console.print("counters: every counter is zero")
+            return 1 if unreachable else 0
+
+        def frame(delta: dict, refreshes: int) -> Group:
+            tables = render(delta, f" (per second, last {args.interval:g} s)", per_second=args.interval)
+            body = tables or [Text(f"no traffic in the last {args.interval:g} s")]
+            stamp = Text(f"refresh {refreshes} at {time.strftime('%H:%M:%S')}", style="dim")
+            return Group(stamp, *body, *problems())
+
         refreshes = 0
-        while args.count == 0 or refreshes < args.count:
-            time.sleep(args.interval)
-            now = read_all()
-            delta = {n: now[n].minus(previous[n]) for n in now}
-            if console.is_terminal:
-                console.clear()
-            for table in render(delta, f" (last {args.interval:g} s)"):
-                console.print(table)
-            previous = now
-            refreshes += 1
-    return 0
+        live = Live(console=console, auto_refresh=False, transient=False) if console.is_terminal else None
+        with live if live is not None else _nothing():
+            while args.count == 0 or refreshes < args.count:
+                time.sleep(args.interval)
+                now = read_all()
+                delta = {n: now[n].minus(previous[n]) if n in previous else now[n] for n in now}
+                refreshes += 1
+                if live is not None:
+                    live.update(frame(delta, refreshes), refresh=True)
+                else:  # piped: one frame after another
+                    console.print(frame(delta, refreshes))
+                previous = now
+    return 1 if unreachable else 0
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _shell(args: argparse.Namespace) -> int:
@@ -244,8 +291,9 @@ def _shell(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from gradfabric.console import console
 
     with _controller(args, load_pipeline=False) as (fabric, controller):
         statuses = controller.status()
@@ -255,7 +303,7 @@ def _status(args: argparse.Namespace) -> int:
     yes = {True: "yes", False: "NO"}
     for s in statuses:
         table.add_row(s.name, s.address, yes[s.reachable], yes[s.primary], yes[s.pipeline_loaded], s.detail)
-    Console().print(table)
+    console().print(table)
     if not any(s.reachable for s in statuses):
         # the description outlives the fabric: say so rather than leave a table of NOs
         from gradfabric.fabric import default_path

@@ -90,31 +90,41 @@ def gather(
     return out
 
 
-def render(counters: dict[str, SwitchCounters], title_suffix: str = "") -> list[Table]:
-    """Readable tables: per port and priority, drops by reason, spraying balance, per job."""
+def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
+           per_second: float | None = None) -> list[Table]:
+    """Readable tables: per port and priority, drops by reason, spraying balance, per job.
+
+    With ``per_second`` (the seconds the counts cover), packets and bytes are shown as rates.
+    Tables without a row are left out.
+    """
+    unit = "/s" if per_second else ""
+
+    def amount(value: int) -> str:
+        return f"{value / per_second:,.1f}" if per_second else f"{value:,}"
+
     ports = Table(title=f"transmitted per port and priority{title_suffix}")
-    for col in ("switch", "port", "priority", "packets", "bytes"):
-        ports.add_column(col, justify="right" if col in ("packets", "bytes", "port", "priority") else "left")
+    for col in ("switch", "port", "priority", f"packets{unit}", f"bytes{unit}"):
+        ports.add_column(col, justify="left" if col == "switch" else "right")
     drops = Table(title=f"drops by reason{title_suffix}")
-    for col in ("switch", "reason", "packets", "bytes"):
+    for col in ("switch", "reason", f"packets{unit}", f"bytes{unit}"):
         drops.add_column(col)
     ecmp = Table(title=f"spraying balance per ECMP group{title_suffix}")
-    for col in ("switch", "group", "member", "packets", "share"):
+    for col in ("switch", "group", "member", f"packets{unit}", "share"):
         ecmp.add_column(col)
     jobs = Table(title=f"per job{title_suffix}")
-    for col in ("switch", "job", "received packets", "ECN-marked packets"):
+    for col in ("switch", "job", f"received packets{unit}", f"ECN-marked packets{unit}"):
         jobs.add_column(col)
     for name, c in counters.items():
         for (port, prio), (p, b) in sorted(c.port_prio.items()):
-            ports.add_row(name, str(port), str(prio), f"{p:,}", f"{b:,}")
+            ports.add_row(name, str(port), str(prio), amount(p), amount(b))
         for reason, (p, b) in c.drops.items():
-            drops.add_row(name, reason, f"{p:,}", f"{b:,}")
+            drops.add_row(name, reason, amount(p), amount(b))
         totals: dict[int, int] = {}
         for (group, _), (p, _) in c.ecmp.items():
             totals[group] = totals.get(group, 0) + p
         for (group, member), (p, _) in sorted(c.ecmp.items()):
             share = f"{100 * p / totals[group]:.1f}%" if totals[group] else "-"
-            ecmp.add_row(name, str(group), str(member), f"{p:,}", share)
+            ecmp.add_row(name, str(group), str(member), amount(p), share)
         for job in sorted(set(c.job_rx) | set(c.ecn_marks)):
-            jobs.add_row(name, str(job), f"{c.job_rx.get(job, (0, 0))[0]:,}", f"{c.ecn_marks.get(job, (0, 0))[0]:,}")
-    return [ports, drops, ecmp, jobs]
+            jobs.add_row(name, str(job), amount(c.job_rx.get(job, (0, 0))[0]), amount(c.ecn_marks.get(job, (0, 0))[0]))
+    return [t for t in (ports, drops, ecmp, jobs) if t.row_count]

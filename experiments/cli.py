@@ -45,9 +45,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="topology name or YAML file (default experiments/topologies/leafspine_training.yaml)")
     training.add_argument("--configs", default=None,
                           help="comma-separated configurations to run (default: all; see experiments/README.md)")
-    training.add_argument("--workers", type=int, default=2)
+    training.add_argument("--workers", type=int, default=2, help="workers per job")
     training.add_argument("--iterations", type=int, default=None, help="iterations per run (default: train's)")
-    training.add_argument("--target", type=float, default=DEFAULT_TARGET)
+    training.add_argument("--target", type=float, default=DEFAULT_TARGET, help="test accuracy to time")
     training.add_argument("--background-udp-mbps", type=float, default=None, help="rate of each UDP background flow")
     training.add_argument("--no-background", action="store_true", help="run without background traffic")
     training.add_argument("--out", type=Path, default=None,
@@ -61,10 +61,10 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     from experiments.training.loop import TrainConfig
 
     d = TrainConfig()
-    p.add_argument("--iterations", type=int, default=d.iterations)
+    p.add_argument("--iterations", type=int, default=d.iterations, help="training iterations")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="samples per worker and iteration")
     p.add_argument("--lr", type=float, default=d.lr, help="SGD learning rate (applied by the server)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the model and data order")
     p.add_argument("--hidden", default=",".join(map(str, d.hidden)), help="hidden layer widths, comma-separated")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="iterations between test evaluations")
 
@@ -76,8 +76,10 @@ def add_transport_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", default=d.scheduler, help="gradient scheduler: dlcp, wfbp, ... (default dlcp)")
     p.add_argument("--grad-bound", type=float, default=d.grad_bound, help="tolerated loss of a gradient message")
     p.add_argument("--param-bound", type=float, default=d.param_bound, help="tolerated loss of a parameter message")
-    p.add_argument("--front-loss-bound", type=float, default=d.front_loss_bound)
-    p.add_argument("--back-loss-bound", type=float, default=d.back_loss_bound)
+    p.add_argument("--front-loss-bound", type=float, default=d.front_loss_bound,
+                   help="share of a front layer's gradient the network may lose")
+    p.add_argument("--back-loss-bound", type=float, default=d.back_loss_bound,
+                   help="share of a back layer's gradient the network may lose")
     p.add_argument("--job", type=int, default=d.job_id, help="DLCP job id")
     p.add_argument("--rate", type=float, default=d.rate_pps, help="initial sending rate (packets/s, AIMD)")
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds to wait for a message")

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from experiments.metrics import RunMetrics
+from gradfabric.console import console as make_console
 
 COLUMNS = ("configuration", "iteration p50 (ms)", "iteration p99 (ms)", "time to target (s)",
            "final accuracy", "packets sent", "retransmitted", "dropped", "gradient loss")
@@ -36,7 +37,7 @@ def print_summary(metrics: Sequence[RunMetrics], console: Console | None = None)
         table.add_column(c, justify="left" if c == "config" else "right")
     for row in rows(metrics):
         table.add_row(*row)
-    (console or Console()).print(table)
+    (console or make_console()).print(table)
 
 
 def markdown_table(metrics: Sequence[RunMetrics]) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from gradfabric import __version__
 from gradfabric.errors import GradfabricError
-from p4switch.cli import run_handler
+from p4switch.cli import reader_went_away, run_handler
 
 #: Modules that add subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -28,6 +28,28 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class HelpWithDefaults(argparse.HelpFormatter):
+    """Help that names each option's default, unless its text already does or it has none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand's parser under it, depth first."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += parsers(child)
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradfabric",
@@ -38,11 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
+    for each in parsers(parser):
+        each.formatter_class = HelpWithDefaults
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_handler("gradfabric", build_parser().parse_args(argv), GradfabricError, 1)
+    try:
+        args = build_parser().parse_args(argv)
+    except BrokenPipeError:  # `gradfabric ... --help | head`
+        return reader_went_away()
+    return run_handler("gradfabric", args, GradfabricError, 1)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="boot the emulated fabric (Mininet + P4 switches)")
     run.add_argument("--topo", default="leafspine",
                      help="topology name (leafspine, dumbbell, fattree) or YAML file")
-    run.add_argument("--target", choices=("embedded", "bmv2"), default="embedded")
+    run.add_argument("--target", choices=("embedded", "bmv2"), default="embedded",
+                     help="switch target: the embedded p4switch, or BMv2's simple_switch_grpc")
     run.add_argument("--no-cli", action="store_true",
                      help="run the scenario (default: pingall, exit 1 on any loss) and exit")
     run.add_argument("--scenario", type=Path, default=None,

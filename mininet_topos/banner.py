@@ -9,8 +9,8 @@ from typing import Any
 
 def boot_banner(description: Mapping[str, Any], workdir: Path, *, pcap: bool,
                 description_path: Path, policy: Path | None,
-                warnings: Sequence[str] = ()) -> str:
-    """A few lines for the user: switches, hosts, files, the CLI's extra commands."""
+                warnings: Sequence[str] = (), interactive: bool = True) -> str:
+    """A few lines for the user: switches, hosts, files, and (with a CLI) its extra commands."""
 
     def rel(path: str | Path) -> str:
         p = Path(path)
@@ -23,6 +23,7 @@ def boot_banner(description: Mapping[str, Any], workdir: Path, *, pcap: bool,
 
     sw = description["switches"]
     hosts = description["hosts"]
+    first = sw[0]["name"]
     lines = [
         f"gradfabric: {description['name']} fabric is up on the {description['target']} target "
         f"({len(sw)} switches, {len(hosts)} hosts)",
@@ -34,18 +35,23 @@ def boot_banner(description: Mapping[str, Any], workdir: Path, *, pcap: bool,
     lines.append("  hosts (name, address, switch port):")
     for h in hosts:
         lines.append(f"    {h['name']:<8} {h['ip']}/{h['prefix_len']:<3} {h['switch']} port {h['switch_port']}")
-    first = sw[0]["name"]
     lines += [
         f"  fabric description:  {rel(description_path)}",
         f"  switch logs:         {rel(Path(sw[0]['log']).parent)}/<switch>.log "
         f"(process output in <switch>.out), e.g. {rel(sw[0]['log'])}",
-        f"  P4Runtime requests:  {rel(Path(sw[0]['request_log']).parent)}/<switch>-p4runtime.log, "
-        f"e.g. {rel(sw[0]['request_log'])}",
+        f"  P4Runtime requests:  {rel(Path(sw[0]['request_log']).parent)}/<switch>-p4runtime.log "
+        f"as the switch saw them, e.g. {rel(sw[0]['request_log'])}",
+        f"  controller requests: {rel(Path(sw[0]['request_log']).parent)}/<switch>-controller.log "
+        f"as the controller sent them, e.g. {rel(Path(sw[0]['request_log']).with_name(first + '-controller.log'))}",
         f"  pcaps:               {rel(workdir / 'pcaps')}/ (each switch port's packets in and out)" if pcap
-        else "  pcaps:               off (boot with --pcap to capture every switch port)",
+        else "  pcaps:               off (`make run PCAP=1`, or --pcap, captures every switch port)",
         f"  policy:              {rel(policy)}" if policy else "  policy:              none pushed",
     ]
     lines += [f"  warning: {w}" for w in warnings]
+    if not interactive:
+        lines.append("  no CLI: the fabric runs its scenario, then everything is removed "
+                     "(`make stop` also cleans up after a crash)")
+        return "\n".join(lines)
     lines += [
         "  extra CLI commands:  counters [SWITCH]   policy apply FILE   policy show",
         f"  try: pingall   h1 ping -c 3 {hosts[-1]['ip']}   counters {first}",

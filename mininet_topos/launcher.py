@@ -199,6 +199,7 @@ class Fabric:
                 priority_queues=sw.params.priority_queues,
                 egress_rate_pps=sw.params.egress_rate_pps,
                 queue_depth=sw.params.queue_depth,
+                rate_scope=sw.params.rate_scope,
                 log_level=opts.log_level,
                 pcap_dir=opts.pcaps_dir if opts.pcap else None,
                 thrift_port=free_port() if opts.target == "bmv2" else 0,

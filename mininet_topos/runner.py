@@ -45,7 +45,8 @@ def run(options: LaunchOptions, *, interactive: bool, scenario: Path | None = No
         warnings = [f"kernel has no netem, link not emulated: {w}" for w in unemulated(fabric.spec)]
         print(boot_banner(fabric.description.to_dict(), options.workdir, pcap=options.pcap,
                           description_path=fabric.description_path,
-                          policy=options.policy if fabric.p4 else None, warnings=warnings),
+                          policy=options.policy if fabric.p4 else None, warnings=warnings,
+                          interactive=interactive),
               flush=True)
         assert fabric.net is not None
         if interactive:

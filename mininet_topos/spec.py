@@ -38,13 +38,23 @@ class LinkParams:
     loss_pct: float = 0.0
 
 
+RATE_SCOPES = ("port", "queue")
+
+
 @dataclass(frozen=True)
 class SwitchParams:
-    """Traffic-manager settings of a switch: the egress queues are the bottleneck."""
+    """Traffic-manager settings of a switch: the egress queues are the bottleneck.
+
+    ``rate_scope`` says what ``egress_rate_pps`` limits: ``queue`` gives that rate to each
+    priority queue of every port (BMv2's ``set_queue_rate R PORT``); ``port`` makes it one rate
+    shared by all priority queues of the port, so strict priority decides who gets a congested
+    port (the embedded target's port rate; BMv2 has none and runs it as ``queue``).
+    """
 
     priority_queues: int = 8
     egress_rate_pps: int = 2000
     queue_depth: int = 64
+    rate_scope: str = "port"
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,13 @@ class _Parser:
             raise self.fail(f"{key}.{name}", f"must be {lo:g}..{hi:g}, got {value!r}")
         return value
 
+    def choice(self, item: Mapping[str, Any], name: str, key: str, default: str,
+               allowed: tuple[str, ...]) -> str:
+        value = item.get(name, default)
+        if value not in allowed:
+            raise self.fail(f"{key}.{name}", f"must be one of {', '.join(allowed)}, got {value!r}")
+        return str(value)
+
     def name(self, item: Mapping[str, Any], key: str) -> str:
         value = item.get("name")
         if not isinstance(value, str) or not value.isidentifier():
@@ -206,6 +223,7 @@ class _Parser:
             priority_queues=self.number(item, "priority_queues", key, base.priority_queues, 1, 8, True),
             egress_rate_pps=self.number(item, "egress_rate_pps", key, base.egress_rate_pps, 1, 10**8, True),
             queue_depth=self.number(item, "queue_depth", key, base.queue_depth, 1, 100_000, True),
+            rate_scope=self.choice(item, "rate_scope", key, base.rate_scope, RATE_SCOPES),
         )
 
     def parse(self, data: Any) -> TopologySpec:

@@ -50,6 +50,9 @@ class SwitchConfig:
     priority_queues: int = 8
     egress_rate_pps: int = 2000
     queue_depth: int = 64
+    #: "port": egress_rate_pps is one rate shared by a port's priority queues (embedded only);
+    #: "queue": each priority queue gets it (BMv2's set_queue_rate R PORT).
+    rate_scope: str = "port"
     log_level: str = "info"
     pcap_dir: Path | None = None
     #: BMv2 only: its Thrift port (for simple_switch_CLI queue settings).
@@ -81,9 +84,9 @@ def embedded_command(cfg: SwitchConfig) -> list[str]:
         "--log-level", cfg.log_level,
         "--p4runtime-log", str(cfg.p4runtime_log),
     ]
+    rate_option = "--port-rate" if cfg.rate_scope == "port" else "--queue-rate"
     for port, _ in cfg.ports:
-        cmd += ["--queue-rate", f"{port}={cfg.egress_rate_pps}pps",
-                "--queue-depth", f"{port}={cfg.queue_depth}"]
+        cmd += [rate_option, f"{port}={cfg.egress_rate_pps}pps", "--queue-depth", f"{port}={cfg.queue_depth}"]
     if cfg.pcap_dir is not None:
         cmd += ["--pcap", str(cfg.pcap_dir)]
     return cmd

@@ -1,5 +1,6 @@
 """``p4switch run`` (the switch process, like ``simple_switch_grpc``) and ``p4switch ctl``
-(queue settings at run time, like ``simple_switch_CLI``'s ``set_queue_rate``/``set_queue_depth``).
+(queue settings at run time, like ``simple_switch_CLI``'s ``set_queue_rate``/``set_queue_depth``,
+plus the embedded-only ``set_port_rate``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ def parse_queue_setting(text: str) -> tuple[int, int | None, str]:
         raise P4SwitchError(f"bad queue setting {text!r}: expected PORT[:PRIO]=VALUE")
     priority = int(match.group(2)) if match.group(2) is not None else None
     return int(match.group(1)), priority, match.group(3)
+
+
+def parse_port_setting(text: str) -> tuple[int, str]:
+    """``PORT=VALUE`` -> (port, value)."""
+    match = re.fullmatch(r"\s*(\d+)\s*=\s*(\S+)\s*", text)
+    if not match:
+        raise P4SwitchError(f"bad port setting {text!r}: expected PORT=VALUE")
+    return int(match.group(1)), match.group(2)
 
 
 def parse_queue_target(text: str) -> tuple[int, int | None]:
@@ -62,7 +71,11 @@ def add_commands(subparsers: Any) -> None:
     run.add_argument("--p4runtime-log", type=Path, metavar="FILE",
                      help="log every P4Runtime request to FILE")
     run.add_argument("--queue-rate", action="append", default=[], metavar="PORT[:PRIO]=RATE",
-                     help="egress rate of a port or of one priority queue: N[k|M|G][pps|bps]")
+                     help="rate of each priority queue of a port, or of one (as BMv2's set_queue_rate): "
+                          "N[k|M|G][pps|bps]")
+    run.add_argument("--port-rate", action="append", default=[], metavar="PORT=RATE",
+                     help="embedded only: one rate shared by all priority queues of a port, "
+                          "so strict priority decides who gets it (BMv2 has no equivalent)")
     run.add_argument("--queue-depth", action="append", default=[], metavar="PORT[:PRIO]=PACKETS",
                      help="queue depth in packets of a port's priority queues, or of one")
     run.set_defaults(handler=run_switch)
@@ -73,9 +86,16 @@ def add_commands(subparsers: Any) -> None:
                      help=f"the switch's gRPC address (default {DEFAULT_ADDRESS})")
     actions = ctl.add_subparsers(dest="ctl_command", metavar="ACTION")
     actions.required = True
-    rate = actions.add_parser("set_queue_rate", help="PORT[:PRIO] RATE (N[k|M|G][pps|bps]; 'none' = unlimited)")
+    rate = actions.add_parser(
+        "set_queue_rate", help="PORT[:PRIO] RATE: each priority queue of PORT, or one (N[k|M|G][pps|bps]; "
+                               "'none' = unlimited)")
     rate.add_argument("queue")
     rate.add_argument("rate")
+    port_rate = actions.add_parser(
+        "set_port_rate", help="PORT RATE: embedded only, one rate shared by all priority queues of PORT "
+                              "('none' = no port rate, as BMv2)")
+    port_rate.add_argument("port", type=int)
+    port_rate.add_argument("rate")
     depth = actions.add_parser("set_queue_depth", help="PORT[:PRIO] PACKETS")
     depth.add_argument("queue")
     depth.add_argument("depth", type=int)
@@ -93,6 +113,9 @@ def run_ctl(args: argparse.Namespace) -> int:
         port, priority = parse_queue_target(args.queue)
         rate = None if args.rate.lower() in ("none", "unlimited") else args.rate
         method, request = "SetQueueRate", {"port": port, "priority": priority, "rate": rate}
+    elif args.ctl_command == "set_port_rate":
+        rate = None if args.rate.lower() in ("none", "unlimited") else args.rate
+        method, request = "SetPortRate", {"port": args.port, "rate": rate}
     elif args.ctl_command == "set_queue_depth":
         port, priority = parse_queue_target(args.queue)
         method, request = "SetQueueDepth", {"port": port, "priority": priority, "depth": args.depth}
@@ -136,6 +159,7 @@ def run_switch(args: argparse.Namespace) -> int:
         request_log=args.p4runtime_log,
     )
     rates = [parse_queue_setting(text) for text in args.queue_rate]
+    port_rates = [parse_port_setting(text) for text in args.port_rate]
     depths = [parse_queue_setting(text) for text in args.queue_depth]
     handler = _configure_logging(args)
     log = logging.getLogger("p4switch.run")
@@ -146,6 +170,8 @@ def run_switch(args: argparse.Namespace) -> int:
         switch = Switch(config)
         for port, priority, value in rates:
             switch.tm.set_queue_rate(port, None if value == "none" else Rate.parse(value), priority)
+        for port, value in port_rates:
+            switch.tm.set_port_rate(port, None if value == "none" else Rate.parse(value))
         for port, priority, value in depths:
             switch.tm.set_queue_depth(port, int(value), priority)
         if args.program is not None:

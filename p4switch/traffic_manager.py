@@ -1,23 +1,33 @@
 """Traffic manager: per egress port, strict-priority queues with tail drop and rate limits.
 
 Time is passed in by the caller (microseconds), so the same code serves the real switch
-(wall clock) and deterministic tests (a virtual clock). Queue metadata is filled the way
-BMv2's ``simple_switch`` fills it:
+(wall clock) and deterministic tests (a virtual clock).
 
-- ``enq_qdepth``: packets queued on the egress port, all priority queues together, just
-  before this packet was added;
-- ``deq_qdepth``: packets still queued on the port once this packet left;
-- ``deq_timedelta``: microseconds the packet spent queued;
-- ``qid``: ``priority_queues - 1 - priority`` (BMv2's queue number: 0 is served first).
+The model is BMv2 1.15's (``simple_switch``, ``QueueingLogicPriRL``):
 
-A higher ``standard_metadata.priority`` leaves first. Each port has a link rate (a port-wide
-pacer the priority queues share) and each priority queue may have its own rate on top of it;
-both are unlimited unless set. Depth is per priority queue, in packets (BMv2's default 64).
+- a packet joins the queue ``standard_metadata.priority`` of its egress port; a priority
+  not below ``priority_queues`` is dropped; a full queue (``depth`` packets) tail-drops;
+- each priority queue has its own rate (packets/s; unlimited unless set) and the pacing is
+  decided at enqueue: the packet may leave at ``max(now, previous packet's time + 1/rate)``;
+- among the queues of a port whose head may leave, the highest priority leaves first;
+- ``enq_qdepth``: packets in the packet's own priority queue just before it joined;
+  ``deq_qdepth``: packets left in that queue once it left; ``qid``: the priority;
+  ``deq_timedelta``: microseconds it spent queued.
+
+So on BMv2 a rate set for a port (``set_queue_rate R PORT``) is given to each of its
+priority queues: the port as a whole carries up to ``priority_queues x R``, and strict
+priority only orders packets that are due at the same time.
+
+Embedded-only extension (BMv2 has nothing like it): a **port rate** (:meth:`set_port_rate`),
+one rate shared by all priority queues of the port, applied at dequeue. With it the port is
+one bottleneck and strict priority decides which queue gets it. Rates may also be in bits
+per second (``10Mbps``), which BMv2 does not offer.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -92,20 +102,29 @@ class _Queued(NamedTuple):
     size: int
     enq_timestamp: int
     enq_qdepth: int
+    send_us: float  # the earliest time its own queue's rate lets it leave (decided at enqueue)
 
 
 @dataclass(slots=True)
 class _PriorityQueue:
     depth: int
     rate: Rate | None = None
-    free_at: float = 0.0
+    last_send: float = -math.inf  # departure time granted to the last packet that joined
+    last_size: int = 0
     packets: deque[_Queued] = field(default_factory=deque)
+
+    def next_send(self, now_us: float, size: int) -> float:
+        """BMv2's ``max(now, last_sent + delay)`` (the delay of a bit rate is the previous
+        packet's transmission time)."""
+        if self.rate is None:
+            return max(now_us, self.last_send)
+        return max(now_us, self.last_send + self.rate.service_us(self.last_size))
 
 
 @dataclass(slots=True)
 class _Port:
     queues: list[_PriorityQueue]
-    rate: Rate | None = None
+    rate: Rate | None = None  # the embedded-only port rate, shared by every priority queue
     free_at: float = 0.0
     queued: int = 0  # packets in all priority queues together
     order: int = 0  # creation order: breaks ties between ports due at the same time
@@ -147,15 +166,24 @@ class TrafficManager:
             )
 
     def set_queue_rate(self, port: int, rate: Rate | None, priority: int | None = None) -> None:
-        """Rate of a port's link (``priority`` None) or of one priority queue; None = unlimited."""
+        """Rate of one priority queue, or (``priority`` None) of each priority queue of the
+        port, as BMv2's ``set_queue_rate``; None = unlimited. Packets already queued keep the
+        departure times they were given."""
         state = self._port(port)
         if priority is None:
-            state.rate = rate
+            for queue in state.queues:
+                queue.rate = rate
         else:
             self._check_priority(priority)
             state.queues[priority].rate = rate
-        log.info("queue rate port %d%s = %s", port, "" if priority is None else f" prio {priority}",
+        log.info("queue rate port %d %s = %s", port, "each prio" if priority is None else f"prio {priority}",
                  rate or "unlimited")
+
+    def set_port_rate(self, port: int, rate: Rate | None) -> None:
+        """Embedded-only: one rate shared by every priority queue of the port (strict priority
+        decides who uses it); None = no port rate (BMv2's behaviour)."""
+        self._port(port).rate = rate
+        log.info("port rate port %d = %s", port, rate or "none")
 
     def set_queue_depth(self, port: int, depth: int, priority: int | None = None) -> None:
         """Depth in packets of every priority queue of a port, or of one."""
@@ -176,10 +204,10 @@ class TrafficManager:
         return sorted(self._ports)
 
     def queue_settings(self, port: int) -> dict[str, object]:
-        """The rate and depths of a port, for display."""
+        """The port rate and the queues' rates and depths, for display."""
         state = self._port(port)
         return {
-            "rate": str(state.rate) if state.rate else "unlimited",
+            "port_rate": str(state.rate) if state.rate else "none",
             "queues": [
                 {"priority": p, "depth": q.depth, "rate": str(q.rate) if q.rate else "unlimited",
                  "queued": len(q.packets)}
@@ -201,10 +229,12 @@ class TrafficManager:
         self._busy.clear()
         return discarded
 
-    def depth(self, port: int) -> int:
-        """Packets queued on a port, all priorities together."""
+    def depth(self, port: int, priority: int | None = None) -> int:
+        """Packets queued on a port (all priorities together), or in one of its queues."""
         state = self._ports.get(port)
-        return state.queued if state else 0
+        if state is None:
+            return 0
+        return state.queued if priority is None else len(state.queues[priority].packets)
 
     @property
     def queued(self) -> int:
@@ -220,11 +250,14 @@ class TrafficManager:
             return False
         state = self._ports.get(port) or self._port(port)
         queue = state.queues[priority]
-        if len(queue.packets) >= queue.depth:
+        packets = queue.packets
+        if len(packets) >= queue.depth:
             self.drops[(port, priority, "queue_full")] += 1
             log.debug("drop port %d prio %d: queue full (%d packets)", port, priority, queue.depth)
             return False
-        queue.packets.append(_Queued(item, size, now_us, state.queued))
+        send = queue.next_send(now_us, size)
+        queue.last_send, queue.last_size = send, size
+        packets.append(_Queued(item, size, now_us, len(packets), send))
         state.queued += 1
         self._queued += 1
         self._busy[port] = state
@@ -238,18 +271,17 @@ class TrafficManager:
         if state.queued or not 0 <= priority < self.priority_queues:
             return None
         queue = state.queues[priority]
-        if state.free_at > now_us or queue.free_at > now_us:
+        if state.free_at > now_us or queue.next_send(now_us, size) > now_us:
             return None
+        queue.last_send, queue.last_size = now_us, size
         if state.rate is not None:
             state.free_at = now_us + state.rate.service_us(size)
-        if queue.rate is not None:
-            queue.free_at = now_us + queue.rate.service_us(size)
         self.departed[(port, priority)] += 1
-        qid = self.priority_queues - 1 - priority
-        return Departure(item, port, priority, size, now_us, QueueMetadata(now_us, 0, 0, 0, qid))
+        return Departure(item, port, priority, size, now_us, QueueMetadata(now_us, 0, 0, 0, priority))
 
     def _candidate(self, state: _Port) -> tuple[float, int] | None:
-        """Earliest departure time on a port and the priority that would leave then."""
+        """Earliest departure time on a port and the priority that would leave then (the
+        highest of those due at that time)."""
         if not state.queued:
             return None
         best_time = 0.0
@@ -257,11 +289,10 @@ class TrafficManager:
         port_free = state.free_at
         queues = state.queues
         for priority in range(len(queues) - 1, -1, -1):
-            queue = queues[priority]
-            packets = queue.packets
+            packets = queues[priority].packets
             if not packets:
                 continue
-            time = max(port_free, queue.free_at, packets[0].enq_timestamp)
+            time = max(port_free, packets[0].send_us)
             if best_priority < 0 or time < best_time:
                 best_time, best_priority = time, priority
         return (best_time, best_priority) if best_priority >= 0 else None
@@ -300,10 +331,8 @@ class TrafficManager:
             del self._busy[port]
         if state.rate is not None:
             state.free_at = time + state.rate.service_us(packet.size)
-        if queue.rate is not None:
-            queue.free_at = time + queue.rate.service_us(packet.size)
         tick = int(time)
         self.departed[(port, priority)] += 1
         meta = QueueMetadata(packet.enq_timestamp, packet.enq_qdepth, max(0, tick - packet.enq_timestamp),
-                             state.queued, self.priority_queues - 1 - priority)
+                             len(queue.packets), priority)
         return Departure(packet.item, port, priority, packet.size, tick, meta)

@@ -46,8 +46,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--trace", type=Path, required=True, help="model trace CSV (see simulator/README.md)")
     run.add_argument("--forward-ms", type=float, default=None, help="total forward time (spread over layers)")
     run.add_argument("--batch", type=int, default=None, help="samples per worker per iteration")
-    run.add_argument("--workers", type=_int_list, default=[4, 8, 16, 32, 64], help="e.g. 4,8,16")
-    run.add_argument("--arch", choices=("ring", "ps"), default="ring")
+    run.add_argument("--workers", type=_int_list, default=[4, 8, 16, 32, 64],
+                     help="worker counts to simulate, comma-separated (default: 4,8,16,32,64)")
+    run.add_argument("--arch", choices=("ring", "ps"), default="ring",
+                     help="ring all-reduce or parameter server with push, aggregation and pull")
     run.add_argument("--servers", type=int, default=None, help="PS servers (default: one per worker)")
     run.add_argument("--aggregation-us", type=float, default=0.0,
                      help="PS: server delay between a transfer's last push and its pull")
@@ -59,39 +61,44 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     net.add_argument("--fit-workers", type=int, default=None, help="worker count --alpha/--beta were measured at")
     net.add_argument("--osu", type=Path, default=None, help="fit alpha/beta from OSU all-reduce latencies")
     run.add_argument("--schedulers", type=_name_list,
-                     default=["wfbp", "synceasgd", "fusion", "mgwfbp", "p3", "prophet", "dlcp"])
-    run.add_argument("--baseline", default="wfbp")
+                     default=["wfbp", "synceasgd", "fusion", "mgwfbp", "p3", "prophet", "dlcp"],
+                     help="schedulers to compare, comma-separated "
+                          "(default: wfbp,synceasgd,fusion,mgwfbp,p3,prophet,dlcp)")
+    run.add_argument("--baseline", default="wfbp", help="the scheduler speed-ups are relative to")
     run.add_argument("--no-overlap", action="store_true",
                      help="next forward waits for every update (Caffe, MG-WFBP's testbed)")
     run.add_argument("--partition-bytes", type=int, default=None, help="p3/prophet/dlcp partition size")
     run.add_argument("--bucket-mb", type=float, default=None, help="fusion bucket size (MiB; default 25)")
     tail = run.add_argument_group("DLCP tail model")
     tail.add_argument("--loss-rate", type=float, default=None, help="per-packet loss probability")
-    tail.add_argument("--rto-ms", type=float, default=5.0)
+    tail.add_argument("--rto-ms", type=float, default=5.0,
+                      help="retransmission timeout a reliable transfer waits after any loss, in ms")
     tail.add_argument("--paths", type=int, default=1, help="equal-cost paths")
     tail.add_argument("--flows", type=int, default=None, help="flows hashed onto the paths (default: paths)")
     run.add_argument("--out", type=Path, default=None, help="folder for .md, .csv and .png")
     run.set_defaults(handler=_run)
 
     fit = simsub.add_parser("fit", help="fit alpha and beta to OSU all-reduce latencies")
-    fit.add_argument("osu", type=Path)
-    fit.add_argument("--min-bytes", type=int, default=0)
+    fit.add_argument("osu", type=Path, help="OSU all-reduce latency CSV (see simulator/README.md)")
+    fit.add_argument("--min-bytes", type=int, default=0, help="leave out message sizes below this")
     fit.add_argument("--trace", type=Path, default=None, help="compare with this trace's allreduce_us")
     fit.set_defaults(handler=_fit)
 
     rep = simsub.add_parser("reproduce", help="regenerate the reproduction table and its figures")
-    rep.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
-    rep.add_argument("--out", type=Path, default=DEFAULT_RESULTS)
+    rep.add_argument("--traces", type=Path, default=DEFAULT_TRACES,
+                     help="folder of model traces and OSU latencies")
+    rep.add_argument("--out", type=Path, default=DEFAULT_RESULTS,
+                     help="folder for the report, tables and figures")
     rep.set_defaults(handler=_reproduce)
 
     prof = simsub.add_parser("profile", help="make a trace from a PyTorch model on this CPU (needs torch)")
     prof.add_argument("--model", default="convnet", help="built-in model (mlp, convnet) or module:function")
-    prof.add_argument("--batch", type=int, default=32)
+    prof.add_argument("--batch", type=int, default=32, help="samples per iteration")
     prof.add_argument("--input-shape", type=_int_list, default=None,
                       help="input shape without the batch, for module:function models (e.g. 3,224,224)")
     prof.add_argument("--time-scale", type=float, default=1.0,
                       help="multiply CPU times by this factor (e.g. 0.05 for a target 20x faster)")
-    prof.add_argument("--repeats", type=int, default=5)
+    prof.add_argument("--repeats", type=int, default=5, help="timed iterations; per-layer medians are kept")
     prof.add_argument("--out", type=Path, required=True, help="trace CSV to write (our format)")
     prof.set_defaults(handler=_profile)
 

@@ -62,3 +62,40 @@ def test_run_handler_lets_other_errors_through() -> None:
     args = argparse.Namespace(command="cmd", handler=_raising(KeyError("x")))
     with pytest.raises(KeyError):
         p4switch_cli.run_handler("tool", args, ValueError, 1)
+
+
+def test_every_option_says_what_it_does_and_its_default() -> None:
+    import argparse
+
+    from gradfabric.cli import build_parser, parsers
+
+    silent = []
+    for parser in parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            if not action.help or action.help == argparse.SUPPRESS:
+                silent.append(f"{parser.prog} {'/'.join(action.option_strings) or action.dest}")
+    assert not silent, f"options without help: {silent}"
+    sim_run = next(p for p in parsers(build_parser()) if p.prog.endswith("sim run"))
+    text = " ".join(sim_run.format_help().split())
+    assert "retransmission timeout a reliable transfer waits after any loss, in ms (default: 5.0)" in text
+    assert "(default: 4,8,16,32,64)" in text
+
+
+def test_tables_are_not_cut_at_80_columns_when_piped() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "from rich.table import Table\n"
+        "from gradfabric.console import console\n"
+        "t = Table()\n"
+        "for i in range(12):\n"
+        "    t.add_column(f'column number {i}')\n"
+        "t.add_row(*[f'value-{i}-long' for i in range(12)])\n"
+        "console().print(t)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "column number 11" in proc.stdout and "value-11-long" in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) > 80

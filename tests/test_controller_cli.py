@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,7 +104,8 @@ def test_show_prints_entries_in_shell_syntax(fabric, capsys) -> None:
     run(capsys, "routes", "--fabric", str(path))
     code, out, _ = run(capsys, "show", "s1", "ipv4_lpm", "--fabric", str(path))
     assert code == 0
-    assert "DlcpIngress.ipv4_lpm: 4 entries" in out
+    assert "DlcpIngress.ipv4_lpm: 4 entries and the default entry" in out
+    assert "  DlcpIngress.ipv4_lpm default" in out
     assert ("DlcpIngress.ipv4_lpm hdr.ipv4.dstAddr=10.0.1.1/32 -> DlcpIngress.set_nhop("
             "port=1, smac=00:00:00:00:01:01, dmac=00:00:0a:00:01:01)") in out
     assert "hdr.ipv4.dstAddr=10.0.2.1/32 -> DlcpIngress.set_ecmp_group(group_id=1, group_size=2)" in out
@@ -136,9 +141,46 @@ def test_counters_show_drops_and_spraying_balance(fabric, capsys) -> None:
     assert "magnitude_threshold" in out and "75.0%" in out and "25.0%" in out
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
     assert ["s1", "3", "7", "42", "4,200"] in rows, "port 3, priority 7 comes from port_tx index 3 * 8 + 7"
-    watch = ["--watch", "--interval", "0.05", "--count", "1"]
+
+def test_counters_watch_shows_rates_and_leaves_out_empty_tables(fabric, capsys, monkeypatch) -> None:
+    fakes, path = fabric
+    run(capsys, "routes", "--fabric", str(path))
+    servicer = fakes[0].servicer
+    cell = (S.counters["port_tx"].id, 3 * 8 + 7)
+    servicer.counters[cell] = (42, 4200)
+    real_sleep = time.sleep
+    ticks = iter([(52, 5200), (52, 5200)])
+
+    def sleep_then_count(seconds: float) -> None:  # 10 packets, 1000 bytes in each 0.5 s interval
+        real_sleep(0.01)
+        servicer.counters[cell] = next(ticks)
+
+    monkeypatch.setattr(time, "sleep", sleep_then_count)
+    watch = ["--watch", "--interval", "0.5", "--count", "2"]
     code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1", *watch)
-    assert code == 0 and "(last 0.05 s)" in out
+    assert code == 0
+    first, second = out.split("refresh 2 at")
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in first.splitlines()]
+    assert ["s1", "3", "7", "20.0", "2,000.0"] in rows, "10 packets and 1,000 bytes in 0.5 s"
+    assert "drops by reason" not in first, "an empty table is left out"
+    assert "no traffic in the last 0.5 s" in second and "transmitted" not in second
+
+
+def test_status_policy_show_and_counters_report_every_switch(fabric, capsys) -> None:
+    fakes, path = fabric
+    run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
+    fakes[0].stop()
+    fakes[2].stop()
+    started = time.monotonic()
+    code, out, _ = run(capsys, "status", "--fabric", str(path), "--timeout", "1")
+    assert code == 3 and out.count("NO") >= 2 * 3
+    assert time.monotonic() - started < 1.9, "dead switches are probed in parallel, not one after another"
+    code, out, _ = run(capsys, "policy", "show", "--fabric", str(path), "--timeout", "0.5")
+    assert code == 1
+    assert "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out
+    assert "policy entries on s2" in out and "s4: 6 entries, same as s2" in out
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--timeout", "0.5")
+    assert code == 1 and "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out
 
 
 def test_shell_execs_p4runtime_shell(fabric, capsys, monkeypatch) -> None:
@@ -158,3 +200,24 @@ def test_shell_execs_p4runtime_shell(fabric, capsys, monkeypatch) -> None:
 def test_missing_fabric_is_a_clear_error(capsys, tmp_path: Path) -> None:
     code, _, err = run(capsys, "routes", "--fabric", str(tmp_path / "nope.json"))
     assert code == 1 and "boot the fabric first" in err
+
+
+def test_policy_show_into_a_closed_pipe_ends_quietly(fabric, capsys, monkeypatch) -> None:
+    """`gradfabric policy show | head -1`: the reader leaves early; no traceback, exit 141."""
+    _, path = fabric
+    run(capsys, "routes", "--fabric", str(path))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "w", buffering=1) as closed_pipe:
+        monkeypatch.setattr(sys, "stdout", closed_pipe)
+        code = cli.main(["policy", "show", "--fabric", str(path)])
+        monkeypatch.undo()
+    assert code == 141
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_make_run_passes_pcap_and_args_through() -> None:
+    proc = subprocess.run(["make", "-n", "run", "PCAP=1", "ARGS=--policy x.yaml"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.endswith("gradfabric run --topo leafspine --target embedded --pcap --policy x.yaml"), line

@@ -4,8 +4,10 @@ Driven two ways: step by step (ingress, traffic manager, egress, so every queue 
 egress pipeline saw is known) and through the switch's own packet path (``Datapath`` with
 in-memory ports).
 
-The egress port is rate-limited (strict-priority queues, BMv2's model), so the switch queue
-is the bottleneck. Back-layer gradients arrive first, front-layer gradients right after
+The egress port is rate-limited with the embedded target's port rate (one rate shared by the
+strict-priority queues: on BMv2 each priority queue would get its own rate), so the port is
+the bottleneck and priority decides who uses it; ``enq_qdepth`` is the depth of the packet's
+own priority queue, as on BMv2. Back-layer gradients arrive first, front-layer gradients right after
 (backpropagation's order). With the controller's policy installed the front layers leave
 first, drop-eligible small-magnitude packets are the only ones lost, the ones that stay are
 ECN-marked, and the counters tell the same story. Without the policy the same burst leaves
@@ -81,7 +83,7 @@ def burst() -> list[Sent]:
 def run(switch: DlcpSwitch, packets: list[Sent]) -> tuple[list[Outcome], TrafficManager]:
     """Feed the burst through ingress, the traffic manager and egress, on a virtual clock."""
     tm = TrafficManager(priority_queues=8, default_depth=64)
-    tm.set_queue_rate(OUT_PORT, Rate(RATE_PPS))
+    tm.set_port_rate(OUT_PORT, Rate(RATE_PPS))
     seq_of: dict[int, int] = {}
     outcomes: list[Outcome] = []
 
@@ -182,7 +184,7 @@ def test_the_switch_datapath_gives_the_same_result(switch: DlcpSwitch) -> None:
     install_policy(switch)
     clock = VirtualClock()
     tm = TrafficManager(priority_queues=8, default_depth=64)
-    tm.set_queue_rate(OUT_PORT, Rate(RATE_PPS))
+    tm.set_port_rate(OUT_PORT, Rate(RATE_PPS))
     datapath = Datapath(tm, clock)
     wire = MemoryPort(OUT_PORT, clock)
     datapath.add_port(MemoryPort(IN_PORT, clock))

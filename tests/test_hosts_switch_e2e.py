@@ -1,10 +1,12 @@
 """A DLCP message through one embedded switch running ``p4src/dlcp.p4`` on a congested port.
 
 Three namespace hosts on one switch: a sender, a background UDP blaster and a receiver whose
-port is rate-limited (``--queue-rate``, ``--queue-depth``). The controller library installs
-routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude class 118 are
-dropped when the port holds more than 16 packets). While the blast keeps the port's queue
-full, the message completes within its loss bound without retransmission; only the
+port is rate-limited (``--queue-rate``, ``--queue-depth``, BMv2's meaning: each priority queue
+has its own rate and ``enq_qdepth`` is the depth of the packet's own queue). The controller
+library installs routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude
+class 118 are dropped when that queue holds more than 16 packets). Queue 3 drains slower than
+the job sends, so the job congests its own queue while the blast fills queue 0 beside it; the
+message completes within its loss bound without retransmission; only the
 drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
 ``egress_drops[1]`` counted; important packets arrive ECN-marked and the sender's echo cuts
 its AIMD rate.
@@ -43,6 +45,7 @@ SMALL_EVERY = 20  # every 20th packet holds tiny gradients (magnitude class ~111
 MAG_THRESHOLD = 118
 QUEUE_THRESHOLD = 16
 PORT_RATE_PPS = 1000
+JOB_QUEUE_RATE_PPS = 300  # queue 3: below the sender's starting rate
 SENDER_PPS = 400
 HOSTS = {"sender": (1, "10.0.1.1"), "blaster": (2, "10.0.2.1"), "receiver": (3, "10.0.3.1")}
 
@@ -181,7 +184,8 @@ def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
         for name, (port, ip) in HOSTS.items():
             lab_hosts[name], ports[name] = lab.add_host(port, ip)
         args = ["--no-p4", "--device-id", "1", "--cpu-port", "510", "--priority-queues", "8",
-                "--log-level", "warn", "--queue-rate", f"3={PORT_RATE_PPS}pps", "--queue-depth", "3=64"]
+                "--log-level", "warn", "--queue-rate", f"3={PORT_RATE_PPS}pps", "--queue-rate", f"3:3={JOB_QUEUE_RATE_PPS}pps",
+                "--queue-depth", "3=64"]
         for name, (port, _) in HOSTS.items():
             args += ["-i", f"{port}@{ports[name]}"]
         with switch_process(args, tmp_path / "s1.log") as (_, address):

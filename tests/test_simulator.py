@@ -19,7 +19,7 @@ from simulator.dlcp_model import TailLink, TailModel, hash_imbalance, prob_loss_
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fit import LatencySamples, fit_alpha_beta, load_osu
-from simulator.reproduce import mgwfbp_googlenet, prophet_stepwise
+from simulator.reproduce import dlcp_tail, mgwfbp_googlenet, prophet_stepwise
 from simulator.sweep import ClusterSpec, sweep
 from simulator.torch_profile import arrival_deltas, build_trace, require_torch
 from simulator.traces import format_trace, load_trace, parse_trace, stepwise_trace
@@ -42,8 +42,9 @@ def test_caffe_trace_counts_a_layers_backward_once() -> None:
 def test_googlenet_forward_is_derived_from_published_throughput() -> None:
     trace = load_trace(TRACES / "googlenet_k80_8nodes_caffe.csv")
     assert len(trace.layers) == 128 and trace.numel == 13_379_136
-    single_gpu_iteration = 64 / (1210.9 / (8 * 0.927))
-    assert trace.forward_s + trace.backward_s == pytest.approx(single_gpu_iteration)
+    # By hand from the published 8-node figures: 1210.9 images/s at 92.7% scaling efficiency is
+    # 1210.9 / (8 * 0.927) = 163.28 images/s on one K80, so a batch of 64 takes 0.39196 s.
+    assert trace.forward_s + trace.backward_s == pytest.approx(0.39196, abs=1e-5)
     assert 0.18 < trace.forward_s < 0.19
 
 
@@ -283,17 +284,34 @@ def test_prophet_blocks_do_not_hold_back_the_credit() -> None:
 
 # --- reproduction targets ---------------------------------------------------------------
 
-def test_mgwfbp_reproduction_targets(tmp_path: Path) -> None:
+def test_mgwfbp_reproduction_reports_both_fits_and_the_forward_sensitivity(tmp_path: Path) -> None:
+    """The published comparison lives in the report; here: its structure and the model's behaviour."""
     section = mgwfbp_googlenet(TRACES, tmp_path)
     with (tmp_path / "reproduction_mgwfbp.csv").open() as f:
-        rows = {r[0]: r for r in list(csv.reader(f))[1:]}
-    assert abs(float(rows["MG-WFBP / WFBP, 8 nodes"][2]) / 1.20 - 1) <= 0.10
-    assert abs(float(rows["MG-WFBP / WFBP, 2 nodes"][2]) - 1.0) <= 0.02
-    assert abs(float(rows["MG-WFBP / WFBP, 4 nodes"][2]) - 1.0) <= 0.02
-    assert abs(float(rows["MG-WFBP / SyncEASGD, 8 nodes"][2]) / 1.36 - 1) <= 0.10
-    assert "| MG-WFBP / WFBP, 8 nodes | 1.20 |" in section.markdown
+        header, *rows = list(csv.reader(f))
+    assert header == ["figure", "published", "OSU fit", "trace fit"], "both fits side by side, as equals"
+    assert "calibrated from the paper" in section.markdown
+    with (tmp_path / "mgwfbp_forward_sensitivity.csv").open() as f:
+        sens = list(csv.reader(f))[1:]
+    assert [r[0] for r in sens].count(next(r[0] for r in sens if "calibrated" in r[0])) == 1
+    for column in (1, 2):
+        speedups = [float(r[column]) for r in sens]
+        # No forward overlap: a longer forward dilutes communication, so merging gains less.
+        assert speedups == sorted(speedups, reverse=True) and speedups[0] > speedups[-1]
+        assert all(x >= 1.0 for x in speedups), "merging never loses to WFBP under alpha-beta"
     for name in ("mgwfbp_googlenet.csv", "mgwfbp_googlenet.md", "mgwfbp_googlenet.png", "osu_fits.csv"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_dlcp_tail_control_rows_show_no_gain(tmp_path: Path) -> None:
+    """One path and no loss leave bounded loss and spraying nothing to act on."""
+    section = dlcp_tail(TRACES, tmp_path)
+    with (tmp_path / "reproduction_dlcp.csv").open() as f:
+        rows = [r for r in list(csv.reader(f))[1:] if r[1].startswith("control")]
+    assert {r[0] for r in rows} == {"ps", "ring"}
+    for row in rows:
+        assert float(row[4].rstrip("x")) == pytest.approx(1.0, abs=0.01)
+    assert "5 ms retransmission timeout" in section.markdown and "hash-imbalance" in section.markdown
 
 
 def test_prophet_beats_p3_on_the_stepwise_pattern(tmp_path: Path) -> None:
@@ -387,16 +405,12 @@ def test_missing_torch_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
     assert main(["sim", "profile", "--out", "/nonexistent/never-written.csv"]) == 1
 
 
-def test_profile_a_small_model_or_explain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """With torch installed the profile yields a trace; without it the error says so."""
+def test_profile_a_small_model(tmp_path: Path) -> None:
+    """`make install` installs torch (the `train` extra), so the profile must yield a trace."""
+    require_torch()
     out = tmp_path / "mlp.csv"
     code = main(["sim", "profile", "--model", "mlp", "--batch", "4", "--repeats", "1",
                  "--time-scale", "0.5", "--out", str(out)])
-    try:
-        require_torch()
-    except SimulatorError:
-        assert code == 1 and "needs PyTorch" in capsys.readouterr().err
-        return
     assert code == 0
     trace = load_trace(out)
     assert [l.numel for l in trace.layers] == [784 * 1024 + 1024, 1024 * 1024 + 1024, 1024 * 10 + 10]

@@ -86,9 +86,13 @@ def run_until(path: Datapath, clock: VirtualClock, end_us: int, step_us: int = 1
         path.transmit_due()
 
 
-def test_burst_into_rate_limited_port(datapath: tuple[Datapath, VirtualClock, MemoryPort]) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["bmv2-queue-rates", "port-rate"])
+def test_burst_into_rate_limited_port(datapath: tuple[Datapath, VirtualClock, MemoryPort], shared: bool) -> None:
     path, clock, out = datapath
-    path.tm.set_queue_rate(2, Rate(1000))  # 1 ms per packet
+    if shared:
+        path.tm.set_port_rate(2, Rate(1000))  # the port: 1 ms per packet, shared
+    else:
+        path.tm.set_queue_rate(2, Rate(1000))  # each priority queue: 1 ms per packet (BMv2)
     path.tm.set_queue_depth(2, 4)
     # Five low-priority (0) then five high-priority (5) packets at t=0: one of each is tail-dropped.
     queued = [path.receive(probe(0, i), 1) for i in range(5)] + [path.receive(probe(5, 10 + i), 1) for i in range(5)]
@@ -97,11 +101,19 @@ def test_burst_into_rate_limited_port(datapath: tuple[Datapath, VirtualClock, Me
     path.transmit_due()
     run_until(path, clock, 10_000)
     seen = [decode(frame) for frame in out.take()]
-    assert [s[1] for s in seen] == [10, 11, 12, 13, 0, 1, 2, 3]
-    # enq_qdepth counts both priority queues of the port at the time each packet arrived.
-    assert [s[2] for s in seen] == [4, 5, 6, 7, 0, 1, 2, 3]
-    assert [s[3] for s in seen] == [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000]
-    assert [s[4] for s in seen] == [7, 6, 5, 4, 3, 2, 1, 0]
+    if shared:
+        # Strict priority takes the shared port: all high packets first.
+        assert [s[1] for s in seen] == [10, 11, 12, 13, 0, 1, 2, 3]
+        assert [s[3] for s in seen] == [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000]
+        assert [s[4] for s in seen] == [3, 2, 1, 0, 3, 2, 1, 0]
+    else:
+        # Each queue paces itself: one high and one low packet every millisecond.
+        assert [s[1] for s in seen] == [10, 0, 11, 1, 12, 2, 13, 3]
+        assert [s[3] for s in seen] == [0, 0, 1000, 1000, 2000, 2000, 3000, 3000]
+        assert [s[4] for s in seen] == [3, 3, 2, 2, 1, 1, 0, 0]
+    # enq_qdepth is the depth of the packet's own priority queue when it arrived.
+    assert sorted(s[2] for s in seen if s[0] == 5) == [0, 1, 2, 3]
+    assert sorted(s[2] for s in seen if s[0] == 0) == [0, 1, 2, 3]
 
 
 def test_unlimited_port_forwards_at_once_and_bad_frames_are_counted(
@@ -142,7 +154,8 @@ def test_immediate_mode_sends_what_the_queued_path_sends(tmp_path: Path) -> None
     for immediate in (False, True):
         clock = VirtualClock()
         tm = TrafficManager(priority_queues=8)
-        tm.set_queue_rate(2, Rate(2000))  # 500 us per packet: some packets wait, some do not
+        tm.set_queue_rate(2, Rate(2000))  # 500 us per packet and queue: some packets wait, some do not
+        tm.set_port_rate(2, Rate(3000))
         path = Datapath(tm, clock, immediate=immediate)
         for number in (1, 2):
             path.add_port(MemoryPort(number, clock))

@@ -19,7 +19,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from p4switch.errors import P4SwitchError
 from p4switch.ports import PortSpec
-from p4switch.run_commands import parse_queue_setting, parse_queue_target
+from p4switch.run_commands import parse_port_setting, parse_queue_setting, parse_queue_target
 from p4switch.server import control
 from tests.netns import Lab, accepts_connections, free_port
 
@@ -77,6 +77,9 @@ def test_queue_setting_syntax() -> None:
     assert parse_queue_setting("3:7=10Mbps") == (3, 7, "10Mbps")
     assert parse_queue_setting("2=64") == (2, None, "64")
     assert parse_queue_target("4:1") == (4, 1)
+    assert parse_port_setting("5=2kpps") == (5, "2kpps")
+    with pytest.raises(P4SwitchError):
+        parse_port_setting("5:1=2kpps")
     with pytest.raises(P4SwitchError):
         parse_queue_setting("port2=64")
     assert PortSpec.parse("3@veth-s1.3") == PortSpec(3, "veth-s1.3")
@@ -97,15 +100,20 @@ def test_switch_process_lifecycle_ctl_pcap_and_logs(lab: Lab, tmp_path: Path) ->
     log, rlog, pcaps = tmp_path / "s.log", tmp_path / "p4rt.log", tmp_path / "pcaps"
     args = ["--no-p4", "-i", f"1@{outer}", "--device-id", "3", "--priority-queues", "4",
             "--pcap", str(pcaps), "--p4runtime-log", str(rlog), "--queue-rate", "1=1000pps",
-            "--queue-depth", "1:3=16"]
+            "--queue-depth", "1:3=16", "--port-rate", "1=2000pps"]
     with switch_process(args, log) as (proc, address):
         with grpc.insecure_channel(address) as channel:
             stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
             assert stub.Capabilities(p4runtime_pb2.CapabilitiesRequest()).p4runtime_api_version
         shown = control.call(address, "ShowQueues", {"port": 1})["1"]
-        assert shown["rate"] == "1000pps" and [q["depth"] for q in shown["queues"]] == [64, 64, 64, 16]
+        # --queue-rate PORT=R gives R to each priority queue (BMv2); --port-rate is the port's own.
+        assert shown["port_rate"] == "2000pps"
+        assert [q["rate"] for q in shown["queues"]] == ["1000pps"] * 4
+        assert [q["depth"] for q in shown["queues"]] == [64, 64, 64, 16]
         changed = ctl(address, "set_queue_rate", "1:2", "5Mbps")  # the command line, once
-        assert changed["queues"][2]["rate"] == "5e+06bps"
+        assert [q["rate"] for q in changed["queues"]] == ["1000pps", "1000pps", "5e+06bps", "1000pps"]
+        changed = ctl(address, "set_port_rate", "1", "none")
+        assert changed["port_rate"] == "none" and changed["queues"][0]["rate"] == "1000pps"
         changed = control.call(address, "SetQueueDepth", {"port": 1, "priority": None, "depth": 8})
         assert [q["depth"] for q in changed["queues"]] == [8, 8, 8, 8]
         with pytest.raises(P4SwitchError, match="out of range"):

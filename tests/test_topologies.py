@@ -108,6 +108,15 @@ def test_topology_by_path_and_default_ip_from_device_and_port(tmp_path: Path) ->
     assert (ha.ip, ha.prefix_len) == ("10.0.7.2", 24)
     assert (hb.ip, hb.prefix_len, hb.mac) == ("192.168.5.9", 16, "00:00:c0:a8:05:09")
     assert spec.links[1].params.bw_mbps == 10 and spec.links[0].params.bw_mbps == 100
+    assert spec.switches[0].params.rate_scope == "port"  # the default: one rate per port
+
+
+def test_rate_scope_per_switch_overrides_the_default(tmp_path: Path) -> None:
+    data = json.loads(json.dumps(BASE))
+    data["defaults"] = {"switch": {"rate_scope": "queue"}}
+    data["switches"][1]["rate_scope"] = "port"
+    spec = load_topology(write(tmp_path, "t.yaml", data))
+    assert [s.params.rate_scope for s in spec.switches] == ["queue", "port"]
 
 
 # -- validation messages -----------------------------------------------------------------
@@ -146,6 +155,8 @@ BASE = {
      "bad.yaml: switches[1].device_id: duplicate device id 1 (also switches[0])"),
     (lambda d: d["links"][0].__setitem__("colour", "red"),
      "bad.yaml: links[0].colour: unknown key"),
+    (lambda d: d["switches"][0].__setitem__("rate_scope", "link"),
+     "bad.yaml: switches[0].rate_scope: must be one of port, queue, got 'link'"),
     (lambda d: d["switches"][0].__setitem__("name", "averyveryverylongname"),
      "bad.yaml: switches[0].name: 'averyveryverylongname' is longer than 9 characters"),
 ])
@@ -223,8 +234,11 @@ def test_banner_says_where_logs_pcaps_and_request_logs_are(tmp_path: Path) -> No
     assert "logs/l1.log" in text and "logs/l1-p4runtime.log" in text
     assert "pcaps/" in text and "build/fabric.json" in text and "warning: w1" in text
     assert "counters" in text and "policy apply FILE" in text
-    off = boot_banner(fab.to_dict(), tmp_path, pcap=False, description_path=tmp_path / "f.json", policy=None)
-    assert "pcaps:               off" in off
+    assert "logs/l1-controller.log" in text and "leave with: exit" in text
+    off = boot_banner(fab.to_dict(), tmp_path, pcap=False, description_path=tmp_path / "f.json", policy=None,
+                      interactive=False)
+    assert "pcaps:               off" in off and "PCAP=1" in off
+    assert "exit" not in off and "extra CLI commands" not in off
 
 
 # -- switch command lines and processes --------------------------------------------------
@@ -236,9 +250,13 @@ def test_embedded_command_line_follows_the_contract(tmp_path: Path) -> None:
     joined = " ".join(cmd)
     for part in ("-i 1@l1-eth1 -i 2@l1-eth2", "--device-id 3", "--grpc-server-addr 127.0.0.1:50003",
                  "--cpu-port 510", "--priority-queues 8", f"--log-file {tmp_path}/logs/l1.log",
-                 f"--p4runtime-log {tmp_path}/logs/l1-p4runtime.log", "--queue-rate 2=500pps",
+                 f"--p4runtime-log {tmp_path}/logs/l1-p4runtime.log", "--port-rate 2=500pps",
                  "--queue-depth 1=32", f"--pcap {tmp_path}/pcaps"):
         assert part in joined
+    assert "--queue-rate" not in joined  # rate_scope "port": one rate shared by the queues
+    per_queue = " ".join(embedded_command(SwitchConfig(**{**cfg.__dict__, "rate_scope": "queue"})))
+    assert "--queue-rate 1=500pps --queue-depth 1=32 --queue-rate 2=500pps" in per_queue
+    assert "--port-rate" not in per_queue
 
 
 def test_bmv2_is_refused_with_a_clear_message_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

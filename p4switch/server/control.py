@@ -3,6 +3,7 @@
 BMv2 sets queue rates and depths through its Thrift CLI (``simple_switch_CLI``:
 ``set_queue_rate``, ``set_queue_depth``); here the same settings travel as small JSON
 messages over the ``p4switch.Control`` gRPC service, so no second port is needed.
+``SetPortRate`` (one rate shared by all priority queues of a port) is embedded-only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from p4switch.errors import P4SwitchError
 from p4switch.traffic_manager import Rate, TrafficManager
 
 SERVICE = "p4switch.Control"
-METHODS = ("SetQueueRate", "SetQueueDepth", "ShowQueues", "Stats")
+METHODS = ("SetQueueRate", "SetPortRate", "SetQueueDepth", "ShowQueues", "Stats")
 
 
 def _encode(value: Any) -> bytes:
@@ -54,6 +55,12 @@ class ControlService:
                 port, priority = _target(request)
                 rate = request.get("rate")
                 self.tm.set_queue_rate(port, Rate.parse(rate) if rate else None, priority)
+                self.tm_ready.notify_all()
+                return self.tm.queue_settings(port)
+            if method == "SetPortRate":
+                port, _ = _target({"port": request.get("port")})
+                rate = request.get("rate")
+                self.tm.set_port_rate(port, Rate.parse(rate) if rate else None)
                 self.tm_ready.notify_all()
                 return self.tm.queue_settings(port)
             if method == "SetQueueDepth":
