@@ -34,15 +34,12 @@ JOB_ID = 1
 LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..3", "priority": 6},
                     {"tensors": "4..65535", "priority": 5}]
 ONE_QUEUE = [{"tensors": "0..65535", "priority": 0}]
-#: Drop drop-eligible packets of magnitude class below mag_threshold (2^(t-128)) once the
-#: port's queues hold more than queue_threshold packets together; mark the others.
+#: Drop drop-eligible packets of magnitude class below MAG_THRESHOLD (2^(t-128)) in ingress
+#: once the queue they would join holds QUEUE_THRESHOLD packets: half of its 32 packets (the
+#: experiment fabric's queue depth). The depth is the packet's own priority queue (BMv2's
+#: model), so a full background queue beside it does not count.
 MAG_THRESHOLD = 124
-#: With one queue: half of its 32 packets (the experiment fabric's queue depth).
-SHARED_QUEUE_THRESHOLD = 16
-#: With priority queues the switch's queue depth counts every queue of the port, so a full
-#: background queue (32) alone would pass any lower threshold and drop the job's packets
-#: although its own queue is empty: drop only once the job's queues hold 8 more.
-PRIORITY_QUEUE_THRESHOLD = 32 + 8
+QUEUE_THRESHOLD = 16
 
 RELIABLE = dict(grad_bound=0.0, param_bound=0.0, front_loss_bound=0.0, back_loss_bound=0.0)
 BOUNDED = dict(grad_bound=0.10, param_bound=0.002, front_loss_bound=0.10, back_loss_bound=0.05)
@@ -55,6 +52,7 @@ class Configuration:
     priority: bool
     dropping: bool
     spraying: bool
+    ecn: bool = False  # ECN marks (the sender's AIMD cuts its rate): a knob of its own
 
     def policy(self) -> dict[str, Any]:
         """The controller policy (YAML document) of this configuration."""
@@ -64,8 +62,9 @@ class Configuration:
             "layers": LAYER_PRIORITIES if self.priority else ONE_QUEUE,
         }
         if self.dropping:
-            depth = PRIORITY_QUEUE_THRESHOLD if self.priority else SHARED_QUEUE_THRESHOLD
-            job["thresholds"] = [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": depth}]
+            job["dropping"] = {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": QUEUE_THRESHOLD}]}
+        if self.ecn:
+            job["ecn"] = {"queue_threshold": QUEUE_THRESHOLD}
         return {"version": 1, "default_priority": 0, "jobs": [job]}
 
     def transport(self, timeout_s: float) -> TransportOptions:
@@ -88,8 +87,8 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("priority", "priority queues by layer and front-first order only", True, False, False),
     Configuration("dropping", "magnitude-threshold dropping within the loss bound only", False, True, False),
     Configuration("spraying", "per-packet ECMP spraying only", False, False, True),
-    Configuration("dlcp", "full DLCP: priority by layer, bounded-loss dropping, per-packet spraying",
-                  True, True, True),
+    Configuration("dlcp", "full DLCP: priority by layer, bounded-loss dropping, ECN marks, per-packet spraying",
+                  True, True, True, ecn=True),
 )
 
 

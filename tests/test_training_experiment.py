@@ -27,11 +27,10 @@ def test_each_configuration_is_a_valid_policy_with_its_mechanisms(tmp_path: Path
         (job,) = policy.jobs
         priorities = {rule.priority for rule in job.layers}
         assert (priorities != {0}) == config.priority
-        assert bool(job.thresholds) == config.dropping
-        if config.dropping:
-            # With priority queues the threshold sits above a full background queue (32).
-            (rule,) = job.thresholds
-            assert (rule.queue_threshold > 32) == config.priority
+        assert job.dropping == config.dropping and job.ecn == config.ecn
+        if config.dropping:   # the job's own queue, half of the fabric's 32 packets
+            (rule,) = job.drop_classes
+            assert rule.queue_threshold == 16 and rule.mag_class[1] < 128
         assert (job.spraying == "random") == config.spraying
         options = config.transport(timeout_s=5.0)
         assert options.job_id == job.id
