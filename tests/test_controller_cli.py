@@ -178,7 +178,7 @@ def test_status_policy_show_and_counters_report_every_switch(fabric, capsys) -> 
     code, out, _ = run(capsys, "policy", "show", "--fabric", str(path), "--timeout", "0.5")
     assert code == 1
     assert "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out
-    assert "policy entries on s2" in out and "s4: 6 entries, same as s2" in out
+    assert "policy entries on s2" in out and "s4: 7 entries, same as s2" in out
     code, out, _ = run(capsys, "counters", "--fabric", str(path), "--timeout", "0.5")
     assert code == 1 and "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out
 
