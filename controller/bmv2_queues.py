@@ -2,17 +2,25 @@
 
 BMv2 exposes queue rates and depths only over Thrift, never over P4Runtime, so this is a
 separate, explicit path: it runs ``simple_switch_CLI --thrift-port PORT`` with
-``set_queue_rate`` / ``set_queue_depth`` commands and touches nothing else. The embedded
-target takes the same settings on its command line (``--queue-rate``, ``--queue-depth``).
+``set_queue_rate`` / ``set_queue_depth`` commands and touches nothing else.
+
+BMv2 1.15's meaning: ``set_queue_rate R PORT`` sets *each* priority queue of the port to R
+packets/s, ``set_queue_rate R PORT PRIO`` the queue of priority PRIO only; depth likewise.
+The embedded target takes the same settings on its command line (``--queue-rate``,
+``--queue-depth``); its port rate shared by all queues (``--port-rate``) has no BMv2
+equivalent.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass
 
 from controller.errors import ControllerError
+from gradfabric.p4ref import ENV_PREFIX, find_tool
+
+#: What the Thrift CLI prints when a command did not apply (it may still exit 0).
+FAILURE_MARKS = ("Error", "Invalid", "Unknown syntax", "Traceback")
 
 
 @dataclass(frozen=True)
@@ -35,16 +43,22 @@ class QueueSetting:
 def apply_queue_settings(
     thrift_port: int, settings: list[QueueSetting], *, cli: str = "simple_switch_CLI", timeout: float = 20
 ) -> str:
-    """Run the Thrift CLI against one BMv2 switch; returns its output, raises on failure."""
-    if shutil.which(cli) is None:
-        raise ControllerError(f"{cli} not found on PATH: queue settings on BMv2 need BMv2's Thrift CLI")
-    script = "\n".join(cmd for s in settings for cmd in s.commands()) + "\n"
-    proc = subprocess.run(
-        [cli, "--thrift-port", str(thrift_port)], input=script, capture_output=True, text=True, timeout=timeout
-    )
-    if proc.returncode != 0 or "Error" in proc.stdout:
+    """Run the Thrift CLI (``$GRADFABRIC_P4REF/bin``, else PATH) against one BMv2 switch;
+    returns its output, raises :class:`ControllerError` with the CLI's words on failure."""
+    path = find_tool(cli)
+    if path is None:
         raise ControllerError(
-            f"{cli} --thrift-port {thrift_port} failed ({proc.returncode}): "
-            f"{(proc.stderr or proc.stdout).strip()[-500:]}"
+            f"{cli} is neither under ${ENV_PREFIX}/bin nor on PATH: queue settings on BMv2 need BMv2's Thrift CLI")
+    script = "\n".join(cmd for s in settings for cmd in s.commands()) + "\n"
+    try:
+        proc = subprocess.run([str(path), "--thrift-port", str(thrift_port)], input=script,
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ControllerError(f"{cli} --thrift-port {thrift_port}: {exc}") from exc
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 or any(mark in output for mark in FAILURE_MARKS):
+        raise ControllerError(
+            f"{cli} --thrift-port {thrift_port} failed (exit {proc.returncode}) on:\n{script}"
+            f"{output.strip()[-800:]}"
         )
     return proc.stdout

@@ -222,7 +222,8 @@ def _counters(args: argparse.Namespace) -> int:
             try:
                 if session.name not in jobs:
                     jobs[session.name] = policy_jobs(session) or None
-                return gather(session, ports[session.name], jobs[session.name])
+                return gather(session, ports[session.name], jobs[session.name],
+                              with_queue_drops=fabric.target == "embedded")
             except GradfabricError as exc:
                 return str(exc)
 
@@ -236,6 +237,9 @@ def _counters(args: argparse.Namespace) -> int:
             return [Text(f"{n}: UNREACHABLE ({why})", style="bold red") for n, why in unreachable.items()]
 
         previous = read_all()
+        if fabric.target == "bmv2":
+            console.print(Text("queue drops: not shown on BMv2 (simple_switch keeps no count of tail drops; "
+                               "its log at debug level names each dropped packet)", style="dim"))
         if not args.watch:
             for item in [*render(previous), *problems()]:
                 console.print(item)

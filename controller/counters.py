@@ -32,6 +32,9 @@ class SwitchCounters:
     ecn_marks: dict[int, tuple[int, int]] = field(default_factory=dict)
     job_rx: dict[int, tuple[int, int]] = field(default_factory=dict)
     ecmp: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    #: Packets the traffic manager dropped, by (port, priority, reason); None when the target
+    #: does not expose them (BMv2 counts no queue drops).
+    queue_drops: dict[tuple[int, int, str], int] | None = None
 
     def minus(self, before: SwitchCounters) -> SwitchCounters:
         def sub(now: dict, old: dict) -> dict:
@@ -42,12 +45,17 @@ class SwitchCounters:
                     out[k] = (p - op, b - ob)
             return out
 
+        queue_drops = None
+        if self.queue_drops is not None:
+            old = before.queue_drops or {}
+            queue_drops = {k: n - old.get(k, 0) for k, n in self.queue_drops.items() if n - old.get(k, 0)}
         return SwitchCounters(
             sub(self.port_prio, before.port_prio),
             sub(self.drops, before.drops),
             sub(self.ecn_marks, before.ecn_marks),
             sub(self.job_rx, before.job_rx),
             sub(self.ecmp, before.ecmp),
+            queue_drops,
         )
 
 
@@ -63,12 +71,32 @@ def policy_jobs(session: SwitchSession) -> list[int]:
     return sorted(jobs)
 
 
+def queue_drops(address: str, timeout: float = 2.0) -> dict[tuple[int, int, str], int] | None:
+    """Queue drops by (port, priority, reason) from the embedded target's control service, or
+    None when the switch has none (BMv2: simple_switch keeps no count of tail drops)."""
+    from p4switch.errors import P4SwitchError
+    from p4switch.server.control import call
+
+    try:
+        stats = call(address, "Stats", {}, timeout=timeout)
+    except P4SwitchError:
+        return None
+    out: dict[tuple[int, int, str], int] = {}
+    for key, packets in (stats.get("queue_drops") or {}).items():
+        port, priority, reason = str(key).split(":", 2)
+        out[(int(port), int(priority), reason)] = int(packets)
+    return out
+
+
 def gather(
-    session: SwitchSession, ports: Iterable[int] | None = None, jobs: Iterable[int] | None = None
+    session: SwitchSession, ports: Iterable[int] | None = None, jobs: Iterable[int] | None = None,
+    *, with_queue_drops: bool = True,
 ) -> SwitchCounters:
     """Read the counters of one switch: only the cells of ``ports`` and ``jobs`` when given
     (reading every cell of ``port_tx`` costs a switch thousands of entities)."""
     out = SwitchCounters()
+    if with_queue_drops:
+        out.queue_drops = queue_drops(session.address)
     cells = None if ports is None else [p * PRIORITIES + q for p in ports for q in range(PRIORITIES)]
     for c in session.read_counter(PORT_TX, cells):
         if c.packets or c.bytes:
@@ -114,6 +142,9 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
     jobs = Table(title=f"per job{title_suffix}")
     for col in ("switch", "job", f"received packets{unit}", f"ECN-marked packets{unit}"):
         jobs.add_column(col)
+    queues = Table(title=f"queue drops per port and priority (traffic manager){title_suffix}")
+    for col in ("switch", "port", "priority", "reason", f"packets{unit}"):
+        queues.add_column(col, justify="left" if col in ("switch", "reason") else "right")
     for name, c in counters.items():
         for (port, prio), (p, b) in sorted(c.port_prio.items()):
             ports.add_row(name, str(port), str(prio), amount(p), amount(b))
@@ -127,4 +158,6 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
             ecmp.add_row(name, str(group), str(member), amount(p), share)
         for job in sorted(set(c.job_rx) | set(c.ecn_marks)):
             jobs.add_row(name, str(job), amount(c.job_rx.get(job, (0, 0))[0]), amount(c.ecn_marks.get(job, (0, 0))[0]))
-    return [t for t in (ports, drops, ecmp, jobs) if t.row_count]
+        for (port, prio, reason), n in sorted((c.queue_drops or {}).items()):
+            queues.add_row(name, str(port), str(prio), reason, amount(n))
+    return [t for t in (ports, queues, drops, ecmp, jobs) if t.row_count]

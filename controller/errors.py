@@ -21,6 +21,11 @@ class ConnectionFailed(ControllerError):
     """A switch that cannot be reached, or that did not make us primary."""
 
 
+class ArbitrationRefused(ConnectionFailed):
+    """A switch that ended the stream instead of answering the arbitration (wrong device id, say);
+    trying again does not help."""
+
+
 class RpcError(ControllerError):
     """A P4Runtime call that the switch answered with an error."""
 

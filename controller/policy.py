@@ -15,13 +15,11 @@ See policies/default.yaml and p4src/README.md.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from controller import policy_file
 from controller.entities import TableEntry
 from controller.errors import PolicyError
 from controller.schema import P4Schema
@@ -147,17 +145,7 @@ def _layers_from_trace(v: _Validator, spec: Any, path: str, base: Path) -> tuple
 
 def trace_sizes(path: Path) -> list[float]:
     """Per-tensor sizes (elements) in forward order from a trace CSV (numel or *bytes column)."""
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError("no rows")
-    columns = rows[0].keys()
-    if "numel" in columns:
-        return [float(r["numel"]) for r in rows]
-    byte_columns = [c for c in columns if c.endswith("bytes")]
-    if byte_columns:
-        return [float(r[byte_columns[0]]) / 4 for r in rows]
-    raise ValueError(f"needs a 'numel' or '*bytes' column (has: {', '.join(columns)})")
+    return policy_file.trace_sizes(path)
 
 
 def layers_by_volume(sizes: list[float], priorities: list[int]) -> tuple[LayerRule, ...]:
@@ -332,14 +320,7 @@ def parse_policy(
 
 def load_policy(path: str | Path, *, hosts: set[str] | None = None) -> Policy:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise PolicyError(str(path), ["no such file"]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise PolicyError(str(path), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    data = policy_file.load_yaml(path)
     return parse_policy(data, str(path), base=path.parent, hosts=hosts)
 
 

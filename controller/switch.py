@@ -24,7 +24,7 @@ from controller.entities import (
     Update,
     decode_entity,
 )
-from controller.errors import ConnectionFailed
+from controller.errors import ArbitrationRefused, ConnectionFailed
 from controller.pipeline import Pipeline
 from controller.request_log import RequestLog
 from controller.schema import P4Schema
@@ -124,6 +124,8 @@ class SwitchSession:
             try:
                 self.connect()
                 break
+            except ArbitrationRefused:
+                raise
             except ConnectionFailed:
                 if time.monotonic() + delay > deadline:
                     raise

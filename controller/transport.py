@@ -16,12 +16,23 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.arbitration import ElectionId
-from controller.errors import ConnectionFailed, RpcError, WriteRefused
+from controller.errors import ArbitrationRefused, ConnectionFailed, RpcError, WriteRefused
 from controller.request_log import RequestLog
 
 _DISCONNECTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: Stream endings worth another try (a switch starting, or with all its streams in use).
+_RETRYABLE = _DISCONNECTED + (grpc.StatusCode.RESOURCE_EXHAUSTED,)
 #: Answers of a switch that restarted under us: no pipeline any more, or no primary.
 _SESSION_LOST = _DISCONNECTED + (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED)
+
+
+#: Large messages both ways, and room for the per-update errors of a large batch: they travel
+#: in trailing metadata, which gRPC limits to 16 KB by default (about 465 updates' worth).
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_metadata_size", 16 << 20),
+]
 
 
 def _code_name(code: int) -> str:
@@ -71,7 +82,8 @@ class Transport:
         self._channel: grpc.Channel | None = None
         self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
         self._requests: queue.Queue[p4runtime_pb2.StreamMessageRequest | None] = queue.Queue()
-        self._arbitration: queue.Queue[p4runtime_pb2.MasterArbitrationUpdate] = queue.Queue()
+        #: Arbitration answers; a grpc.RpcError when the switch ended the stream instead.
+        self._arbitration: queue.Queue[p4runtime_pb2.MasterArbitrationUpdate | grpc.RpcError] = queue.Queue()
         self.packets_in: queue.Queue[p4runtime_pb2.PacketIn] = queue.Queue()
         self._reader: threading.Thread | None = None
         self.stream_open = False
@@ -81,10 +93,7 @@ class Transport:
     def open(self, election_id: ElectionId, timeout: float = 5.0) -> bool:
         """Connect, open the stream and arbitrate; returns whether this client is primary."""
         self.close()
-        self._channel = grpc.insecure_channel(
-            self.address,
-            options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
-        )
+        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
@@ -98,7 +107,7 @@ class Transport:
         responses = self._stub.StreamChannel(iter(self._requests.get, None))
         self.stream_open = True
         self._reader = threading.Thread(
-            target=self._read_stream, args=(responses,), daemon=True, name=f"p4rt-{self.name}"
+            target=self._read_stream, args=(responses, self._arbitration), daemon=True, name=f"p4rt-{self.name}"
         )
         self._reader.start()
         self.election_id = election_id
@@ -113,21 +122,30 @@ class Transport:
             raise ConnectionFailed(
                 f"{self.name}: no arbitration answer from {self.address} within {timeout:g} s"
             ) from None
+        if isinstance(reply, grpc.RpcError):
+            self.close()
+            self.log.record("arbitration answer", result=reply.code().name)
+            kind = ConnectionFailed if reply.code() in _RETRYABLE else ArbitrationRefused
+            raise kind(
+                f"{self.name}: {self.address} refused arbitration as device {self.device_id}: "
+                f"{reply.code().name} {reply.details()}"
+            )
         self.primary = reply.status.code == code_pb2.OK
         self.log.record("arbitration answer", result="primary" if self.primary else "backup")
         return self.primary
 
-    def _read_stream(self, responses: Iterator[p4runtime_pb2.StreamMessageResponse]) -> None:
+    def _read_stream(self, responses: Iterator[p4runtime_pb2.StreamMessageResponse],
+                     answers: queue.Queue[p4runtime_pb2.MasterArbitrationUpdate | grpc.RpcError]) -> None:
         try:
             for message in responses:
                 kind = message.WhichOneof("update")
                 if kind == "arbitration":
                     self.primary = message.arbitration.status.code == code_pb2.OK
-                    self._arbitration.put(message.arbitration)
+                    answers.put(message.arbitration)
                 elif kind == "packet":
                     self.packets_in.put(message.packet)
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as error:
+            answers.put(error)  # open() waiting for an answer hears why the stream ended
         finally:
             self.stream_open = False
             self.primary = False

@@ -35,12 +35,14 @@ def boot_banner(description: Mapping[str, Any], workdir: Path, *, pcap: bool,
     lines.append("  hosts (name, address, switch port):")
     for h in hosts:
         lines.append(f"    {h['name']:<8} {h['ip']}/{h['prefix_len']:<3} {h['switch']} port {h['switch_port']}")
+    log = Path(sw[0]["log"])
     lines += [
         f"  fabric description:  {rel(description_path)}",
-        f"  switch logs:         {rel(Path(sw[0]['log']).parent)}/<switch>.log "
-        f"(process output in <switch>.out), e.g. {rel(sw[0]['log'])}",
+        f"  switch logs:         {rel(log.parent)}/<switch>{log.suffix} "
+        f"(process output in <switch>.out), e.g. {rel(log)}",
         f"  P4Runtime requests:  {rel(Path(sw[0]['request_log']).parent)}/<switch>-p4runtime.log "
-        f"as the switch saw them, e.g. {rel(sw[0]['request_log'])}",
+        f"as the switch saw them, e.g. {rel(sw[0]['request_log'])}" if description["target"] != "bmv2"
+        else "  P4Runtime requests:  BMv2 writes no request log (its log shows table operations at --log-level debug)",
         f"  controller requests: {rel(Path(sw[0]['request_log']).parent)}/<switch>-controller.log "
         f"as the controller sent them, e.g. {rel(Path(sw[0]['request_log']).with_name(first + '-controller.log'))}",
         f"  pcaps:               {rel(workdir / 'pcaps')}/ (each switch port's packets in and out)" if pcap

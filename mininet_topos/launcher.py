@@ -94,6 +94,8 @@ class Fabric:
         self.description: FabricDescription | None = None
         #: Whether the state file is ours to remove (not when another fabric holds it).
         self.owns_state = False
+        #: What the user should know about how the topology runs on this target (banner).
+        self.notes: list[str] = []
 
     # -- context manager -------------------------------------------------------------
     def __enter__(self) -> Fabric:
@@ -194,7 +196,8 @@ class Fabric:
         for sw in self.spec.switches:
             configs[sw.name] = SwitchConfig(
                 name=sw.name, device_id=sw.device_id, grpc_port=free_port(),
-                log_file=opts.logs_dir / f"{sw.name}.log",
+                # BMv2's --log-file X writes X.txt.
+                log_file=opts.logs_dir / f"{sw.name}.{'txt' if opts.target == 'bmv2' else 'log'}",
                 p4runtime_log=opts.logs_dir / f"{sw.name}-p4runtime.log",
                 priority_queues=sw.params.priority_queues,
                 egress_rate_pps=sw.params.egress_rate_pps,
@@ -222,10 +225,22 @@ class Fabric:
             self.configs[node.name] = node.config
 
     def configure_bmv2_queues(self) -> None:
-        """BMv2 takes queue rate and depth only over Thrift (simple_switch_CLI), after start."""
+        """BMv2 takes queue rate and depth only over Thrift (simple_switch_CLI), after start.
+
+        ``set_queue_rate R PORT`` gives R to each priority queue of the port; BMv2 has no rate
+        shared by a port's queues, so ``rate_scope: port`` runs as ``queue`` and says so.
+        """
         from controller.bmv2_queues import QueueSetting, apply_queue_settings
 
-        for name, cfg in self.configs.items():
+        shared = sorted(name for name, cfg in self.configs.items() if cfg.rate_scope == "port")
+        if shared:
+            cfg = self.configs[shared[0]]
+            self.notes.append(
+                f"rate_scope port is embedded-only: on BMv2 each of the {cfg.priority_queues} priority "
+                f"queues of every port gets {cfg.egress_rate_pps} pps (set_queue_rate), so a port "
+                f"carries up to {cfg.priority_queues * cfg.egress_rate_pps} pps and priority only orders "
+                f"packets due at the same time ({', '.join(shared)})")
+        for cfg in self.configs.values():
             settings = [QueueSetting(port=port, rate_pps=cfg.egress_rate_pps, depth_packets=cfg.queue_depth)
                         for port, _ in cfg.ports]
             apply_queue_settings(cfg.thrift_port, settings)

@@ -43,6 +43,7 @@ def run(options: LaunchOptions, *, interactive: bool, scenario: Path | None = No
             program_fabric(fabric.description_path, options.policy)
         assert fabric.description is not None
         warnings = [f"kernel has no netem, link not emulated: {w}" for w in unemulated(fabric.spec)]
+        warnings += fabric.notes
         print(boot_banner(fabric.description.to_dict(), options.workdir, pcap=options.pcap,
                           description_path=fabric.description_path,
                           policy=options.policy if fabric.p4 else None, warnings=warnings,

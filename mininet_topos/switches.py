@@ -10,7 +10,6 @@ last lines of what it wrote.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -93,36 +92,43 @@ def embedded_command(cfg: SwitchConfig) -> list[str]:
 
 
 def require_bmv2() -> str:
-    """The path of simple_switch_grpc, or a clear refusal when it is not installed."""
-    binary = shutil.which(BMV2_BINARY)
+    """The path of simple_switch_grpc ($GRADFABRIC_P4REF/bin, else PATH), or a clear refusal."""
+    from gradfabric.p4ref import ENV_PREFIX, find_tool
+
+    binary = find_tool(BMV2_BINARY)
     if binary is None:
         raise TargetMissingError(
-            f"--target bmv2 needs {BMV2_BINARY} on PATH and it is not there; install BMv2 "
-            "(p4lang/behavioral-model built with PI/P4Runtime) or use --target embedded"
+            f"--target bmv2 needs {BMV2_BINARY} under ${ENV_PREFIX}/bin or on PATH and it is in "
+            "neither; install BMv2 (p4lang/behavioral-model built with PI/P4Runtime) or use "
+            "--target embedded"
         )
-    return binary
+    return str(binary)
 
 
 def bmv2_command(cfg: SwitchConfig) -> list[str]:
     """The `simple_switch_grpc` command line of one switch (pipeline from the controller).
 
-    Queue rate and depth are not command-line options of BMv2: the launcher sets them
-    afterwards through its Thrift CLI (``simple_switch_CLI``, on ``thrift_port``).
+    BMv2 1.15's form: general options, then ``--no-p4``, then after ``--`` the target
+    options of ``simple_switch_grpc`` (P4Runtime address on loopback, CPU port, priority
+    queues). Queue rate and depth are not command-line options of BMv2: the launcher sets
+    them afterwards through its Thrift CLI (``simple_switch_CLI``, on ``thrift_port``).
     """
     cmd = [require_bmv2()]
     for port, iface in cfg.ports:
         cmd += ["-i", f"{port}@{iface}"]
     cmd += [
         "--device-id", str(cfg.device_id),
-        "--log-file", str(cfg.log_file.with_suffix("")),  # BMv2 appends ".txt"
+        "--log-file", str(cfg.log_file.with_suffix("")),  # BMv2 appends ".txt" (the launcher's log_file)
         "--log-flush",
         "--log-level", cfg.log_level,
-        "--priority-queues", str(cfg.priority_queues),
         "--thrift-port", str(cfg.thrift_port),
     ]
     if cfg.pcap_dir is not None:
         cmd += ["--pcap", str(cfg.pcap_dir)]
-    cmd += ["--no-p4", "--", "--grpc-server-addr", cfg.grpc_addr, "--cpu-port", str(cfg.cpu_port)]
+    cmd += ["--no-p4", "--",
+            "--grpc-server-addr", cfg.grpc_addr,
+            "--cpu-port", str(cfg.cpu_port),
+            "--priority-queues", str(cfg.priority_queues)]
     return cmd
 
 

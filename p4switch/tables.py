@@ -345,10 +345,14 @@ class Table:
         installed.packets, installed.bytes = packets, bytes_
 
     def set_direct_meter(self, entry: TableEntry, config: Any) -> None:
+        """Configure an entry's direct meter; ``config`` None: the default (every packet green)."""
         installed = self._installed(entry)
         if installed.meter is None:
             raise TableError(f"table {self.name} has no direct meter")
-        installed.meter.set_config(*config)
+        if config is None:
+            installed.meter = self.meter_factory()
+        else:
+            installed.meter.set_config(*config)
 
     def direct_meter(self, entry: TableEntry) -> Any:
         return self._installed(entry).meter

@@ -208,6 +208,9 @@ class FakeSwitch:
         self.device_id = device_id
         self.port = port
         self.servicer = FakeP4RuntimeServicer(device_id)
+        #: What the embedded target's ``p4switch.Control/Stats`` answers; None: no such service
+        #: (as on BMv2).
+        self.control_stats: dict | None = None
         self._server: grpc.Server | None = None
 
     @property
@@ -217,11 +220,23 @@ class FakeSwitch:
     def start(self) -> FakeSwitch:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.servicer, self._server)
+        self._server.add_generic_rpc_handlers([self._control_handler()])
         self.port = self._server.add_insecure_port(f"127.0.0.1:{self.port}")
         if self.port == 0:
             raise RuntimeError("fake P4Runtime server could not bind a port")
         self._server.start()
         return self
+
+    def _control_handler(self) -> grpc.GenericRpcHandler:
+        import json
+
+        def stats(request: bytes, context: grpc.ServicerContext) -> bytes:
+            if self.control_stats is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "no control service")
+            return json.dumps(self.control_stats).encode()
+
+        handler = grpc.unary_unary_rpc_method_handler(stats)
+        return grpc.method_handlers_generic_handler("p4switch.Control", {"Stats": handler})
 
     def stop(self) -> None:
         if self._server is not None:

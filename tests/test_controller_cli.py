@@ -136,9 +136,12 @@ def test_counters_show_drops_and_spraying_balance(fabric, capsys) -> None:
     members = [k for k, e in servicer.entries.items() if e.table_id == S.tables["ecmp_member"].id]
     for key, packets in zip(sorted(members), (30, 10)):
         servicer.direct_counts[key] = (packets, packets * 100)
+    fakes[0].control_stats = {"packets": {}, "queue_drops": {"3:7:queue_full": 17, "4:0:queue_full": 2}}
     code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1")
     assert code == 0
     assert "magnitude_threshold" in out and "75.0%" in out and "25.0%" in out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
+    assert ["s1", "3", "7", "queue_full", "17"] in rows and ["s1", "4", "0", "queue_full", "2"] in rows
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
     assert ["s1", "3", "7", "42", "4,200"] in rows, "port 3, priority 7 comes from port_tx index 3 * 8 + 7"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -12,6 +13,7 @@ from p4.config.v1 import p4info_pb2
 
 from gradfabric import cli
 from gradfabric.p4build import DEFAULT_SOURCE, P4BuildError, compile_program
+from gradfabric.p4ref import ENV_PREFIX
 from p4switch.device_config import pipeline_from_device_config
 
 MF = p4info_pb2.MatchField
@@ -150,33 +152,28 @@ def fake_p4c(folder: Path, body: str) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
-def test_p4c_on_path_builds_bmv2_outputs_in_their_own_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    # A stand-in p4c: records its arguments, writes the JSON next to the -o folder.
-    fake_p4c(bindir, 'echo "$@" > "$(dirname "$0")/args"\n'
-                     'while [ $# -gt 0 ]; do case "$1" in\n'
-                     '  -o) out="$2"; shift;; --p4runtime-files) info="$2"; shift;;\n'
-                     'esac; shift; done\n'
-                     'echo "{}" > "$out/dlcp.json"; echo "" > "$info"\n')
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+@pytest.mark.bmv2
+def test_p4c_builds_bmv2_outputs_in_their_own_folder(tmp_path: Path) -> None:
+    """The real p4c ($GRADFABRIC_P4REF/bin or PATH): BMv2 JSON and P4Info under bmv2/, the
+    P4Info honouring the same contract as the embedded one."""
     out = tmp_path / "build"
-    result = compile_program(DEFAULT_SOURCE, out)
+    result = compile_program(DEFAULT_SOURCE, out, use_p4c=True)
     assert result.bmv2 is not None
     assert result.bmv2.device_config == out / "bmv2" / "dlcp.json"
-    assert result.bmv2.device_config.is_file()
-    args = (bindir / "args").read_text().split()
-    assert args[:4] == ["--target", "bmv2", "--arch", "v1model"]
-    assert str(out / "bmv2" / "dlcp.p4info.txtpb") in args and str(DEFAULT_SOURCE) in args
+    assert result.bmv2.p4info == out / "bmv2" / "dlcp.p4info.txtpb"
     assert result.embedded.device_config == out / "dlcp.json"  # the two builds never mix
+    bmv2_json = json.loads(result.bmv2.device_config.read_text())
+    assert {p["name"] for p in bmv2_json["pipelines"]} == {"ingress", "egress"}
+    p4c_info = text_format.Parse(result.bmv2.p4info.read_text(), p4info_pb2.P4Info())
+    test_tables_keys_and_actions_follow_the_contract(p4c_info)
+    test_action_parameters_follow_the_contract(p4c_info)
 
 
 def test_a_failing_p4c_is_reported_with_its_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_p4c(tmp_path, 'echo "dlcp.p4(12): error: something p4c dislikes" >&2\nexit 1\n')
+    monkeypatch.delenv(ENV_PREFIX, raising=False)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(P4BuildError, match="something p4c dislikes"):
         compile_program(DEFAULT_SOURCE, tmp_path / "build")
@@ -185,6 +182,7 @@ def test_a_failing_p4c_is_reported_with_its_output(
 def test_requiring_p4c_without_it_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(ENV_PREFIX, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(P4BuildError, match="p4c is not on PATH"):
+    with pytest.raises(P4BuildError, match=r"p4c is neither under \$GRADFABRIC_P4REF/bin nor on PATH"):
         compile_program(DEFAULT_SOURCE, tmp_path / "build", use_p4c=True)

@@ -273,11 +273,14 @@ def test_arbitration_primary_backup_and_takeover(client: Client) -> None:
     assert third.arbitrate(9).arbitration.status.code == code_pb2.OK
     assert first.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
     assert second.next().arbitration.election_id.low == 9
-    # When the primary leaves, the highest remaining client becomes primary.
+    # When the primary leaves there is no primary (P4Runtime 1.4 section 5) until a client
+    # arbitrates with an id at least the highest seen.
     third.close()
     client.streams.remove(third)
-    promoted = first.next().arbitration
-    assert promoted.status.code == code_pb2.OK and promoted.election_id.low == 5
+    left = first.next().arbitration
+    assert left.status.code == code_pb2.NOT_FOUND and left.election_id.low == 9
+    assert first.arbitrate(5).arbitration.status.code == code_pb2.NOT_FOUND
+    assert first.arbitrate(9).arbitration.status.code == code_pb2.OK
 
 
 def test_duplicate_election_id_and_wrong_device_end_the_stream(client: Client) -> None:

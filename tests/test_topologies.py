@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from gradfabric import fabric as fabric_description
+from gradfabric.p4ref import ENV_PREFIX
 from mininet_topos import cleanup
 from mininet_topos.banner import boot_banner
 from mininet_topos.builder import FabricTopo, describe, root_interfaces, tc_params
@@ -260,8 +261,9 @@ def test_embedded_command_line_follows_the_contract(tmp_path: Path) -> None:
 
 
 def test_bmv2_is_refused_with_a_clear_message_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_PREFIX, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(TargetMissingError, match="simple_switch_grpc on PATH"):
+    with pytest.raises(TargetMissingError, match=r"simple_switch_grpc under \$GRADFABRIC_P4REF/bin or on PATH"):
         bmv2_command(switch_config("s1", 1, tmp_path))
     options = LaunchOptions(topo="leafspine", target="bmv2", workdir=tmp_path)
     with pytest.raises(TargetMissingError, match="use --target embedded"):
@@ -270,18 +272,58 @@ def test_bmv2_is_refused_with_a_clear_message_when_missing(tmp_path: Path, monke
     assert not (tmp_path / "build" / cleanup.STATE_FILE).exists()
 
 
-def test_bmv2_command_line_is_simple_switch_grpcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    binary = tmp_path / "simple_switch_grpc"
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    cfg = switch_config("s1", 4, tmp_path, ports=((1, "s1-eth1"), (2, "s1-eth2")), thrift_port=9095)
-    cmd = bmv2_command(cfg)
-    assert cmd[0] == str(binary)
-    joined = " ".join(cmd)
-    assert "-i 1@s1-eth1 -i 2@s1-eth2 --device-id 4" in joined
-    assert "--priority-queues 8 --thrift-port 9095" in joined
-    assert joined.endswith("--no-p4 -- --grpc-server-addr 127.0.0.1:50004 --cpu-port 510")
+def listening_addresses(port: int) -> set[str]:
+    """The addresses a TCP port listens on (from /proc/net/tcp and tcp6; IPv4 as dotted quad,
+    IPv4-mapped IPv6 as ``::ffff:a.b.c.d``, other IPv6 as 32 hex digits)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if fields[3] != "0A" or int(hex_port, 16) != port:
+                continue
+            raw = bytes.fromhex(address)
+            words = [raw[i:i + 4][::-1] for i in range(0, len(raw), 4)]  # host-order 32-bit words
+            if len(words) == 1:
+                found.add(".".join(map(str, words[0])))
+            elif b"".join(words[:3]) == bytes(10) + b"\xff\xff":
+                found.add("::ffff:" + ".".join(map(str, words[3])))
+            else:
+                found.add(b"".join(words).hex())
+    return found
+
+
+@pytest.mark.bmv2
+@pytest.mark.netns
+def test_bmv2_command_line_starts_the_real_simple_switch_grpc(tmp_path: Path) -> None:
+    """BMv2 1.15 accepts the launcher's command line (target options after ``--``), serves
+    P4Runtime on loopback only, has the 8 priority queues asked for (the Thrift CLI can set
+    the rate of priority 7) and logs where the launcher says."""
+    from controller.bmv2_queues import QueueSetting, apply_queue_settings
+    from mininet_topos.launcher import free_port
+
+    with netns.lab() as lab:
+        _, outer1 = lab.add_host(1, "10.9.1.1")
+        _, outer2 = lab.add_host(2, "10.9.1.2")
+        cfg = SwitchConfig(name="b1", device_id=7, grpc_port=free_port(), log_file=tmp_path / "logs" / "b1.txt",
+                           p4runtime_log=tmp_path / "logs" / "b1-p4runtime.log", thrift_port=free_port(),
+                           pcap_dir=tmp_path / "pcaps", ports=((1, outer1), (2, outer2)))
+        command = bmv2_command(cfg)
+        assert command[command.index("--") + 1:] == [
+            "--grpc-server-addr", cfg.grpc_addr, "--cpu-port", "510", "--priority-queues", "8"]
+        proc = SwitchProcess(cfg, command)
+        proc.start()
+        try:
+            proc.wait_ready(time.monotonic() + 30)
+            assert listening_addresses(cfg.grpc_port) <= {"127.0.0.1", "::ffff:127.0.0.1"}
+            assert listening_addresses(cfg.grpc_port)
+            apply_queue_settings(cfg.thrift_port, [QueueSetting(port=2, rate_pps=100, depth_packets=16, priority=7)])
+        finally:
+            proc.stop()
+        assert proc.proc is not None and proc.proc.returncode is not None
+    assert "Thrift server was started" in cfg.log_file.read_text()
+    assert f"Adding interface {outer2} as port 2" in cfg.output_file.read_text()
+    assert (tmp_path / "pcaps" / f"{outer1}_in.pcap").exists()
 
 
 def test_switch_that_exits_is_reported_with_command_and_output(tmp_path: Path) -> None:

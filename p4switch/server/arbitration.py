@@ -1,9 +1,11 @@
-"""Client arbitration: election ids, one primary, any number of backups.
+"""Client arbitration as P4Runtime 1.4 section 5 specifies it (default role only).
 
-The primary is the connected client with the highest election id. Each client hears of its
-own role when it arbitrates, and every client hears when the primary changes: status OK for
-the primary, ALREADY_EXISTS for a backup while a primary exists, NOT_FOUND when none does;
-the election id in the update is the primary's (or the highest seen when there is none).
+A client that arbitrates with an election id at least the highest the server has ever seen
+becomes (or stays) primary; any other client is a backup, and so is one without an election
+id. When the primary leaves or lowers its id there is no primary until a client arbitrates
+with an id at least the highest seen. Notifications carry OK for the primary, ALREADY_EXISTS
+for a backup while a primary exists, NOT_FOUND when none does, and the highest election id
+seen (unset while there has never been a primary).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from p4.v1 import p4runtime_pb2
 
 from p4switch.server.errors import RpcError
 
-Notify = Callable[[p4runtime_pb2.StreamMessageResponse], None]
+Notify = Callable[[p4runtime_pb2.StreamMessageResponse], object]
 
 
 def election_value(uint128: p4runtime_pb2.Uint128) -> int:
@@ -27,10 +29,10 @@ def election_value(uint128: p4runtime_pb2.Uint128) -> int:
 
 @dataclass
 class Client:
-    """One StreamChannel that has arbitrated."""
+    """One StreamChannel that has arbitrated; ``election_id`` None: it sent none."""
 
     stream_id: int
-    election_id: int
+    election_id: int | None
     notify: Notify
 
 
@@ -40,54 +42,67 @@ class Arbiter:
     def __init__(self, device_id: int) -> None:
         self.device_id = device_id
         self._clients: dict[int, Client] = {}
-        self._highest_seen = 0
+        self._highest_seen: int | None = None
+        self._primary_stream: int | None = None
+        self._ever_primary = False
         self._lock = threading.Lock()
 
     def _primary(self) -> Client | None:
-        candidates = [c for c in self._clients.values() if c.election_id > 0]
-        return max(candidates, key=lambda c: c.election_id, default=None)
+        return self._clients.get(self._primary_stream) if self._primary_stream is not None else None
 
     def arbitrate(self, stream_id: int, update: p4runtime_pb2.MasterArbitrationUpdate, notify: Notify) -> None:
         """Register or update a stream's election id and tell the clients that need to know."""
+        known = stream_id in self._clients
         if update.device_id != self.device_id:
+            if known:
+                raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"device id {update.device_id} differs from this stream's ({self.device_id})")
             raise RpcError(grpc.StatusCode.NOT_FOUND,
                            f"device id {update.device_id} is not this switch (device id {self.device_id})")
-        if update.HasField("role") and update.role.name:
+        if update.HasField("role") and (update.role.name or update.role.HasField("config")):
             raise RpcError(grpc.StatusCode.UNIMPLEMENTED,
                            f"role {update.role.name!r}: only the default role is supported")
-        election_id = election_value(update.election_id) if update.HasField("election_id") else 0
+        election_id = election_value(update.election_id) if update.HasField("election_id") else None
         with self._lock:
-            if election_id and any(
+            if election_id is not None and any(
                 c.election_id == election_id and c.stream_id != stream_id for c in self._clients.values()
             ):
                 raise RpcError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"election id {election_id} is already used by another client")
-            before = self._primary()
             self._clients[stream_id] = Client(stream_id, election_id, notify)
-            self._highest_seen = max(self._highest_seen, election_id)
-            after = self._primary()
-            changed = (before.stream_id if before else None) != (after.stream_id if after else None)
-            self._announce(everyone=changed, newcomer=stream_id)
+            was_primary = self._primary_stream == stream_id
+            if election_id is not None and (self._highest_seen is None or election_id >= self._highest_seen):
+                self._primary_stream = stream_id
+                self._highest_seen = election_id
+                self._ever_primary = True
+                self._announce()
+                return
+            if was_primary:  # the primary downgraded itself: nobody is primary now
+                self._primary_stream = None
+                self._announce()
+                return
+            self._announce(only=stream_id)
 
     def remove(self, stream_id: int) -> None:
-        """Forget a stream that ended; a new primary (if any) is announced."""
+        """Forget a stream that ended; when it was the primary, the others hear there is none."""
         with self._lock:
-            before = self._primary()
             if self._clients.pop(stream_id, None) is None:
                 return
-            if before is not None and before.stream_id == stream_id:
-                self._announce(everyone=True, newcomer=None)
+            if self._primary_stream == stream_id:
+                self._primary_stream = None
+                self._announce()
 
-    def _announce(self, everyone: bool, newcomer: int | None) -> None:
+    def _announce(self, only: int | None = None) -> None:
         primary = self._primary()
         for client in list(self._clients.values()):
-            if not everyone and client.stream_id != newcomer:
+            if only is not None and client.stream_id != only:
                 continue
             msg = p4runtime_pb2.StreamMessageResponse()
             arb = msg.arbitration
             arb.device_id = self.device_id
-            value = primary.election_id if primary else self._highest_seen
-            arb.election_id.high, arb.election_id.low = value >> 64, value & ((1 << 64) - 1)
+            if self._ever_primary and self._highest_seen is not None:
+                value = self._highest_seen
+                arb.election_id.high, arb.election_id.low = value >> 64, value & ((1 << 64) - 1)
             if primary is None:
                 arb.status.code, arb.status.message = code_pb2.NOT_FOUND, "no primary client"
             elif primary.stream_id == client.stream_id:

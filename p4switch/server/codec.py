@@ -15,6 +15,7 @@ from p4switch import tables
 from p4switch.server import wire
 from p4switch.server.errors import RpcError, invalid, not_found, out_of_range, unimplemented
 from p4switch.server.schema import ActionInfo, MatchFieldInfo, ParamInfo, Schema, TableInfo
+from p4switch.server.validate import check_field_match
 
 
 def to_int(data: bytes, bitwidth: int, what: str) -> int:
@@ -60,11 +61,17 @@ def field_match(field: MatchFieldInfo, kind: str | None, first: bytes, second: A
     if kind == "lpm":
         if not 0 <= second <= width:
             raise invalid(f"{what}: prefix length {second} out of 0..{width}")
-        return tables.Lpm(to_int(first, width, what), second)
+        value = to_int(first, width, what)
+        check_field_match(field, kind, value, second)
+        return tables.Lpm(value, second)
     if kind == "ternary":
-        return tables.Ternary(to_int(first, width, what), to_int(second, width, what))
+        value, mask = to_int(first, width, what), to_int(second, width, what)
+        check_field_match(field, kind, value, mask)
+        return tables.Ternary(value, mask)
     if kind == "range":
-        return tables.Range(to_int(first, width, what), to_int(second, width, what))
+        low, high = to_int(first, width, what), to_int(second, width, what)
+        check_field_match(field, kind, low, high)
+        return tables.Range(low, high)
     if kind == "optional":
         return tables.Optional(to_int(first, width, what))
     raise unimplemented(f"{what}: match kind {kind} is not supported")

@@ -22,6 +22,7 @@ from p4switch.server import codec, wire
 from p4switch.server.errors import RpcError, from_table_error, invalid, not_found, out_of_range, unimplemented
 from p4switch.server.profiles import ProfileEntities
 from p4switch.server.schema import IndexedInfo, Schema, TableInfo
+from p4switch.server.validate import check_table_entry_write
 from p4switch.server.value_sets import ValueSetEntities
 
 Update = p4runtime_pb2.Update
@@ -90,11 +91,16 @@ class EntityStore:
         if update.type == DELETE:
             table.delete(tables.TableEntry(found.match(update.matches), update.priority, "", ()))
             return
-        entry = found.entry(update.matches, update.priority, update.action_id, update.params)
+        if update.type == MODIFY and update.action_id is None:
+            entry = self._existing(found, found.match(update.matches), update.priority)
+        else:
+            entry = found.entry(update.matches, update.priority, update.action_id, update.params)
         if update.type == INSERT:
             table.insert(entry)
         else:
             table.modify(entry)
+            if found.info.direct_meter_id:
+                table.set_direct_meter(entry, None)  # MODIFY without meter_config: default config
 
     def write(self, update: p4runtime_pb2.Update) -> None:
         """Apply one update; raises :class:`RpcError` with the per-update status."""
@@ -144,19 +150,34 @@ class EntityStore:
             name, args = codec.action_from_proto(self.schema, info, msg.action.action)
             table.set_default(name, args)
             return
+        check_table_entry_write(info, kind, msg)
         if kind == DELETE:
             table.delete(tables.TableEntry(found.match_from_proto(msg.match), msg.priority, "", ()))
             return
-        entry = found.entry_from_proto(msg)
+        if kind == MODIFY and msg.action.WhichOneof("type") is None:
+            entry = self._existing(found, found.match_from_proto(msg.match), msg.priority)
+        else:
+            entry = found.entry_from_proto(msg)
+        # Everything is checked; the direct resources of an entry just written cannot fail.
         if kind == INSERT:
             table.insert(entry)
         else:
             table.modify(entry)
         if msg.HasField("counter_data"):
             table.set_direct_counter(entry, msg.counter_data.packet_count, msg.counter_data.byte_count)
-        if msg.HasField("meter_config"):
+        if info.direct_meter_id and (kind == MODIFY or msg.HasField("meter_config")):
             cfg = msg.meter_config
-            table.set_direct_meter(entry, (cfg.cir, cfg.cburst, cfg.pir, cfg.pburst))
+            table.set_direct_meter(entry, (cfg.cir, cfg.cburst, cfg.pir, cfg.pburst)
+                                   if msg.HasField("meter_config") else None)
+
+    @staticmethod
+    def _existing(found: codec.TableCodec, match: tuple[tables.FieldMatch | None, ...],
+                  priority: int) -> tables.TableEntry:
+        """The installed entry a MODIFY without an action keeps the action of."""
+        entry = found.table.get(match, priority)
+        if entry is None:
+            raise not_found(f"table {found.info.name}: no such entry to modify")
+        return entry
 
     def _indices(self, info: IndexedInfo, index: p4runtime_pb2.Index | None) -> range:
         if index is None:
@@ -321,19 +342,19 @@ class EntityStore:
                 entries = table.entries()
             counters = with_counters and bool(info.direct_counter_id)
             for entry in entries:
-                data = found.encode(entry, table.direct_counter(entry) if counters else None)
+                try:
+                    data = found.encode(entry, table.direct_counter(entry) if counters else None)
+                except tables.EntryNotFound:
+                    continue  # deleted since this read began (reads take the lock batch by batch)
                 yield wire.delimited(wire.ENTITY_TABLE_ENTRY, data)
 
-    def _read_counters(self, query: p4runtime_pb2.CounterEntry) -> Iterator[p4runtime_pb2.Entity]:
+    def _read_counters(self, query: p4runtime_pb2.CounterEntry) -> Iterator[bytes]:
         ids = [query.counter_id] if query.counter_id else sorted(self.schema.counters)
         for counter_id in ids:
             info, array = self._array("counter", self.schema.counters, self.pipeline.counters, counter_id)
             for i in self._indices(info, query.index if query.HasField("index") else None):
                 packets, nbytes = array.read(i)
-                msg = p4runtime_pb2.CounterEntry(counter_id=info.id)
-                msg.index.index = i
-                msg.data.packet_count, msg.data.byte_count = packets, nbytes
-                yield p4runtime_pb2.Entity(counter_entry=msg)
+                yield wire.counter_entity(info.id, i, packets, nbytes)
 
     def _read_direct_counters(self, query: p4runtime_pb2.DirectCounterEntry) -> Iterator[p4runtime_pb2.Entity]:
         table_ids = [query.table_entry.table_id] if query.table_entry.table_id else [
@@ -348,7 +369,10 @@ class EntityStore:
             else:
                 entries = table.entries()
             for entry in entries:
-                packets, nbytes = table.direct_counter(entry)
+                try:
+                    packets, nbytes = table.direct_counter(entry)
+                except tables.EntryNotFound:
+                    continue  # deleted since this read began
                 msg = p4runtime_pb2.DirectCounterEntry()
                 msg.table_entry.MergeFromString(self._codec(table_id).encode(entry, mark_const=False))
                 msg.data.packet_count, msg.data.byte_count = packets, nbytes
@@ -374,7 +398,7 @@ class EntityStore:
         if which == "multicast_group_entry":
             wanted = query.multicast_group_entry.multicast_group_id
             for gid in sorted(pre.groups):
-                if wanted in (0, gid):
+                if wanted in (0, gid) and gid in pre.groups:
                     msg = p4runtime_pb2.PacketReplicationEngineEntry()
                     msg.multicast_group_entry.multicast_group_id = gid
                     for port, rid in pre.groups[gid]:
@@ -383,7 +407,7 @@ class EntityStore:
         elif which == "clone_session_entry":
             wanted = query.clone_session_entry.session_id
             for sid in sorted(pre.clone_sessions):
-                if wanted in (0, sid):
+                if wanted in (0, sid) and sid in pre.clone_sessions:
                     replicas, truncate = pre.clone_sessions[sid]
                     msg = p4runtime_pb2.PacketReplicationEngineEntry()
                     msg.clone_session_entry.session_id = sid

@@ -1,9 +1,12 @@
 """The P4Runtime gRPC service of one embedded switch.
 
 Unary RPCs run on a thread pool. Each StreamChannel gets a reader thread that handles
-arbitration and PacketOut, and a response queue through which arbitration updates, PacketIn
-and digests reach the client. Pipeline state is touched only under the target's lock, which
-the packet path shares.
+arbitration and PacketOut, and an :class:`Outbox` through which arbitration updates, PacketIn
+and digests reach the client. A stream holds a pool thread for its lifetime, so the pool has
+``max_streams`` threads for streams on top of the ones for unary RPCs, and streams beyond
+``max_streams`` (or that do not arbitrate in time) are ended. Pipeline state is touched only
+under the target's lock, which the packet path shares; a Read takes it for one response's
+worth of entities at a time.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import collections
 import functools
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,15 +32,22 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4switch.errors import P4SwitchError
 from p4switch.server import codec, wire
 from p4switch.server.arbitration import Arbiter
+from p4switch.server.consistency import check_consistent
 from p4switch.server.entities import EntityStore
 from p4switch.server.errors import RpcError, invalid
+from p4switch.server.outbox import Outbox
 from p4switch.server.request_log import RequestLog, RequestLogInterceptor
 from p4switch.server.schema import Schema
 
 log = logging.getLogger("p4switch.p4runtime")
 
 API_VERSION = "1.4.1"
-READ_BATCH = 500  # entities per ReadResponse
+READ_BATCH = 500  # entities per ReadResponse (and per hold of the pipeline lock)
+MAX_READ_ENTITIES = 1000  # entities one ReadRequest may ask for
+MAX_STREAMS = 16  # open StreamChannels; more are refused with RESOURCE_EXHAUSTED
+UNARY_WORKERS = 8  # pool threads kept for unary RPCs
+ARBITRATION_TIMEOUT = 10.0  # seconds a new stream has to send its arbitration update
+MAX_ERROR_MESSAGE = 512  # characters of one failed update's message in a Write's details
 
 PipelineFactory = Callable[[bytes], Any]
 Action = p4runtime_pb2.SetForwardingPipelineConfigRequest
@@ -77,7 +86,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     """P4Runtime for one device: pipeline config, Write, Read and StreamChannel."""
 
     def __init__(self, target: Target, device_id: int,
-                 pipeline_factory: PipelineFactory = default_pipeline_factory) -> None:
+                 pipeline_factory: PipelineFactory = default_pipeline_factory,
+                 max_streams: int = MAX_STREAMS) -> None:
         self.target = target
         self.device_id = device_id
         if pipeline_factory is default_pipeline_factory:  # random() seeded by the device id
@@ -90,6 +100,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._stream_ids = itertools.count(1)
         self._digest_list_ids = itertools.count(1)
         self.packet_ins_dropped = 0
+        self.digests_dropped = 0
+        self.max_streams = max_streams
+        self.arbitration_timeout = ARBITRATION_TIMEOUT
+        self._open_streams = 0
+        self._streams_lock = threading.Lock()
 
     # -- pipeline configuration -------------------------------------------------------------
 
@@ -105,13 +120,13 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         except Exception as exc:  # noqa: BLE001 - any broken config is the client's error
             raise invalid(f"device config is not one this target can load: {type(exc).__name__}: {exc}") from exc
         schema = Schema.build(config.p4info)
-        _check_consistent(schema, pipeline)
+        check_consistent(schema, pipeline)
         return schema, pipeline
 
     def load(self, p4info: p4info_pb2.P4Info, device_config: bytes, pipeline: Any, cookie: int = 0) -> None:
         """Install a pipeline directly (a program given on the command line)."""
         schema = Schema.build(p4info)
-        _check_consistent(schema, pipeline)
+        check_consistent(schema, pipeline)
         self._commit(ForwardingConfig(p4info, device_config, cookie), schema, pipeline)
 
     def _commit(self, config: ForwardingConfig, schema: Schema, pipeline: Any) -> None:
@@ -213,27 +228,56 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             return p4runtime_pb2.WriteResponse()
 
     def Read(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        """Serialized ReadResponses of at most READ_BATCH entities each (at least one response)."""
+        """Serialized ReadResponses of at most READ_BATCH entities each (at least one response),
+        each built under the pipeline lock and sent before the next is built, so a large read
+        neither holds the lock nor its whole answer in memory; it stops when the client goes."""
         with _AbortOnRpcError(context):
             self._check_device(request.device_id)
             store = self._store()
-            with self.target.lock:
-                entities = [found for entity in request.entities for found in store.read(entity)]
-        for start in range(0, max(len(entities), 1), READ_BATCH):
-            yield wire.read_response(entities[start:start + READ_BATCH])
+            if len(request.entities) > MAX_READ_ENTITIES:
+                raise RpcError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"a ReadRequest may name at most {MAX_READ_ENTITIES} entities, "
+                               f"got {len(request.entities)}")
+            sent = False
+            for entity in request.entities:
+                found = store.read(entity)
+                while context.is_active():
+                    with self.target.lock:
+                        batch = list(itertools.islice(found, READ_BATCH))
+                    if not batch:
+                        break
+                    sent = True
+                    yield wire.read_response(batch)
+            if not sent:
+                yield wire.read_response([])
 
     # -- StreamChannel ----------------------------------------------------------------------
 
     def StreamChannel(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        with self._streams_lock:
+            if self._open_streams >= self.max_streams:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"too many open streams (at most {self.max_streams})")
+            self._open_streams += 1
         stream_id = next(self._stream_ids)
-        responses: queue.Queue[Any] = queue.Queue()
+        responses = Outbox()
+        arbitrated = threading.Event()
         context.add_callback(lambda: responses.put(None))
-        reader = threading.Thread(target=self._read_stream, args=(stream_id, request_iterator, responses),
+        reader = threading.Thread(target=self._read_stream,
+                                  args=(stream_id, request_iterator, responses, arbitrated),
                                   name=f"p4rt-stream-{stream_id}", daemon=True)
         reader.start()
+        deadline = time.monotonic() + self.arbitration_timeout
         try:
             while True:
-                item = responses.get()
+                try:
+                    wait = None if arbitrated.is_set() else max(0.0, deadline - time.monotonic())
+                    item = responses.get(timeout=wait)
+                except TimeoutError:
+                    if arbitrated.is_set():
+                        continue
+                    context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  f"no arbitration update within {self.arbitration_timeout:g} s of opening the stream")
                 if item is None:
                     return
                 if isinstance(item, RpcError):
@@ -241,8 +285,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 yield item
         finally:
             self.arbiter.remove(stream_id)
+            with self._streams_lock:
+                self._open_streams -= 1
 
-    def _read_stream(self, stream_id: int, requests: Iterator[Any], responses: queue.Queue[Any]) -> None:
+    def _read_stream(self, stream_id: int, requests: Iterator[Any], responses: Outbox,
+                     arbitrated_event: threading.Event) -> None:
         arbitrated = False
         try:
             for message in requests:
@@ -251,6 +298,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     if kind == "arbitration":
                         self.arbiter.arbitrate(stream_id, message.arbitration, responses.put)
                         arbitrated = True
+                        arbitrated_event.set()
                     elif not arbitrated:
                         raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                                        "the first stream message must be an arbitration update")
@@ -311,7 +359,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 message.packet.metadata.add(metadata_id=spec.id, value=codec.to_bytes(value))
             payload = frame[nbytes:]
         message.packet.payload = payload
-        notify(message)
+        if notify(message) is False:
+            self.packet_ins_dropped += 1
 
     def _on_digest(self, name: str, values: tuple[int, ...]) -> None:
         store, notify = self.store, self.arbiter.primary_notify()
@@ -331,33 +380,20 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         else:
             for value in values:
                 data.struct.members.add(bitstring=codec.to_bytes(value))
-        notify(message)
-
-
-def _check_consistent(schema: Schema, pipeline: Any) -> None:
-    """The P4Info must describe the pipeline it comes with."""
-    for kind, infos, store in (
-        ("table", schema.tables, pipeline.tables),
-        ("counter", schema.counters, pipeline.counters),
-        ("meter", schema.meters, pipeline.meters),
-    ):
-        for info in infos.values():
-            if info.name not in store:
-                raise invalid(f"P4Info does not match the device config: {kind} {info.name} is not in the program")
-    for kind, named, store in (
-        ("action profile", schema.action_profiles, getattr(pipeline, "action_profiles", {})),
-        ("value set", schema.value_sets, getattr(pipeline, "value_sets", {})),
-    ):
-        for item in named.values():
-            if item.name not in store:
-                raise invalid(f"P4Info does not match the device config: {kind} {item.name} is not in the program")
+        if notify(message) is False:
+            self.digests_dropped += 1
 
 
 def _abort_with_update_errors(context: grpc.ServicerContext, count: int,
                               failures: list[tuple[int, int, str]]) -> None:
-    """End a Write with UNKNOWN and one ``p4.v1.Error`` per update in the status details."""
+    """End a Write with UNKNOWN and one ``p4.v1.Error`` per update in the status details.
+
+    The details travel in trailing metadata, which gRPC clients limit (16 KB by default), so an
+    update that succeeded costs only its empty ``Error`` and a failed one's message is capped
+    at MAX_ERROR_MESSAGE characters; clients sending large batches raise their limit."""
     status = status_pb2.Status(
-        code=code_pb2.UNKNOWN, message=f"{len(failures)} of {count} update(s) failed: {failures[0][2]}")
+        code=code_pb2.UNKNOWN,
+        message=_cap(f"{len(failures)} of {count} update(s) failed; the first, #{failures[0][0]}: {failures[0][2]}"))
     by_index = {index: (code, message) for index, code, message in failures}
     ok = any_pb2.Any()
     ok.Pack(p4runtime_pb2.Error(canonical_code=code_pb2.OK))
@@ -365,7 +401,7 @@ def _abort_with_update_errors(context: grpc.ServicerContext, count: int,
         if index in by_index:
             code, message = by_index[index]
             packed = any_pb2.Any()
-            packed.Pack(p4runtime_pb2.Error(canonical_code=code, message=message))
+            packed.Pack(p4runtime_pb2.Error(canonical_code=code, message=_cap(message)))
             status.details.append(packed)
         else:
             status.details.append(ok)
@@ -373,6 +409,10 @@ def _abort_with_update_errors(context: grpc.ServicerContext, count: int,
         grpc.StatusCode.UNKNOWN, status.message,
         (("grpc-status-details-bin", status.SerializeToString()),),
     ))
+
+
+def _cap(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_MESSAGE else message[:MAX_ERROR_MESSAGE - 3] + "..."
 
 
 def _stream_error(exc: RpcError, message: p4runtime_pb2.StreamMessageRequest) -> p4runtime_pb2.StreamMessageResponse:
@@ -432,8 +472,10 @@ class P4RuntimeServer:
 
     def __init__(self, target: Target, device_id: int, address: str = "127.0.0.1:9559",
                  request_log: Path | None = None, pipeline_factory: PipelineFactory = default_pipeline_factory,
-                 max_workers: int = 16, extra_handlers: tuple[grpc.GenericRpcHandler, ...] = ()) -> None:
-        self.servicer = P4RuntimeServicer(target, device_id, pipeline_factory)
+                 max_streams: int = MAX_STREAMS, unary_workers: int = UNARY_WORKERS,
+                 extra_handlers: tuple[grpc.GenericRpcHandler, ...] = ()) -> None:
+        self.servicer = P4RuntimeServicer(target, device_id, pipeline_factory, max_streams)
+        max_workers = max_streams + unary_workers
         self.request_log = RequestLog(request_log) if request_log else None
         interceptors = [RequestLogInterceptor(self.request_log)] if self.request_log else []
         self.server = grpc.server(

@@ -103,6 +103,23 @@ ENTITIES = tag(p4runtime_pb2.ReadResponse, "entities", LENGTH)
 ENTITY_TABLE_ENTRY = tag(p4runtime_pb2.Entity, "table_entry", LENGTH)
 
 
+_ENTITY_COUNTER_ENTRY = tag(p4runtime_pb2.Entity, "counter_entry", LENGTH)
+_CE_COUNTER_ID = tag(p4runtime_pb2.CounterEntry, "counter_id", VARINT)
+_CE_INDEX = tag(p4runtime_pb2.CounterEntry, "index", LENGTH)
+_CE_DATA = tag(p4runtime_pb2.CounterEntry, "data", LENGTH)
+_INDEX_INDEX = tag(p4runtime_pb2.Index, "index", VARINT)
+_CD_BYTES = tag(p4runtime_pb2.CounterData, "byte_count", VARINT)
+_CD_PACKETS = tag(p4runtime_pb2.CounterData, "packet_count", VARINT)
+
+
+def counter_entity(counter_id: int, index: int, packets: int, nbytes: int) -> bytes:
+    """The serialized ``Entity`` of one counter cell, as protobuf would write it."""
+    cell = _INDEX_INDEX + varint(index) if index else b""
+    data = (_CD_BYTES + varint(nbytes) if nbytes else b"") + (_CD_PACKETS + varint(packets) if packets else b"")
+    body = _CE_COUNTER_ID + varint(counter_id) + delimited(_CE_INDEX, cell) + delimited(_CE_DATA, data)
+    return delimited(_ENTITY_COUNTER_ENTRY, body)
+
+
 def read_response(entities: list[bytes | Message]) -> bytes:
     """A serialized ReadResponse holding entities given as serialized ``Entity`` bytes or messages."""
     return b"".join(delimited(ENTITIES, e if isinstance(e, bytes) else e.SerializeToString()) for e in entities)

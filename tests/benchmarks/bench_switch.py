@@ -1,7 +1,11 @@
 """Embedded switch benchmarks.
 
-- Forwarding: packets/s that reach a namespace through one ``p4switch run`` (IPv4 router;
-  DLCP program), against a Linux bridge between the same two namespaces (same sender, same run).
+- Forwarding: packets/s that reach a namespace through one switch (IPv4 router; DLCP
+  program): the embedded ``p4switch run`` and BMv2's ``simple_switch_grpc`` (p4c's build of
+  the same program, when p4c and BMv2 are found), each against a Linux bridge between the
+  same two namespaces, and the embedded target against BMv2 (same sender, same run). The
+  reference BMv2 is built with logging compiled in (not enabled here); a build without it
+  forwards about twice as fast.
 - P4Runtime writes: table entries/s written in batched Write requests, against one update
   per request.
 - P4Runtime reads: entries/s of one wildcard Read of 10,000 entries, against writing the
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,9 +102,11 @@ def _bridge_pps(lab: netns.Lab, h1: netns.Host, h2: netns.Host, outers: list[str
 
 
 class _Client:
-    """A primary P4Runtime client that names things as the P4Info does."""
+    """A primary P4Runtime client that names things as the P4Info does; it installs
+    ``pipeline`` (P4Info, device config) when given, else reads the switch's."""
 
-    def __init__(self, address: str, device_id: int) -> None:
+    def __init__(self, address: str, device_id: int,
+                 pipeline: tuple[p4info_pb2.P4Info, bytes] | None = None) -> None:
         self.channel = grpc.insecure_channel(address)
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self.device_id = device_id
@@ -110,8 +117,17 @@ class _Client:
         request.arbitration.election_id.low = 1
         self._out.put(request)
         next(self._stream)
+        if pipeline is not None:
+            config = p4runtime_pb2.ForwardingPipelineConfig(p4info=pipeline[0], p4_device_config=pipeline[1])
+            set_request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+                device_id=device_id, config=config,
+                action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+            set_request.election_id.low = 1
+            self.stub.SetForwardingPipelineConfig(set_request, timeout=60)
+            self.p4info = pipeline[0]
+            return
         get = p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=device_id)
-        self.p4info: p4info_pb2.P4Info = self.stub.GetForwardingPipelineConfig(get).config.p4info
+        self.p4info = self.stub.GetForwardingPipelineConfig(get).config.p4info
 
     def close(self) -> None:
         self._out.put(None)
@@ -148,30 +164,91 @@ def _switch(program: Path, interfaces: list[str], workdir: Path) -> Iterator[_Cl
             client.close()
 
 
+@contextmanager
+def _bmv2_switch(program: Path, interfaces: list[str], workdir: Path) -> Iterator[_Client]:
+    """``simple_switch_grpc`` (no logging enabled) with p4c's build of ``program`` pushed over P4Runtime."""
+    from google.protobuf import text_format
+
+    from gradfabric.p4build import compile_p4c
+    from gradfabric.p4ref import require_tool
+
+    build = compile_p4c(program, workdir / "bmv2", str(require_tool("p4c")))
+    p4info = text_format.Parse(build.p4info.read_text(), p4info_pb2.P4Info())
+    address = f"127.0.0.1:{netns.free_port()}"
+    cmd = [str(require_tool("simple_switch_grpc")), "--device-id", "1", "--thrift-port", str(netns.free_port())]
+    for i, iface in enumerate(interfaces, start=1):
+        cmd += ["-i", f"{i}@{iface}"]
+    cmd += ["--no-p4", "--", "--grpc-server-addr", address]
+    out = workdir / f"{program.stem}-bmv2.out"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not netns.accepts_connections("127.0.0.1", int(address.rsplit(":", 1)[1])):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"simple_switch_grpc did not start: {out.read_text()[-2000:]}")
+            time.sleep(0.1)
+        client = _Client(address, 1, (p4info, build.device_config.read_bytes()))
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _bmv2_available() -> bool:
+    from gradfabric.p4ref import missing_tools
+
+    return not missing_tools(("p4c", "simple_switch_grpc"))
+
+
 def _mac(text: str) -> int:
     return int(text.replace(":", ""), 16)
 
 
+BMV2_NAME = "BMv2 simple_switch_grpc 1.15.5 (logging compiled in, off)"
+
+
 def _forwarding_figures(workdir: Path) -> list[Figure]:
+    """Bridge, then each program on the embedded target and on BMv2, one after the other."""
     figures = []
+    targets = {"embedded": _switch}
+    if _bmv2_available():
+        targets["bmv2"] = _bmv2_switch
+    else:
+        print("bench: p4c or simple_switch_grpc not found: BMv2 figures skipped", flush=True)
+    programs = [("IPv4 router", ROUTER, "MyIngress.ipv4_lpm", "MyIngress.ipv4_forward", 5000, bytes(18))]
+    if DLCP.exists():
+        programs.append(("DLCP program (gradient packets)", DLCP, "DlcpIngress.ipv4_lpm",
+                         "DlcpIngress.set_nhop", 19600, _dlcp_payload()))
     with netns.lab() as lab:
         h1, out1 = lab.add_host(1, "10.0.1.1")
         h2, out2 = lab.add_host(2, "10.0.2.1")
         # On-link route: the switch (or bridge) gets frames addressed to h2 or to the switch.
         netns.in_ns(h1.ns, "ip", "route", "add", "10.0.2.0/24", "dev", h1.iface)
         bridge = _bridge_pps(lab, h1, h2, [out1, out2])
-        with _switch(ROUTER, [out1, out2], workdir) as client:
-            client.write([client.lpm_update("MyIngress.ipv4_lpm", 0x0A000200, 24, "MyIngress.ipv4_forward",
-                                            {"dstAddr": _mac(h2.mac), "port": 2})])
-            router = _forwarded_pps(h1, h2, _udp_frame(h1, h2, SWITCH_MAC, 5000, bytes(18)))
-        figures.append(Figure("switch forwarding, IPv4 router", router, "Linux bridge", bridge, "pkt/s"))
-        if DLCP.exists():
-            with _switch(DLCP, [out1, out2], workdir) as client:
-                client.write([client.lpm_update("DlcpIngress.ipv4_lpm", 0x0A000200, 24, "DlcpIngress.set_nhop",
-                                                {"port": 2, "smac": _mac(SWITCH_MAC), "dmac": _mac(h2.mac)})])
-                dlcp = _forwarded_pps(h1, h2, _udp_frame(h1, h2, SWITCH_MAC, 19600, _dlcp_payload()))
-            figures.append(Figure("switch forwarding, DLCP program (gradient packets)", dlcp,
+        for label, program, table, action, dport, payload in programs:
+            params = ({"dstAddr": _mac(h2.mac), "port": 2} if program == ROUTER
+                      else {"port": 2, "smac": _mac(SWITCH_MAC), "dmac": _mac(h2.mac)})
+            rates = {}
+            for target, start in targets.items():
+                print(f"bench: forwarding, {label}, {target} ...", flush=True)
+                with start(program, [out1, out2], workdir) as client:
+                    client.write([client.lpm_update(table, 0x0A000200, 24, action, params)])
+                    rates[target] = _forwarded_pps(h1, h2, _udp_frame(h1, h2, SWITCH_MAC, dport, payload))
+            figures.append(Figure(f"switch forwarding, {label}, embedded", rates["embedded"],
                                   "Linux bridge", bridge, "pkt/s"))
+            if "bmv2" in rates:
+                figures.append(Figure(f"switch forwarding, {label}, {BMV2_NAME}", rates["bmv2"],
+                                      "Linux bridge", bridge, "pkt/s"))
+                figures.append(Figure(f"switch forwarding, {label}, embedded", rates["embedded"],
+                                      BMV2_NAME, rates["bmv2"], "pkt/s"))
     return figures
 
 

@@ -1,0 +1,319 @@
+"""The C source of one program: parser, controls, actions, tables and the packet entry points.
+
+`generate_c(compiled, recorded)` walks the six v1model blocks of the recorded compilation
+and writes one C file that includes the runtime (`gf_runtime.h`, `gf_state.h`) and, when
+asked, the switch loops (`gf_switch.h`). Raises NativeUnsupported naming the first construct
+the backend does not cover.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lark import Token, Tree
+
+from p4switch.compiled import ActionImpl, CompiledProgram
+from p4switch.native.cgen_expr import NativeUnsupported, lit
+from p4switch.native.cgen_stmt import StmtGen
+from p4switch.native.recorder import Recorded
+from p4switch.tables import MATCH_KINDS
+
+_ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
+_UNSUPPORTED_EXTERNS = ("clone", "clone3", "clone_preserving_field_list", "resubmit",
+                        "resubmit_preserving_field_list", "recirculate",
+                        "recirculate_preserving_field_list", "truncate", "digest", "log_msg",
+                        "assert", "assume")
+
+
+def _name(node: Any) -> str:
+    return str(node.children[0]) if isinstance(node, Tree) else str(node)
+
+
+class ProgramGen(StmtGen):
+    """One C translation of one recorded compilation."""
+
+    def __init__(self, compiled: CompiledProgram, rec: Recorded) -> None:
+        self.compiled, self.rec = compiled, rec
+        self.errors: list[str] = ["NoError"]
+        self.enums: dict[tuple[str, str], int] = {}
+        self.std = compiled.std
+        self.table_names = list(compiled.tables)
+        self.table_ids = {n: i for i, n in enumerate(self.table_names)}
+        self.counter_ids = {n: i for i, n in enumerate(compiled.counters)}
+        self.register_ids = {n: i for i, n in enumerate(compiled.registers)}
+        self.meter_ids = {n: i for i, n in enumerate(compiled.meters)}
+        self.impl_nodes = rec.impl_nodes
+        self.action_fns: dict[int, str] = {}
+        self.action_defs: list[list[str]] = []
+        self.exit_label: str | None = None
+        self.in_parser = False
+        self.has_exit = False
+        self.template_c: list[int] = []
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def precheck(self) -> None:
+        c = self.compiled
+        if c.action_profiles:
+            raise NativeUnsupported("action profiles and selectors")
+        if c.value_sets:
+            raise NativeUnsupported("parser value sets")
+        if c.digests:
+            raise NativeUnsupported("digests")
+        kinds = [k for k, _ in self.rec.blocks]
+        if kinds != ["parser"] + ["control"] * 5:
+            raise NativeUnsupported("parser or control instances inside blocks")
+        for _, node in self.rec.blocks:
+            for sub in node.iter_subtrees():
+                if sub.data in ("call", "method_call_stmt") and isinstance(sub.children[0], Tree) \
+                        and sub.children[0].data == "var" and _name(sub.children[0]) in _UNSUPPORTED_EXTERNS:
+                    raise self.fail(sub, f"extern {_name(sub.children[0])}")
+                if sub.data == "exit_stmt":
+                    self.has_exit = True
+        for name, table in c.tables.items():
+            if len(table.keys) > 8:
+                raise NativeUnsupported(f"table {name}: more than 8 key fields")
+            for key in table.keys:
+                if key.bitwidth > 64 or key.match_kind not in MATCH_KINDS:
+                    raise NativeUnsupported(f"table {name}: key {key.name} wider than 64 bits")
+            for spec in table.actions.values():
+                if len(spec.param_widths) > 16 or any(w > 64 for w in spec.param_widths):
+                    raise NativeUnsupported(f"table {name}: action {spec.name} data wider than 64 bits")
+            if self.rec.table_selectors.get(name):
+                raise NativeUnsupported(f"table {name}: selector keys")
+        for m in c.meters.values():
+            if getattr(m, "direct_table", None):
+                raise NativeUnsupported("direct meters")
+        self.template_c = [0] + [self.slot_value(v, None) for v in c.template[1:]]
+
+    # -- actions and tables ------------------------------------------------------------------------
+
+    def action_fn(self, impl: ActionImpl, where: Any) -> str:
+        fname = self.action_fns.get(id(impl))
+        if fname is not None:
+            return fname
+        node = self.impl_nodes.get(id(impl))
+        if node is None:
+            raise self.fail(where, f"action {impl.name} bound with arguments in a table")
+        fname = f"a{len(self.action_fns)}"
+        self.action_fns[id(impl)] = fname
+        saved = (self.exit_label, self.in_parser)
+        self.exit_label, self.in_parser = None, False
+        body: list[str] = [f"/* {impl.name} */", f"static void {fname}(gf_ctx *c) {{"]
+        self.stmts(node.children[3].children[1:], body, "    ")
+        body.append("}")
+        self.exit_label, self.in_parser = saved
+        self.action_defs.append(body)
+        return fname
+
+    def table_fn(self, name: str) -> list[str]:
+        tid = self.table_ids[name]
+        table = self.compiled.tables[name]
+        impls = self.rec.table_actions.get(name)
+        if impls is None:
+            raise NativeUnsupported(f"table {name} was not compiled")
+        keys = [self.cx(k) for k in self.rec.table_keys[name]]
+        counted = self.rec.table_counted.get(name, False)
+        out = [f"static int t{tid}_apply(gf_ctx *c) {{ /* {name} */"]
+        out.append(f"    uint64_t k_[{max(len(keys), 1)}] = {{{', '.join(keys) or '0'}}};")
+        out.append(f"    gf_table *t_ = &P->tables[{tid}];")
+        out.append(f"    gf_entry *e_ = {'gf_lookup(t_, k_)' if keys else '0'};")
+        out.append("    int32_t a_; const uint64_t *d_;")
+        out.append("    if (e_) { c->hit = 1; a_ = e_->action; d_ = e_->args;")
+        if counted:
+            out.append("        __atomic_fetch_add(&e_->packets, 1, __ATOMIC_RELAXED);"
+                       " __atomic_fetch_add(&e_->bytes, c->len, __ATOMIC_RELAXED);")
+        out.append("    } else { c->hit = 0; a_ = t_->def_action; d_ = t_->def_args; }")
+        out.append("    (void)d_;")
+        out.append("    switch (a_) {")
+        for i, aname in enumerate(table.actions):
+            impl = impls.get(aname)
+            if impl is None:
+                raise NativeUnsupported(f"table {name}: action {aname} not compiled")
+            fname = self.action_fn(impl, None)
+            loads = " ".join(f"S[{slot}] = d_[{j}];" for j, slot in enumerate(impl.data_slots))
+            out.append(f"    case {i}: {loads} {fname}(c); break;")
+        out.append("    default: break;")
+        out.append("    }")
+        out.append("    return a_;")
+        out.append("}")
+        return out
+
+    # -- blocks ------------------------------------------------------------------------------------
+
+    def control(self, role: str, node: Tree) -> list[str]:
+        children = node.children
+        apply_index = next(i for i, ch in enumerate(children) if isinstance(ch, Token) and ch.type == "APPLY")
+        self.exit_label, self.in_parser = f"done_{role}", False
+        out = [f"static void ctl_{role}(gf_ctx *c) {{"]
+        for item in children[5:apply_index]:
+            if isinstance(item, Tree) and item.data == "var_decl":
+                self._st_var_decl(item, out, "    ")
+        self.stmt(children[apply_index + 1], out, "    ")
+        out.append(f"done_{role}: ;")
+        out.append("}")
+        return out
+
+    def parser(self, node: Tree) -> list[str]:
+        self.exit_label, self.in_parser = None, True
+        children = node.children
+        states = [ch for ch in children[5:] if isinstance(ch, Tree) and ch.data == "parser_state"]
+        out = ["static void ctl_parser(gf_ctx *c) {", "    uint64_t err_ = 0; int steps_ = 0;"]
+        for item in children[5:]:
+            if isinstance(item, Tree) and item.data == "var_decl":
+                self._st_var_decl(item, out, "    ")
+        out.append("    goto st_start;")
+        timeout = self.error_index("ParserTimeout")
+        for st in states:
+            _annos, _tok, name_node, *rest = st.children
+            transition = rest[-1] if rest and isinstance(rest[-1], Tree) and rest[-1].data.startswith("transition") else None
+            stmts = rest[:-1] if transition is not None or (rest and rest[-1] is None) else rest
+            out.append(f"st_{_name(name_node)}:")
+            out.append(f"    if (++steps_ > 1000) {{ err_ = {timeout}; goto p_error; }}")
+            self.stmts([s for s in stmts if s is not None], out, "    ")
+            if transition is None:
+                out.append("    goto p_reject;")
+            elif transition.data == "transition_direct":
+                out.append(f"    {self.goto_state(_name(transition.children[0]))}")
+            else:
+                self.select(transition.children[0], out)
+        out += ["p_reject: goto p_done;",
+                f"p_error: S[{self.std['parser_error']}] = err_; goto p_done;",
+                "st_accept: ;", "p_done: c->payload_off = c->pos;", "}"]
+        return out
+
+    @staticmethod
+    def goto_state(target: str) -> str:
+        return "goto p_reject;" if target == "reject" else f"goto st_{target};"
+
+    def select(self, node: Tree, out: list[str]) -> None:
+        exprs = [ch for ch in node.children[0].children if ch is not None]
+        keys = [self.cx(e) for e in exprs]
+        out.append("    {")
+        for i, k in enumerate(keys):
+            out.append(f"    uint64_t k{i}_ = {k};")
+        for case in node.children[1:]:
+            ks, target_node = case.children
+            target = _name(target_node)
+            sets = ks.children if isinstance(ks, Tree) and ks.data == "tuple_keyset" else [ks]
+            if len(sets) == 1 and len(keys) > 1 and isinstance(ks, Tree) and ks.data in (
+                    "default_keyset", "dontcare_keyset"):
+                sets = sets * len(keys)
+            conds = []
+            for i, st in enumerate(sets):
+                kind = st.data if isinstance(st, Tree) else ""
+                if kind in ("default_keyset", "dontcare_keyset"):
+                    continue
+                if kind == "mask_keyset":
+                    v, m = self.case_value(st.children[0]), self.case_value(st.children[1])
+                    conds.append(f"(k{i}_ & {lit(m)}) == {lit(v & m)}")
+                elif kind == "range_keyset":
+                    lo, hi = self.case_value(st.children[0]), self.case_value(st.children[1])
+                    conds.append(f"(k{i}_ >= {lit(lo)} && k{i}_ <= {lit(hi)})")
+                else:
+                    conds.append(f"k{i}_ == {lit(self.case_value(st))}")
+            out.append(f"    if ({' && '.join(conds) or '1'}) {self.goto_state(target)}")
+        out.append(f"    err_ = {self.error_index('NoMatch')}; goto p_error;")
+        out.append("    }")
+
+    def case_value(self, node: Any) -> int:
+        e = self.e(node)
+        if not e.is_const:
+            raise self.fail(node, "select case that is not a constant (a value set?)")
+        if isinstance(e.const, bool):
+            return int(e.const)
+        if isinstance(e.const, str):
+            raise self.fail(node, "select on an error or enum")
+        return int(e.const) & 0xFFFFFFFFFFFFFFFF
+
+    # -- the file ----------------------------------------------------------------------------------
+
+    def generate(self, with_switch: bool = True) -> str:
+        self.precheck()
+        blocks = {role: node for role, (_, node) in zip(_ROLES, self.rec.blocks)}
+        bodies: list[list[str]] = [self.parser(blocks["parser"])]
+        for role in _ROLES[1:]:
+            bodies.append(self.control(role, blocks[role]))
+        tables = [self.table_fn(n) for n in self.table_names]
+        # action functions may have been generated while generating other bodies
+        c = self.compiled
+        nslots = len(self.template_c)
+        std = self.std
+        lines = [
+            "/* Generated from the P4 program by p4switch.native; do not edit. */",
+            f"#define GF_NSLOTS {nslots}",
+            '#include "gf_state.h"',
+            "typedef struct gf_ctx {",
+            "    uint64_t s[GF_NSLOTS];",
+            "    const uint8_t *data; uint32_t len, pos, payload_off;",
+            "    uint64_t now_us, rng; int exit_flag, hit;",
+            "    gf_prog *p; uint8_t *out; uint32_t out_len;",
+            "} gf_ctx;",
+            "#define S (c->s)",
+            "#define P (c->p)",
+            f"static const uint64_t gf_template[GF_NSLOTS] = {{{', '.join(lit(v) for v in self.template_c)}}};",
+        ]
+        lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
+        lines += [f"static int t{i}_apply(gf_ctx *c);" for i in range(len(self.table_names))]
+        for body in self.action_defs + tables + bodies:
+            lines += body
+        descs = []
+        for name in self.table_names:
+            t = c.tables[name]
+            kinds = ", ".join(str(MATCH_KINDS.index(k.match_kind)) for k in t.keys) or "0"
+            widths = ", ".join(str(k.bitwidth) for k in t.keys) or "0"
+            descs.append(f"{{{len(t.keys)}, {{{kinds}}}, {{{widths}}}}}")
+        csizes = ", ".join(str(x.size) for x in c.counters.values()) or "0"
+        rsizes = ", ".join(str(x.size) for x in c.registers.values()) or "0"
+        rwidths = ", ".join(str(x.width) for x in c.registers.values()) or "0"
+        msizes = ", ".join(str(x.size) for x in c.meters.values()) or "0"
+        mbytes = ", ".join("1" if x.unit == "bytes" else "0" for x in c.meters.values()) or "0"
+        lines += [
+            f"static const gf_table_desc gf_tds[] = {{{', '.join(descs) or '{0, {0}, {0}}'}}};",
+            f"static const uint32_t gf_csizes[] = {{{csizes}}};",
+            f"static const uint32_t gf_rsizes[] = {{{rsizes}}};",
+            f"static const unsigned gf_rwidths[] = {{{rwidths}}};",
+            f"static const uint32_t gf_msizes[] = {{{msizes}}};",
+            f"static const int gf_mbytes[] = {{{mbytes}}};",
+            "GF_EXPORT gf_prog *gf_prog_create(void) {",
+            f"    return gf_prog_new({len(self.table_names)}, gf_tds, {len(c.counters)}, gf_csizes, "
+            f"{len(c.registers)}, gf_rsizes, gf_rwidths, {len(c.meters)}, gf_msizes, gf_mbytes);",
+            "}",
+            "static void gf_ingress_run(gf_ctx *c, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now) {",
+            "    memcpy(c->s, gf_template, sizeof c->s);",
+            "    c->data = data; c->len = len; c->pos = 0; c->payload_off = 0; c->now_us = now; c->exit_flag = 0;",
+            f"    S[{std['ingress_port']}] = port; S[{std['instance_type']}] = 0; S[{std['packet_length']}] = len;",
+            f"    S[{std['ingress_global_timestamp']}] = now;",
+            "    ctl_parser(c); ctl_verify(c); c->exit_flag = 0; ctl_ingress(c);",
+            "}",
+            "/* Egress, checksum update and deparser: the frame's length in `out`, or -1 (dropped). */",
+            "static int gf_egress_run(gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,",
+            "                         uint64_t deq_td, uint64_t deq_qdepth, uint8_t *out) {",
+            f"    S[{std['egress_port']}] = port; S[{std['egress_spec']}] = port;",
+            f"    S[{std['enq_timestamp']}] = enq_ts & 0xFFFFFFFFu; S[{std['enq_qdepth']}] = enq_qdepth & 0x7FFFF;",
+            f"    S[{std['deq_timedelta']}] = deq_td & 0xFFFFFFFFu; S[{std['deq_qdepth']}] = deq_qdepth & 0x7FFFF;",
+            f"    S[{std['egress_global_timestamp']}] = (enq_ts + deq_td) & 0xFFFFFFFFFFFFULL;",
+            "    c->exit_flag = 0; ctl_egress(c);",
+            f"    if (S[{std['egress_spec']}] == GF_DROP) return -1;",
+            "    ctl_compute(c);",
+            "    c->out = out; c->out_len = 0; ctl_deparser(c);",
+            "    uint32_t rest = c->len - c->payload_off;",
+            "    if (c->out_len + rest > GF_MAXFRAME) rest = GF_MAXFRAME - c->out_len;",
+            "    memcpy(out + c->out_len, c->data + c->payload_off, rest);",
+            "    return (int)(c->out_len + rest);",
+            "}",
+            f"#define GF_STD_EGRESS_SPEC {std['egress_spec']}",
+            f"#define GF_STD_MCAST_GRP {std['mcast_grp']}",
+            f"#define GF_STD_PRIORITY {std['priority']}",
+            f"#define GF_STD_EGRESS_RID {std['egress_rid']}",
+            f"#define GF_STD_INSTANCE_TYPE {std['instance_type']}",
+            '#include "gf_process.h"',
+        ]
+        if with_switch:
+            lines.append('#include "gf_switch.h"')
+        return "\n".join(lines) + "\n"
+
+
+def generate_c(compiled: CompiledProgram, rec: Recorded, with_switch: bool = True) -> str:
+    """The C file for a recorded compilation (NativeUnsupported when not covered)."""
+    return ProgramGen(compiled, rec).generate(with_switch)

@@ -1,0 +1,324 @@
+"""C expressions from the recorded compilation: every value is a uint64_t over the slot array.
+
+Scalars live in the same slots as in the Python pipeline (``S[n]``); bools are 0/1, errors
+and plain enum members their index. Constructs outside what the backend covers raise
+:class:`NativeUnsupported` with the source location, and the program runs on Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lark import Token, Tree
+
+from p4switch.compiled import E, ExternInstance, PacketParam, TableImpl
+from p4switch.errors import P4SwitchError
+from p4switch.frontend.types import BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, P4Type, StructT, field_offset
+
+
+class NativeUnsupported(P4SwitchError):
+    """The program uses something the native backend does not compile (the reason says what)."""
+
+
+def width_of(t: P4Type) -> int:
+    if isinstance(t, BoolT):
+        return 1
+    if isinstance(t, BitT):
+        return t.width
+    if isinstance(t, EnumT) and t.repr is not None:
+        return t.repr.width
+    if isinstance(t, ErrorT | EnumT):
+        return 32
+    raise NativeUnsupported(f"no scalar width for {t}")
+
+
+def lit(value: int) -> str:
+    return f"UINT64_C({value & 0xFFFFFFFFFFFFFFFF})"
+
+
+class ExprGen:
+    """Mixin of the generator: expressions."""
+
+    rec: Any
+    errors: list[str]
+    enums: dict[tuple[str, str], int]
+
+    def where(self, node: Any) -> str:
+        if isinstance(node, Token) and node.line is not None:
+            return f"line {node.line}"
+        if isinstance(node, Tree) and not node.meta.empty:
+            return f"line {node.meta.line}"
+        if isinstance(node, Tree):
+            for child in node.children:
+                w = self.where(child)
+                if w:
+                    return w
+        return ""
+
+    def fail(self, node: Any, what: str) -> NativeUnsupported:
+        loc = self.where(node)
+        return NativeUnsupported(f"{what}{' (' + loc + ')' if loc else ''}")
+
+    def e(self, node: Any) -> E:
+        if id(node) in self.rec.conflicts:
+            raise self.fail(node, "a construct compiled in several contexts")
+        e = self.rec.exprs.get(id(node))
+        if e is None:
+            raise self.fail(node, f"expression {getattr(node, 'data', node)} was not compiled")
+        return e
+
+    def check_type(self, t: P4Type, node: Any) -> None:
+        if isinstance(t, BitT) and (t.signed or t.width > 64):
+            raise self.fail(node, f"type {t} (signed or wider than 64 bits)")
+
+    def const_code(self, value: Any, t: P4Type, node: Any) -> str:
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, int):
+            if isinstance(t, BitT):
+                self.check_type(t, node)
+            return lit(value)
+        if isinstance(value, str) and isinstance(t, ErrorT):
+            return str(self.error_index(value))
+        if isinstance(value, str) and isinstance(t, EnumT):
+            return str(self.enum_index(t, value))
+        raise self.fail(node, f"constant {value!r} of type {t}")
+
+    def error_index(self, name: str) -> int:
+        if name not in self.errors:
+            self.errors.append(name)
+        return self.errors.index(name)
+
+    def enum_index(self, t: EnumT, member: str) -> int:
+        key = (t.name, member)
+        if key not in self.enums:
+            members = list(getattr(t, "members", []) or [])
+            self.enums[key] = members.index(member) if member in members else len(self.enums) + 1000
+        return self.enums[key]
+
+    def slot_value(self, value: Any, t: P4Type | None) -> int:
+        """A template slot value as the C slot holds it."""
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, int):
+            return value & 0xFFFFFFFFFFFFFFFF
+        if isinstance(value, str):
+            if isinstance(t, EnumT):
+                return self.enum_index(t, value)
+            return self.error_index(value)
+        if value is None:
+            return 0
+        raise NativeUnsupported(f"slot value {value!r} (varbit or other non-scalar)")
+
+    def cx(self, node: Any) -> str:
+        """The C expression of a scalar value."""
+        e = self.e(node)
+        if e.is_const and not isinstance(e.type, IntLitT) or (e.is_const and isinstance(e.const, int)):
+            return self.const_code(e.const, e.type, node)
+        self.check_type(e.type, node)
+        if e.place is not None and e.place.base is not None and not isinstance(
+                e.type, HeaderT | StructT):
+            return f"S[{e.place.base}]"
+        kind = node.data if isinstance(node, Tree) else "token"
+        handler = getattr(self, f"_cx_{kind}", None)
+        if handler is None:
+            raise self.fail(node, f"expression {kind}")
+        return handler(node, e)
+
+    def masked(self, code: str, t: P4Type) -> str:
+        w = width_of(t) if not isinstance(t, IntLitT) else 64
+        return code if w >= 64 else f"(({code}) & {lit((1 << w) - 1)})"
+
+    def _binop(self, node: Tree, e: E, op: str) -> str:
+        a, b = self.cx(node.children[0]), self.cx(node.children[1])
+        return self.masked(f"{a} {op} {b}", e.type)
+
+    def _cx_plus(self, node: Tree, e: E) -> str:
+        return self._binop(node, e, "+")
+
+    def _cx_minus(self, node: Tree, e: E) -> str:
+        return self._binop(node, e, "-")
+
+    def _cx_times(self, node: Tree, e: E) -> str:
+        return self._binop(node, e, "*")
+
+    def _cx_band(self, node: Tree, e: E) -> str:
+        return f"({self.cx(node.children[0])} & {self.cx(node.children[1])})"
+
+    def _cx_bor(self, node: Tree, e: E) -> str:
+        return f"({self.cx(node.children[0])} | {self.cx(node.children[1])})"
+
+    def _cx_bxor(self, node: Tree, e: E) -> str:
+        return f"({self.cx(node.children[0])} ^ {self.cx(node.children[1])})"
+
+    def _cx_div(self, node: Tree, e: E) -> str:
+        return f"gf_div({self.cx(node.children[0])}, {self.cx(node.children[1])})"
+
+    def _cx_mod(self, node: Tree, e: E) -> str:
+        return f"gf_mod({self.cx(node.children[0])}, {self.cx(node.children[1])})"
+
+    def _cx_sat_plus(self, node: Tree, e: E) -> str:
+        return f"gf_satadd({self.cx(node.children[0])}, {self.cx(node.children[1])}, {width_of(e.type)})"
+
+    def _cx_sat_minus(self, node: Tree, e: E) -> str:
+        return f"gf_satsub({self.cx(node.children[0])}, {self.cx(node.children[1])})"
+
+    def _cx_shl(self, node: Tree, e: E) -> str:
+        return self.masked(f"gf_shl({self.cx(node.children[0])}, {self.cx(node.children[1])})", e.type)
+
+    def _cx_shr(self, node: Tree, e: E) -> str:
+        return f"gf_shr({self.cx(node.children[0])}, {self.cx(node.children[1])})"
+
+    def _cmp(self, node: Tree, op: str) -> str:
+        for child in node.children:
+            t = self.e(child).type
+            if isinstance(t, HeaderT | StructT):
+                raise self.fail(node, "comparison of headers or structs")
+        return f"({self.cx(node.children[0])} {op} {self.cx(node.children[1])})"
+
+    def _cx_eq(self, node: Tree, e: E) -> str:
+        return self._cmp(node, "==")
+
+    def _cx_ne(self, node: Tree, e: E) -> str:
+        return self._cmp(node, "!=")
+
+    def _cx_lt(self, node: Tree, e: E) -> str:
+        return self._cmp(node, "<")
+
+    def _cx_gt(self, node: Tree, e: E) -> str:
+        return self._cmp(node, ">")
+
+    def _cx_le(self, node: Tree, e: E) -> str:
+        return self._cmp(node, "<=")
+
+    def _cx_ge(self, node: Tree, e: E) -> str:
+        return self._cmp(node, ">=")
+
+    def _cx_land(self, node: Tree, e: E) -> str:
+        return f"({self.cx(node.children[0])} && {self.cx(node.children[1])})"
+
+    def _cx_lor(self, node: Tree, e: E) -> str:
+        return f"({self.cx(node.children[0])} || {self.cx(node.children[1])})"
+
+    def _cx_lnot(self, node: Tree, e: E) -> str:
+        return f"(!{self.cx(node.children[0])})"
+
+    def _cx_bnot(self, node: Tree, e: E) -> str:
+        return self.masked(f"~{self.cx(node.children[0])}", e.type)
+
+    def _cx_neg(self, node: Tree, e: E) -> str:
+        return self.masked(f"-{self.cx(node.children[0])}", e.type)
+
+    def _cx_mux(self, node: Tree, e: E) -> str:
+        c, a, b = (self.cx(n) for n in node.children)
+        return f"({c} ? {a} : {b})"
+
+    def _cx_concat(self, node: Tree, e: E) -> str:
+        wb = width_of(self.e(node.children[1]).type)
+        return self.masked(f"(gf_shl({self.cx(node.children[0])}, {wb}) | {self.cx(node.children[1])})", e.type)
+
+    def _cx_slice(self, node: Tree, e: E) -> str:
+        if not (isinstance(e.extra, tuple) and e.extra and e.extra[0] == "slice"):
+            raise self.fail(node, "slice")
+        _, _base, _hi, lo = e.extra
+        return self.masked(f"({self.cx(node.children[0])} >> {lo})", e.type)
+
+    def _cx_cast(self, node: Tree, e: E) -> str:
+        inner = node.children[1]
+        src = self.e(inner).type
+        code = self.cx(inner)
+        if isinstance(e.type, BoolT):
+            return f"({code} != 0)"
+        if isinstance(e.type, BitT):
+            if isinstance(src, BoolT):
+                return code
+            return self.masked(code, e.type)
+        if isinstance(e.type, EnumT) and e.type.repr is not None:
+            return self.masked(code, e.type.repr)
+        raise self.fail(node, f"cast to {e.type}")
+
+    def _cx_member(self, node: Tree, e: E) -> str:
+        base_node, name_node = node.children
+        member = str(name_node.children[0])
+        if isinstance(base_node, Tree) and base_node.data == "call":
+            tid = self.table_of_call(base_node)
+            if member == "hit":
+                return f"(t{tid}_apply(c), c->hit)"
+            if member == "miss":
+                return f"(t{tid}_apply(c), !c->hit)"
+            if member == "action_run":
+                return f"t{tid}_apply(c)"
+        raise self.fail(node, f"member {member}")
+
+    def table_of_call(self, call: Tree) -> int:
+        callee = call.children[0]
+        if isinstance(callee, Tree) and callee.data == "member" and str(callee.children[1].children[0]) == "apply":
+            base = self.e(callee.children[0])
+            if isinstance(base.extra, TableImpl):
+                return self.table_ids[base.extra.table.name]  # type: ignore[attr-defined]
+        raise self.fail(call, "call in an expression")
+
+    def _cx_call(self, node: Tree, e: E) -> str:
+        callee = node.children[0]
+        if isinstance(callee, Tree) and callee.data == "member":
+            method = str(callee.children[1].children[0])
+            base = self.e(callee.children[0])
+            if method == "isValid" and isinstance(base.type, HeaderT) and base.place is not None \
+                    and base.place.base is not None:
+                return f"S[{base.place.base}]"
+            if method == "apply" and isinstance(base.extra, TableImpl):
+                return f"t{self.table_of_call(node)}_apply(c)"
+            if isinstance(base.extra, ExternInstance) and base.extra.kind == "register" and method == "read":
+                rid = self.register_ids[base.extra.name]  # type: ignore[attr-defined]
+                args = node.children[1].children if node.children[1] is not None else []
+                if len(args) == 1:
+                    idx = self.cx(args[0])
+                    return (f"({idx} < P->registers[{rid}].size ? "
+                            f"__atomic_load_n(&P->registers[{rid}].values[{idx}], __ATOMIC_RELAXED) : 0)")
+            if isinstance(base.extra, PacketParam):
+                raise self.fail(node, f"packet method {method} in an expression")
+        raise self.fail(node, "call in an expression")
+
+    def _cx_token(self, node: Any, e: E) -> str:
+        raise self.fail(node, "token expression")
+
+    # -- data lists for hashes and checksums ---------------------------------------------------
+
+    def leaves(self, node: Any) -> list[tuple[str, int]]:
+        """(C value, width) of every scalar in a hash/checksum data expression, in order."""
+        if isinstance(node, Tree) and node.data == "list_expr":
+            out: list[tuple[str, int]] = []
+            for child in node.children:
+                if child is not None:
+                    out.extend(self.leaves(child))
+            return out
+        e = self.e(node)
+        if isinstance(e.type, HeaderT | StructT):
+            if e.place is None or e.place.base is None:
+                raise self.fail(node, "data of a non-lvalue header or struct")
+            return self.place_leaves(e.type, e.place.base, node)
+        if isinstance(e.type, IntLitT):
+            raise self.fail(node, "an untyped integer in data")
+        return [(self.cx(node), width_of(e.type))]
+
+    def place_leaves(self, t: P4Type, base: int, node: Any) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        for fname, ft in t.fields:  # type: ignore[union-attr]
+            off, _ = field_offset(t, fname)  # type: ignore[arg-type,misc]
+            if isinstance(ft, HeaderT | StructT):
+                out.extend(self.place_leaves(ft, base + off, node))
+            else:
+                self.check_type(ft, node)
+                out.append((f"S[{base + off}]", width_of(ft)))
+        return out
+
+    def pack(self, leaves: list[tuple[str, int]], buf: str) -> tuple[list[str], int]:
+        """Statements packing leaves MSB first into `buf` (zeroed first); the byte count."""
+        total = sum(w for _, w in leaves)
+        nbytes = (total + 7) // 8
+        lines = [f"uint8_t {buf}[{max(nbytes, 1)}]; memset({buf}, 0, sizeof {buf});"]
+        off = 0
+        for code, w in leaves:
+            lines.append(f"gf_put({buf}, {off}, {w}, {code});")
+            off += w
+        return lines, nbytes

@@ -1,0 +1,375 @@
+"""C statements from the recorded compilation: assignments, control flow, calls of actions,
+tables and v1model externs, and the packet_in/packet_out methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lark import Tree
+
+from p4switch.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
+from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
+from p4switch.native.cgen_expr import ExprGen, lit, width_of
+
+_HASHES = {"crc16": "gf_crc16({b}, {n})", "crc32": "gf_crc32({b}, {n})",
+           "csum16": "gf_csum16({b}, {n}, 0, 0)", "xor16": "gf_xor16({b}, {n})",
+           "identity": "gf_identity({b}, {n})"}
+
+
+def _args(node: Any) -> list:
+    if node is None:
+        return []
+    items = list(node.children) if isinstance(node, Tree) and node.data == "args" else [node]
+    return [a.children[1] if isinstance(a, Tree) and a.data == "named_arg" else a for a in items]
+
+
+class StmtGen(ExprGen):
+    """Mixin of the generator: statements. `self.exit_label` is where `return` goes in a
+    control (None inside actions, where `return` returns)."""
+
+    exit_label: str | None
+    in_parser: bool
+    has_exit: bool
+
+    def stmts(self, nodes: list, out: list[str], ind: str) -> None:
+        for n in nodes:
+            if n is not None:
+                self.stmt(n, out, ind)
+
+    def stmt(self, node: Any, out: list[str], ind: str) -> None:
+        handler = getattr(self, f"_st_{node.data}", None)
+        if handler is None:
+            raise self.fail(node, f"statement {node.data}")
+        handler(node, out, ind)
+        if self.has_exit and not self.in_parser and node.data in ("method_call_stmt", "assignment", "if_stmt", "switch_stmt"):
+            out.append(f"{ind}if (c->exit_flag) {self.leave()}")
+
+    def leave(self) -> str:
+        return f"goto {self.exit_label};" if self.exit_label else "return;"
+
+    def _st_block(self, node: Tree, out: list[str], ind: str) -> None:
+        out.append(f"{ind}{{")
+        self.stmts(node.children[1:], out, ind + "    ")
+        out.append(f"{ind}}}")
+
+    def _st_switch_body(self, node: Tree, out: list[str], ind: str) -> None:
+        out.append(f"{ind}{{")
+        self.stmts(node.children, out, ind + "    ")
+        out.append(f"{ind}}}")
+
+    def _st_empty_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        pass
+
+    def _st_return_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        if node.children and node.children[0] is not None:
+            raise self.fail(node, "return with a value")
+        out.append(f"{ind}{self.leave()}")
+
+    def _st_exit_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        out.append(f"{ind}c->exit_flag = 1; {self.leave()}")
+
+    def _st_const_decl(self, node: Tree, out: list[str], ind: str) -> None:
+        pass
+
+    def _st_var_decl(self, node: Tree, out: list[str], ind: str) -> None:
+        base = self.rec.var_slots.get(id(node))
+        if base is None or id(node) in self.rec.conflicts:
+            raise self.fail(node, "a local variable compiled in several contexts")
+        init = node.children[3]
+        t = self.rec.var_types[id(node)]
+        if init is None:
+            n = slot_count(t)
+            for i in range(n):
+                out.append(f"{ind}S[{base + i}] = {lit(self.template_c[base + i])};")
+            return
+        self.assign_place(node, base, t, init, out, ind)
+
+    def assign_place(self, node: Any, base: int, t: Any, value_node: Any, out: list[str], ind: str) -> None:
+        if isinstance(t, HeaderT | StructT | StackT):
+            src = self.e(value_node)
+            if src.place is None or src.place.base is None:
+                raise self.fail(node, "assignment of a header or struct value that is not an lvalue")
+            n = slot_count(t)
+            out.append(f"{ind}memmove(&S[{base}], &S[{src.place.base}], {n} * sizeof(uint64_t));")
+            return
+        if isinstance(t, VarbitT):
+            raise self.fail(node, "varbit assignment")
+        code = self.cx(value_node)
+        out.append(f"{ind}S[{base}] = {self.masked(code, t) if isinstance(t, BitT) else code};")
+
+    def _st_assignment(self, node: Tree, out: list[str], ind: str) -> None:
+        target_node, value_node = node.children
+        target = self.e(target_node)
+        if isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice":
+            _, base, hi, lo = target.extra
+            if base.place is None or base.place.base is None:
+                raise self.fail(node, "slice of a non-static lvalue")
+            m = ((1 << (hi - lo + 1)) - 1) << lo
+            b = base.place.base
+            out.append(f"{ind}S[{b}] = (S[{b}] & ~{lit(m)}) | ((({self.cx(value_node)}) << {lo}) & {lit(m)});")
+            return
+        if target.place is None or target.place.base is None:
+            raise self.fail(node, "assignment to a dynamically indexed place")
+        self.assign_place(node, target.place.base, target.type, value_node, out, ind)
+
+    def _st_if_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        cond, then, other = node.children
+        out.append(f"{ind}if ({self.cx(cond)}) {{")
+        self.stmt(then, out, ind + "    ")
+        if other is not None:
+            out.append(f"{ind}}} else {{")
+            self.stmt(other, out, ind + "    ")
+        out.append(f"{ind}}}")
+
+    def _st_switch_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        subject_node = node.children[0]
+        subject = self.e(subject_node)
+        is_action_run = isinstance(subject.extra, tuple) and subject.extra[0] == "action_run"
+        if is_action_run:
+            impl: TableImpl = subject.extra[1]
+            tid = self.table_ids[impl.table.name]
+            actions = list(impl.table.actions)
+            out.append(f"{ind}switch (t{tid}_apply(c)) {{")
+        else:
+            out.append(f"{ind}switch ({self.cx(subject_node)}) {{")
+        for case in node.children[1:]:
+            label, body = case.children
+            if isinstance(label, Tree) and label.data == "default_label":
+                out.append(f"{ind}default:")
+            elif is_action_run:
+                name = str(label.children[0]) if isinstance(label, Tree) and label.data == "var" else None
+                idx = next((i for i, q in enumerate(actions) if name and (q == name or q.endswith("." + name))), None)
+                if idx is None:
+                    raise self.fail(label, "switch label")
+                out.append(f"{ind}case {idx}:")
+            else:
+                out.append(f"{ind}case {self.cx(label)}:")
+            if body is not None:
+                out.append(f"{ind}    {{")
+                self.stmt(body, out, ind + "        ")
+                out.append(f"{ind}    }}")
+                out.append(f"{ind}    break;")
+        out.append(f"{ind}}}")
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _st_method_call_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        callee = node.children[0]
+        args = _args(node.children[-1]) if len(node.children) > 1 else []
+        if isinstance(callee, Tree) and callee.data == "member":
+            method = str(callee.children[1].children[0])
+            base = self.e(callee.children[0])
+            extra = base.extra
+            if isinstance(extra, TableImpl):
+                out.append(f"{ind}t{self.table_ids[extra.table.name]}_apply(c);")
+                return
+            if isinstance(extra, ExternInstance):
+                self.extern_method(node, extra, method, args, out, ind)
+                return
+            if isinstance(extra, PacketParam):
+                self.packet_method(node, extra, method, args, out, ind)
+                return
+            if isinstance(base.type, HeaderT) and base.place is not None and base.place.base is not None:
+                if isinstance(base.extra, tuple) and base.extra and base.extra[0] == "union_member":
+                    raise self.fail(node, "header unions")
+                b = base.place.base
+                if method == "setValid":
+                    out.append(f"{ind}S[{b}] = 1;")
+                    return
+                if method == "setInvalid":
+                    for i in range(slot_count(base.type)):
+                        out.append(f"{ind}S[{b + i}] = 0;")
+                    return
+                if method == "isValid":
+                    return
+            raise self.fail(node, f"method {method}")
+        if isinstance(callee, Tree) and callee.data == "var":
+            target = self.e(callee)
+            extra = target.extra
+            if isinstance(extra, ActionImpl):
+                self.call_action(node, extra, args, out, ind)
+                return
+            if isinstance(extra, tuple) and extra[0] == "extern_function":
+                self.extern_function(node, extra[1], args, out, ind)
+                return
+        raise self.fail(node, "call")
+
+    def call_action(self, node: Tree, impl: ActionImpl, args: list, out: list[str], ind: str) -> None:
+        fname = self.action_fn(impl, node)
+        copy_out = []
+        for arg, (pname, ptype, direction, slot) in zip(args, impl.params):
+            if direction in ("out", "inout"):
+                target = self.e(arg)
+                if target.place is None or target.place.base is None or isinstance(ptype, HeaderT | StructT):
+                    raise self.fail(arg, "out argument that is not a static scalar")
+                if direction == "inout":
+                    out.append(f"{ind}S[{slot}] = S[{target.place.base}];")
+                copy_out.append(f"{ind}S[{target.place.base}] = S[{slot}];")
+            else:
+                self.assign_place(arg, slot, ptype, arg, out, ind)
+        out.append(f"{ind}{fname}(c);")
+        out.extend(copy_out)
+
+    def extern_method(self, node: Tree, inst: ExternInstance, method: str, args: list,
+                      out: list[str], ind: str) -> None:
+        if inst.kind == "counter" and method == "count":
+            cid = self.counter_ids[inst.name]
+            out.append(f"{ind}gf_count(&P->counters[{cid}], {self.cx(args[0])}, c->len);")
+            return
+        if inst.kind == "direct_counter" and method == "count":
+            return
+        if inst.kind == "register" and method in ("read", "write"):
+            rid = self.register_ids[inst.name]
+            r = f"P->registers[{rid}]"
+            if method == "write":
+                idx, val = self.cx(args[0]), self.cx(args[1])
+                out.append(f"{ind}{{ uint64_t i_ = {idx}; if (i_ < {r}.size) "
+                           f"__atomic_store_n(&{r}.values[i_], ({val}) & gf_mask({r}.width), __ATOMIC_RELAXED); }}")
+                return
+            target = self.e(args[0])
+            if target.place is None or target.place.base is None:
+                raise self.fail(node, "register read into a dynamic place")
+            out.append(f"{ind}{{ uint64_t i_ = {self.cx(args[1])}; S[{target.place.base}] = i_ < {r}.size ? "
+                       f"__atomic_load_n(&{r}.values[i_], __ATOMIC_RELAXED) : 0; }}")
+            return
+        if inst.kind == "meter" and method == "execute_meter":
+            mid = self.meter_ids[inst.name]
+            target = self.e(args[1])
+            if target.place is None or target.place.base is None:
+                raise self.fail(node, "meter result into a dynamic place")
+            out.append(f"{ind}S[{target.place.base}] = gf_meter_execute(&P->meters[{mid}], "
+                       f"{self.cx(args[0])}, c->len, c->now_us);")
+            return
+        raise self.fail(node, f"{inst.kind}.{method}")
+
+    def extern_function(self, node: Tree, name: str, args: list, out: list[str], ind: str) -> None:
+        std = self.std
+        if name == "mark_to_drop":
+            out.append(f"{ind}S[{std['egress_spec']}] = {511}; S[{std['mcast_grp']}] = 0;")
+            return
+        if name in ("verify_checksum", "update_checksum", "verify_checksum_with_payload",
+                    "update_checksum_with_payload"):
+            self.checksum(node, name, args, out, ind)
+            return
+        if name == "hash":
+            target = self.e(args[0])
+            if target.place is None or target.place.base is None:
+                raise self.fail(node, "hash into a dynamic place")
+            algo = str(self.e(args[1]).const)
+            lines, n = self.pack(self.leaves(args[3]), "hb_")
+            if algo == "random":
+                h = "gf_rand(&c->rng)"
+            elif algo in _HASHES:
+                h = _HASHES[algo].format(b="hb_", n=n)
+            else:
+                raise self.fail(node, f"hash algorithm {algo}")
+            out.append(f"{ind}{{")
+            out.extend(f"{ind}    {line}" for line in lines)
+            out.append(f"{ind}    uint64_t h_ = {h}, top_ = {self.cx(args[4])};")
+            out.append(f"{ind}    S[{target.place.base}] = ({self.cx(args[2])} + (top_ ? h_ % top_ : 0)) & "
+                       f"{lit((1 << width_of(target.type)) - 1)};")
+            out.append(f"{ind}}}")
+            return
+        if name == "random":
+            target = self.e(args[0])
+            if target.place is None or target.place.base is None:
+                raise self.fail(node, "random into a dynamic place")
+            lo, hi = self.cx(args[1]), self.cx(args[2])
+            out.append(f"{ind}{{ uint64_t lo_ = {lo}, hi_ = {hi}; if (hi_ < lo_) hi_ = lo_; "
+                       f"uint64_t span_ = hi_ - lo_ + 1; S[{target.place.base}] = "
+                       f"span_ ? lo_ + gf_rand(&c->rng) % span_ : lo_ + gf_rand(&c->rng); }}")
+            return
+        if name == "verify":
+            if not self.in_parser:
+                raise self.fail(node, "verify outside a parser")
+            out.append(f"{ind}if (!({self.cx(args[0])})) {{ err_ = {self.cx(args[1])}; goto p_error; }}")
+            return
+        raise self.fail(node, f"extern {name}")
+
+    def checksum(self, node: Tree, name: str, args: list, out: list[str], ind: str) -> None:
+        update = name.startswith("update")
+        payload = name.endswith("payload")
+        algo = str(self.e(args[3]).const)
+        target = self.e(args[2])
+        if target.place is None or target.place.base is None:
+            raise self.fail(node, "checksum field in a dynamic place")
+        lines, n = self.pack(self.leaves(args[1]), "cb_")
+        pl = ("c->data + c->payload_off", "c->len - c->payload_off") if payload else ("0", "0")
+        if algo == "csum16":
+            h = f"gf_csum16(cb_, {n}, {pl[0]}, {pl[1]})"
+        elif algo in _HASHES and not payload:
+            h = _HASHES[algo].format(b="cb_", n=n)
+        else:
+            raise self.fail(node, f"checksum algorithm {algo}{' with payload' if payload else ''}")
+        m = lit((1 << width_of(target.type)) - 1)
+        out.append(f"{ind}if ({self.cx(args[0])}) {{")
+        out.extend(f"{ind}    {line}" for line in lines)
+        if update:
+            out.append(f"{ind}    S[{target.place.base}] = {h} & {m};")
+        else:
+            out.append(f"{ind}    if (({h} & {m}) != S[{target.place.base}]) S[{self.std['checksum_error']}] = 1;")
+        out.append(f"{ind}}}")
+
+    # -- packet_in / packet_out ---------------------------------------------------------------
+
+    def header_layout(self, t: HeaderT, node: Any) -> tuple[int, list[tuple[int, int, int]]]:
+        """(bytes, [(slot offset, bit offset, width)]) of a fixed header."""
+        if t.varbit is not None:
+            raise self.fail(node, "varbit headers")
+        off, fields = 0, []
+        for i, (_, ft) in enumerate(t.fields):
+            if not isinstance(ft, BitT | BoolT):
+                raise self.fail(node, f"header field of type {ft}")
+            self.check_type(ft, node)
+            w = width_of(ft)
+            fields.append((1 + i, off, w))
+            off += w
+        return off // 8, fields
+
+    def packet_method(self, node: Tree, param: PacketParam, method: str, args: list,
+                      out: list[str], ind: str) -> None:
+        if param.kind == "packet_out" and method == "emit":
+            self.emit(node, self.e(args[0]).type, self.e(args[0]).place, out, ind)
+            return
+        if param.kind == "packet_in" and method == "extract" and len(args) == 1:
+            target = self.e(args[0])
+            if not isinstance(target.type, HeaderT) or target.place is None or target.place.base is None:
+                raise self.fail(node, "extract into a stack or dynamic place")
+            if isinstance(target.extra, tuple) and target.extra:
+                raise self.fail(node, "extract into a union member or stack")
+            nbytes, fields = self.header_layout(target.type, node)
+            b = target.place.base
+            out.append(f"{ind}if (c->pos + {nbytes} > c->len) {{ err_ = {self.error_index('PacketTooShort')}; goto p_error; }}")
+            out.append(f"{ind}{{ const uint8_t *d_ = c->data + c->pos;")
+            for so, bo, w in fields:
+                out.append(f"{ind}  S[{b + so}] = gf_get(d_, {bo}, {w});")
+            out.append(f"{ind}}} c->pos += {nbytes}; S[{b}] = 1;")
+            return
+        if param.kind == "packet_in" and method == "advance":
+            out.append(f"{ind}{{ uint64_t n_ = {self.cx(args[0])};")
+            out.append(f"{ind}  if (n_ % 8) {{ err_ = {self.error_index('ParserInvalidArgument')}; goto p_error; }}")
+            out.append(f"{ind}  if (c->pos + n_ / 8 > c->len) {{ err_ = {self.error_index('PacketTooShort')}; goto p_error; }}")
+            out.append(f"{ind}  c->pos += (uint32_t)(n_ / 8); }}")
+            return
+        raise self.fail(node, f"packet method {method}")
+
+    def emit(self, node: Any, t: Any, place: Any, out: list[str], ind: str) -> None:
+        if place is None or place.base is None:
+            raise self.fail(node, "emit of a dynamic place")
+        if isinstance(t, HeaderT):
+            nbytes, fields = self.header_layout(t, node)
+            b = place.base
+            out.append(f"{ind}if (S[{b}] && c->out_len + {nbytes} <= GF_MAXFRAME) {{ uint8_t *o_ = c->out + c->out_len;"
+                       f" memset(o_, 0, {nbytes});")
+            for so, bo, w in fields:
+                out.append(f"{ind}  gf_put(o_, {bo}, {w}, S[{b + so}]);")
+            out.append(f"{ind}  c->out_len += {nbytes}; }}")
+            return
+        if isinstance(t, StructT):
+            if t.is_union:
+                raise self.fail(node, "header unions")
+            for fname, ft in t.fields:
+                off, _ = field_offset(t, fname)  # type: ignore[misc]
+                self.emit(node, ft, place.at(off, ft), out, ind)
+            return
+        raise self.fail(node, f"emit of {t}")

@@ -1,0 +1,247 @@
+/* State of one loaded program and the control-plane API over it (tables, counters,
+ * registers, meters, multicast groups). Validation happens before these calls (the same
+ * checks as the Python pipeline); these functions store and read. Writers take the
+ * program's write lock, packet threads its read lock. */
+#ifndef GF_STATE_H
+#define GF_STATE_H
+
+#include "gf_runtime.h"
+
+typedef struct {
+    int nkeys; uint8_t kinds[GF_MAXK]; uint8_t widths[GF_MAXK];
+} gf_table_desc;
+
+typedef struct gf_prog {
+    pthread_rwlock_t lock;
+    int ntables, ncounters, nregisters, nmeters;
+    gf_table *tables;
+    gf_counter *counters;
+    gf_register *registers;
+    gf_meter *meters;
+    gf_mgroup *groups; uint32_t ngroups;  /* indexed by group id (grown on demand) */
+    uint64_t order;
+} gf_prog;
+
+static void gf_table_init(gf_table *t, const gf_table_desc *d) {
+    memset(t, 0, sizeof(*t));
+    t->nkeys = d->nkeys;
+    memcpy(t->kinds, d->kinds, GF_MAXK);
+    memcpy(t->widths, d->widths, GF_MAXK);
+    int lpm = 0, other = 0;
+    t->lpm_index = -1;
+    for (int i = 0; i < d->nkeys; i++) {
+        if (d->kinds[i] == GF_LPM) { lpm++; t->lpm_index = i; }
+        else if (d->kinds[i] != GF_EXACT) other++;
+    }
+    t->hashed = other == 0 && lpm <= 1;
+    if (!t->hashed) t->lpm_index = -1;
+}
+
+static void gf_table_free(gf_table *t) { free(t->e); free(t->freelist); free(t->hidx); free(t->sorted); }
+
+static int gf_rank_before(const gf_entry *a, const gf_entry *b) {
+    return a->rank != b->rank ? a->rank > b->rank : a->order < b->order;
+}
+
+static void gf_sorted_insert(gf_table *t, uint32_t idx) {
+    t->sorted = realloc(t->sorted, sizeof(uint32_t) * (t->nsorted + 1));
+    uint32_t lo = 0, hi = t->nsorted;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (gf_rank_before(&t->e[t->sorted[mid]], &t->e[idx])) lo = mid + 1; else hi = mid;
+    }
+    memmove(&t->sorted[lo + 1], &t->sorted[lo], sizeof(uint32_t) * (t->nsorted - lo));
+    t->sorted[lo] = idx; t->nsorted++;
+}
+
+static void gf_sorted_remove(gf_table *t, uint32_t idx) {
+    for (uint32_t i = 0; i < t->nsorted; i++) if (t->sorted[i] == idx) {
+        memmove(&t->sorted[i], &t->sorted[i + 1], sizeof(uint32_t) * (t->nsorted - i - 1));
+        t->nsorted--; return;
+    }
+}
+
+/* Install an entry: values, masks and range highs per key field (LPM: value and prefix
+ * mask, `plen` its length); returns the entry's handle. */
+GF_EXPORT int64_t gf_table_insert(gf_prog *p, int tid, const uint64_t *v, const uint64_t *m,
+                                  const uint64_t *hi, int64_t rank, uint32_t plen, int32_t action,
+                                  const uint64_t *args, int nargs) {
+    if (tid < 0 || tid >= p->ntables || nargs > GF_MAXA) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    gf_table *t = &p->tables[tid];
+    uint32_t idx;
+    if (t->nfree) idx = t->freelist[--t->nfree];
+    else {
+        if (t->used == t->cap) {
+            uint32_t cap = t->cap ? t->cap * 2 : 64;
+            gf_entry *ne = realloc(t->e, sizeof(gf_entry) * cap);
+            if (!ne) { pthread_rwlock_unlock(&p->lock); return -1; }
+            t->e = ne; t->cap = cap;
+            if (t->hashed && t->hcap) gf_hash_rebuild(t, t->hcap);
+        }
+        idx = t->used++;
+    }
+    gf_entry *e = &t->e[idx];
+    memset(e, 0, sizeof(*e));
+    for (int i = 0; i < t->nkeys; i++) { e->v[i] = v[i]; e->m[i] = m[i]; e->hi[i] = hi[i]; }
+    e->rank = rank; e->order = ++p->order; e->plen = t->lpm_index >= 0 ? plen : 0;
+    e->action = action; e->live = 1;
+    memcpy(e->args, args, sizeof(uint64_t) * nargs);
+    if (t->hashed) { gf_hash_put(t, idx); t->plen_count[e->plen]++; }
+    else gf_sorted_insert(t, idx);
+    pthread_rwlock_unlock(&p->lock);
+    return idx;
+}
+
+GF_EXPORT int gf_table_modify(gf_prog *p, int tid, int64_t h, int32_t action, const uint64_t *args, int nargs) {
+    if (tid < 0 || tid >= p->ntables || nargs > GF_MAXA) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    gf_table *t = &p->tables[tid];
+    int rc = -1;
+    if (h >= 0 && (uint64_t)h < t->used && t->e[h].live) {
+        t->e[h].action = action;
+        memset(t->e[h].args, 0, sizeof(t->e[h].args));
+        memcpy(t->e[h].args, args, sizeof(uint64_t) * nargs);
+        rc = 0;
+    }
+    pthread_rwlock_unlock(&p->lock);
+    return rc;
+}
+
+GF_EXPORT int gf_table_delete(gf_prog *p, int tid, int64_t h) {
+    if (tid < 0 || tid >= p->ntables) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    gf_table *t = &p->tables[tid];
+    int rc = -1;
+    if (h >= 0 && (uint64_t)h < t->used && t->e[h].live) {
+        gf_entry *e = &t->e[h];
+        if (t->hashed) { gf_hash_del(t, (uint32_t)h); t->plen_count[e->plen]--; }
+        else gf_sorted_remove(t, (uint32_t)h);
+        e->live = 0;
+        t->freelist = realloc(t->freelist, sizeof(uint32_t) * (t->nfree + 1));
+        t->freelist[t->nfree++] = (uint32_t)h;
+        rc = 0;
+    }
+    pthread_rwlock_unlock(&p->lock);
+    return rc;
+}
+
+GF_EXPORT int gf_table_set_default(gf_prog *p, int tid, int32_t action, const uint64_t *args, int nargs) {
+    if (tid < 0 || tid >= p->ntables || nargs > GF_MAXA) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    gf_table *t = &p->tables[tid];
+    t->def_action = action;
+    memset(t->def_args, 0, sizeof(t->def_args));
+    memcpy(t->def_args, args, sizeof(uint64_t) * nargs);
+    pthread_rwlock_unlock(&p->lock);
+    return 0;
+}
+
+/* Direct counter of an entry: read (out != 0) and/or write (set != 0). */
+GF_EXPORT int gf_table_counter(gf_prog *p, int tid, int64_t h, uint64_t *out, const uint64_t *set) {
+    if (tid < 0 || tid >= p->ntables) return -1;
+    gf_table *t = &p->tables[tid];
+    if (h < 0 || (uint64_t)h >= t->used || !t->e[h].live) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    if (out) { out[0] = t->e[h].packets; out[1] = t->e[h].bytes; }
+    if (set) { t->e[h].packets = set[0]; t->e[h].bytes = set[1]; }
+    pthread_rwlock_unlock(&p->lock);
+    return 0;
+}
+
+GF_EXPORT int gf_counter_access(gf_prog *p, int cid, uint32_t index, uint64_t *out, const uint64_t *set) {
+    if (cid < 0 || cid >= p->ncounters || index >= p->counters[cid].size) return -1;
+    gf_counter *c = &p->counters[cid];
+    if (out) { out[0] = __atomic_load_n(&c->packets[index], __ATOMIC_RELAXED);
+               out[1] = __atomic_load_n(&c->bytes[index], __ATOMIC_RELAXED); }
+    if (set) { __atomic_store_n(&c->packets[index], set[0], __ATOMIC_RELAXED);
+               __atomic_store_n(&c->bytes[index], set[1], __ATOMIC_RELAXED); }
+    return 0;
+}
+
+GF_EXPORT int gf_register_access(gf_prog *p, int rid, uint32_t index, uint64_t *out, const uint64_t *set) {
+    if (rid < 0 || rid >= p->nregisters || index >= p->registers[rid].size) return -1;
+    gf_register *r = &p->registers[rid];
+    if (out) *out = __atomic_load_n(&r->values[index], __ATOMIC_RELAXED);
+    if (set) __atomic_store_n(&r->values[index], *set & gf_mask(r->width), __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* Meter configuration: cfg = {cir, cburst, pir, pburst}; cfg 0 resets. */
+GF_EXPORT int gf_meter_config(gf_prog *p, int mid, uint32_t index, const double *cfg) {
+    if (mid < 0 || mid >= p->nmeters || index >= p->meters[mid].size) return -1;
+    gf_meter *m = &p->meters[mid];
+    pthread_mutex_lock(&m->lock);
+    gf_meter_cell *c = &m->cells[index];
+    memset(c, 0, sizeof(*c));
+    c->last_us = -1;
+    if (cfg) {
+        c->cir = cfg[0]; c->cburst = (int64_t)cfg[1]; c->pir = cfg[2]; c->pburst = (int64_t)cfg[3];
+        c->tc = (double)c->cburst; c->tp = (double)c->pburst; c->configured = 1;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+/* Replace the replicas of a multicast group (n = 0 deletes it). */
+GF_EXPORT int gf_mcast_set(gf_prog *p, uint32_t gid, const uint32_t *ports, const uint32_t *rids, uint32_t n) {
+    if (gid >= 65536) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    if (gid >= p->ngroups) {
+        uint32_t ng = gid + 1;
+        p->groups = realloc(p->groups, sizeof(gf_mgroup) * ng);
+        memset(&p->groups[p->ngroups], 0, sizeof(gf_mgroup) * (ng - p->ngroups));
+        p->ngroups = ng;
+    }
+    gf_mgroup *g = &p->groups[gid];
+    free(g->ports); free(g->rids);
+    g->n = n;
+    g->ports = n ? malloc(sizeof(uint32_t) * n) : 0;
+    g->rids = n ? malloc(sizeof(uint32_t) * n) : 0;
+    if (n) { memcpy(g->ports, ports, sizeof(uint32_t) * n); memcpy(g->rids, rids, sizeof(uint32_t) * n); }
+    pthread_rwlock_unlock(&p->lock);
+    return 0;
+}
+
+static gf_prog *gf_prog_new(int ntables, const gf_table_desc *tds, int ncounters, const uint32_t *csizes,
+                            int nregisters, const uint32_t *rsizes, const unsigned *rwidths,
+                            int nmeters, const uint32_t *msizes, const int *mbytes) {
+    gf_prog *p = calloc(1, sizeof(gf_prog));
+    pthread_rwlock_init(&p->lock, 0);
+    p->ntables = ntables; p->ncounters = ncounters; p->nregisters = nregisters; p->nmeters = nmeters;
+    p->tables = calloc(ntables ? ntables : 1, sizeof(gf_table));
+    for (int i = 0; i < ntables; i++) gf_table_init(&p->tables[i], &tds[i]);
+    p->counters = calloc(ncounters ? ncounters : 1, sizeof(gf_counter));
+    for (int i = 0; i < ncounters; i++) {
+        p->counters[i].size = csizes[i];
+        p->counters[i].packets = calloc(csizes[i] ? csizes[i] : 1, 8);
+        p->counters[i].bytes = calloc(csizes[i] ? csizes[i] : 1, 8);
+    }
+    p->registers = calloc(nregisters ? nregisters : 1, sizeof(gf_register));
+    for (int i = 0; i < nregisters; i++) {
+        p->registers[i].size = rsizes[i]; p->registers[i].width = rwidths[i];
+        p->registers[i].values = calloc(rsizes[i] ? rsizes[i] : 1, 8);
+    }
+    p->meters = calloc(nmeters ? nmeters : 1, sizeof(gf_meter));
+    for (int i = 0; i < nmeters; i++) {
+        p->meters[i].size = msizes[i]; p->meters[i].bytes_unit = mbytes[i];
+        p->meters[i].cells = calloc(msizes[i] ? msizes[i] : 1, sizeof(gf_meter_cell));
+        for (uint32_t k = 0; k < msizes[i]; k++) p->meters[i].cells[k].last_us = -1;
+        pthread_mutex_init(&p->meters[i].lock, 0);
+    }
+    return p;
+}
+
+GF_EXPORT void gf_prog_free(gf_prog *p) {
+    if (!p) return;
+    for (int i = 0; i < p->ntables; i++) gf_table_free(&p->tables[i]);
+    for (int i = 0; i < p->ncounters; i++) { free(p->counters[i].packets); free(p->counters[i].bytes); }
+    for (int i = 0; i < p->nregisters; i++) free(p->registers[i].values);
+    for (int i = 0; i < p->nmeters; i++) free(p->meters[i].cells);
+    for (uint32_t i = 0; i < p->ngroups; i++) { free(p->groups[i].ports); free(p->groups[i].rids); }
+    free(p->tables); free(p->counters); free(p->registers); free(p->meters); free(p->groups);
+    pthread_rwlock_destroy(&p->lock);
+    free(p);
+}
+
+#endif

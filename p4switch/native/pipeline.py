@@ -1,0 +1,95 @@
+"""A program compiled to C: the native counterpart of :class:`p4switch.pipeline.Pipeline`.
+
+`NativePipeline(program)` compiles the program as the Python pipeline does (same checks,
+same P4Info view), generates C from that compilation, builds it (cached by hash) and loads
+it. `tables`, `counters`, `registers`, `meters`, `pre` and `info` behave as the Python
+pipeline's and store into the C state; `process()` runs one packet through ingress and
+egress with empty queues. `try_native()` returns None with the reason when the program or
+machine cannot run natively.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from typing import Any
+
+from p4switch.errors import P4SwitchError
+from p4switch.frontend.program import Program
+from p4switch.native.build import NativeBuildError, build, find_compiler, load
+from p4switch.native.cgen import generate_c
+from p4switch.native.cgen_expr import NativeUnsupported
+from p4switch.native.recorder import compile_recorded
+from p4switch.native.state import NativeCounter, NativeMeters, NativeRegister, NativeReplication, NativeTable
+
+LOG = logging.getLogger("p4switch.native")
+_MAX_OUT = 64
+_OUT_BYTES = 10240 * 8
+
+
+class NativePipeline:
+    """One program loaded as native code, with its state in C."""
+
+    def __init__(self, program: Program, seed: int = 0) -> None:
+        compiled, recorded = compile_recorded(program, seed)
+        self.source = generate_c(compiled, recorded)
+        self.path = build(self.source)
+        self.lib = load(self.path)
+        self.prog = ctypes.c_void_p(self.lib.gf_prog_create())
+        self.program = program
+        self.info = compiled.info
+        self.seed = seed or 0x5EED
+        lib, prog = self.lib, self.prog
+        self.tables = {name: NativeTable.adopt(t, lib, prog, i) for i, (name, t) in enumerate(compiled.tables.items())}
+        self.counters = {name: NativeCounter(c.name, c.size, c.unit).bind(lib, prog, i)
+                         for i, (name, c) in enumerate(compiled.counters.items())}
+        self.registers = {name: NativeRegister(r.name, r.size, r.width).bind(lib, prog, i)
+                          for i, (name, r) in enumerate(compiled.registers.items())}
+        self.meters = {name: NativeMeters(m.name, m.size, m.unit).bind(lib, prog, i)
+                       for i, (name, m) in enumerate(compiled.meters.items())}
+        self.action_profiles: dict[str, Any] = {}
+        self.value_sets: dict[str, Any] = {}
+        self.pre = NativeReplication().bind(lib, prog)
+        self.digest_sink = lambda name, values: None
+        self.log = LOG.info
+        self._out = ctypes.create_string_buffer(_OUT_BYTES)
+        self._ports = (ctypes.c_uint32 * _MAX_OUT)()
+        self._lens = (ctypes.c_uint32 * _MAX_OUT)()
+
+    def process(self, packet: bytes, port: int, now_us: int = 0) -> list[tuple[int, bytes]]:
+        """Ingress then egress with empty queues: the (port, frame) pairs that leave."""
+        self.seed = (self.seed * 6364136223846793005 + 1442695040888963407) & ((1 << 64) - 1)
+        n = self.lib.gf_process(self.prog, packet, len(packet), port, now_us, self.seed, self._out,
+                                _OUT_BYTES, self._ports, self._lens, _MAX_OUT)
+        if n < 0:
+            raise P4SwitchError(f"frame of {len(packet)} bytes is too long for the native datapath")
+        out, at, raw = [], 0, self._out.raw
+        for i in range(n):
+            length = self._lens[i]
+            out.append((int(self._ports[i]), raw[at:at + length]))
+            at += length
+        return out
+
+    def reset_state(self) -> None:
+        """Forget counters and registers (tables are kept)."""
+        for counter in self.counters.values():
+            counter.reset()
+        for reg in self.registers.values():
+            reg.reset()
+
+    def close(self) -> None:
+        if self.prog:
+            self.lib.gf_prog_free(self.prog)
+            self.prog = ctypes.c_void_p(None)
+
+
+def try_native(program: Program, seed: int = 0) -> tuple[NativePipeline | None, str]:
+    """The native pipeline, or None and one line saying why the Python pipeline is used."""
+    if find_compiler() is None:
+        return None, "no C compiler found (install gcc or set CC)"
+    try:
+        return NativePipeline(program, seed), "native"
+    except NativeUnsupported as exc:
+        return None, f"the native backend does not cover {exc}"
+    except NativeBuildError as exc:
+        return None, f"native build failed: {exc}"

@@ -1,0 +1,121 @@
+"""The compiler, recording what it resolved: the typed, slot-addressed program the C backend reads.
+
+:class:`RecordingCompiler` is the ordinary :class:`~p4switch.compiler.Compiler`; on the way it
+keeps, per syntax node, the compiled expression (type, storage place, constant value), the
+slot of every local variable, every action with its parameter slots, every table with its
+actions, and the six v1model blocks. Nothing here changes what the Python pipeline does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lark import Tree
+
+from p4switch.compiled import E, ActionImpl, CompiledProgram, Fn, Scope
+from p4switch.compiler import Compiler
+from p4switch.tables import Table
+
+
+@dataclass
+class Recorded:
+    """What the backend needs besides the CompiledProgram."""
+
+    exprs: dict[int, E] = field(default_factory=dict)
+    conflicts: set[int] = field(default_factory=set)  # nodes compiled twice to different places
+    var_slots: dict[int, int] = field(default_factory=dict)  # var_decl node -> base slot
+    var_types: dict[int, Any] = field(default_factory=dict)  # var_decl node -> type
+    actions: dict[int, ActionImpl] = field(default_factory=dict)  # action_decl node -> impl
+    action_nodes: dict[str, Tree] = field(default_factory=dict)  # qualified name -> action_decl
+    impl_nodes: dict[int, Tree] = field(default_factory=dict)  # id(ActionImpl) -> action_decl
+    table_actions: dict[str, dict[str, ActionImpl]] = field(default_factory=dict)
+    table_counted: dict[str, bool] = field(default_factory=dict)
+    table_nodes: dict[int, str] = field(default_factory=dict)  # table_decl node -> name
+    table_keys: dict[str, list[Any]] = field(default_factory=dict)  # name -> key expr nodes
+    table_selectors: dict[str, int] = field(default_factory=dict)
+    blocks: list[tuple[str, Tree]] = field(default_factory=list)  # (kind, node) in compile order
+    keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
+
+
+class RecordingCompiler(Compiler):
+    """A Compiler that records its resolutions in :attr:`recorded`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorded = Recorded()
+
+    def expr(self, node: Any, scope: Scope, expected: Any = None) -> E:
+        e = super().expr(node, scope, expected)
+        rec = self.recorded
+        key = id(node)
+        old = rec.exprs.get(key)
+        if old is not None and old.place is not None and e.place is not None and \
+                old.place.base != e.place.base:
+            rec.conflicts.add(key)
+        rec.exprs[key] = e
+        rec.keep.append(node)
+        return e
+
+    def _s_var_decl(self, node: Tree, scope: Scope) -> Fn | None:
+        fn = super()._s_var_decl(node, scope)
+        binding = scope.lookup(str(node.children[2].children[0]))
+        place = getattr(binding, "place", None)
+        if place is not None and place.base is not None:
+            if id(node) in self.recorded.var_slots and self.recorded.var_slots[id(node)] != place.base:
+                self.recorded.conflicts.add(id(node))
+            self.recorded.var_slots[id(node)] = place.base
+            self.recorded.var_types[id(node)] = place.type
+            self.recorded.keep.append(node)
+        return fn
+
+    def compile_action(self, node: Tree, prefix: str, scope: Scope) -> ActionImpl:
+        impl = super().compile_action(node, prefix, scope)
+        rec = self.recorded
+        if id(node) in rec.actions:
+            rec.conflicts.add(id(node))
+        rec.actions[id(node)] = impl
+        rec.action_nodes[impl.name] = node
+        rec.impl_nodes[id(impl)] = node
+        rec.keep.extend((node, impl))
+        return impl
+
+    def compile_table(self, node: Tree, prefix: str, scope: Scope) -> Any:
+        impl = super().compile_table(node, prefix, scope)
+        name = impl.table.name
+        rec = self.recorded
+        rec.table_nodes[id(node)] = name
+        keys = []
+        for prop in node.children[2:]:
+            if isinstance(prop, Tree) and prop.data == "table_key":
+                for ke in prop.children[1:]:
+                    kind = str(ke.children[1].children[0]) if isinstance(ke.children[1], Tree) else str(ke.children[1])
+                    if kind == "selector":
+                        rec.table_selectors[name] = rec.table_selectors.get(name, 0) + 1
+                        continue
+                    keys.append(ke.children[0])
+        rec.table_keys[name] = keys
+        rec.keep.append(node)
+        return impl
+
+    def _table_apply(self, table: Table, key_fns: list[Fn], impls: dict[str, ActionImpl],
+                     counted: bool, selector_keys: Any = ()) -> Fn:
+        self.recorded.table_actions[table.name] = dict(impls)
+        self.recorded.table_counted[table.name] = counted
+        return super()._table_apply(table, key_fns, impls, counted, selector_keys)
+
+    def compile_control(self, node: Tree, prefix: str, bindings: dict[str, Any]) -> Fn:
+        self.recorded.blocks.append(("control", node))
+        return super().compile_control(node, prefix, bindings)
+
+    def compile_parser(self, node: Tree, prefix: str, bindings: dict[str, Any], nested: bool = False) -> Fn:
+        self.recorded.blocks.append(("parser" if not nested else "nested_parser", node))
+        return super().compile_parser(node, prefix, bindings, nested)
+
+
+def compile_recorded(program: Any, seed: int = 0) -> tuple[CompiledProgram, Recorded]:
+    """Compile a loaded Program, returning the executable result and the recordings."""
+    compiler = RecordingCompiler(program.tree, program.source.locate, seed)
+    compiled = compiler.build()
+    compiler.recorded.keep.append(program.tree)
+    return compiled, compiler.recorded

@@ -1,0 +1,206 @@
+"""Python views of the native datapath's state, with the Python pipeline's API and checks.
+
+Each class keeps the control-plane checks (and therefore the errors) of its Python parent
+and stores into the C state: table entries with their actions, data and direct counters,
+indexed counters, registers, meter configurations and multicast groups. The packet threads
+read and update only the C side.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine
+from p4switch.tables import MATCH_KINDS, Table, TableEntry, TableError
+
+_ALL = (1 << 64) - 1
+
+
+def _u64(values: list[int] | tuple[int, ...], n: int | None = None) -> Any:
+    n = max(n if n is not None else len(values), 1)
+    return (ctypes.c_uint64 * n)(*values)
+
+
+class NativeTable(Table):
+    """A Table whose entries, default action and direct counters live in the C datapath."""
+
+    lib: Any = None
+    prog: Any = None
+    tid: int = -1
+
+    @classmethod
+    def adopt(cls, table: Table, lib: Any, prog: Any, tid: int) -> "NativeTable":
+        new = cls(table.name, table.keys, table.actions, table.size, table.is_const,
+                  table.const_default, table.initial_default, table.meter_factory, table.profile)
+        new.lib, new.prog, new.tid = lib, prog, tid
+        new._action_ids = {name: i for i, name in enumerate(table.actions)}
+        new._push_default()
+        for installed in sorted(table._entries.values(), key=lambda i: i.order):
+            new._insert(installed.entry)
+        new._default = table._default
+        new._push_default()
+        return new
+
+    def _push_default(self) -> None:
+        name, args = self._default
+        self.lib.gf_table_set_default(self.prog, self.tid, self._action_ids[name], _u64(args), len(args))
+
+    def _c_insert(self, installed: Any) -> None:
+        entry: TableEntry = installed.entry
+        n = len(self.keys)
+        v, m, hi = [0] * n, [0] * n, [0] * n
+        plen_total = 0
+        plen = 0
+        for i, (key, norm) in enumerate(zip(self.keys, installed.norm)):
+            width_mask = (1 << key.bitwidth) - 1
+            if norm is None:
+                v[i], m[i], hi[i] = 0, 0, _ALL
+            elif isinstance(norm, int):
+                v[i], m[i] = norm, width_mask
+            elif norm[0] == "lpm":
+                v[i], m[i], plen = norm[1], norm[3], norm[2]
+                plen_total += norm[2]
+            elif norm[0] == "t":
+                v[i], m[i] = norm[1], norm[2]
+            else:  # range
+                v[i], hi[i] = norm[1], norm[2]
+        rank = entry.priority if self.needs_priority else plen_total
+        args = entry.args
+        handle = self.lib.gf_table_insert(self.prog, self.tid, _u64(v, n), _u64(m, n), _u64(hi, n), rank,
+                                          plen, self._action_ids[entry.action], _u64(args), len(args))
+        if handle < 0:
+            raise TableError(f"table {self.name}: the native datapath refused the entry")
+        installed.handle = handle
+
+    def _insert(self, entry: TableEntry) -> None:
+        super()._insert(entry)
+        ident = self._canonical(entry)
+        self._c_insert(self._entries[ident])
+
+    def modify(self, entry: TableEntry) -> None:
+        super().modify(entry)
+        installed = self._installed(entry)
+        args = entry.args
+        self.lib.gf_table_modify(self.prog, self.tid, installed.handle, self._action_ids[entry.action],
+                                 _u64(args), len(args))
+
+    def delete(self, entry: TableEntry) -> None:
+        installed = self._entries.get(self._identity(entry.match, entry.priority))
+        super().delete(entry)
+        if installed is not None:
+            self.lib.gf_table_delete(self.prog, self.tid, installed.handle)
+
+    def clear(self) -> None:
+        handles = [i.handle for i in self._entries.values()]
+        super().clear()
+        for handle in handles:
+            self.lib.gf_table_delete(self.prog, self.tid, handle)
+
+    def set_default(self, action: str, args: tuple[int, ...] = ()) -> None:
+        super().set_default(action, args)
+        self._push_default()
+
+    def reset_default(self) -> None:
+        super().reset_default()
+        self._push_default()
+
+    def direct_counter(self, entry: TableEntry) -> tuple[int, int]:
+        installed = self._installed(entry)
+        out = _u64([0, 0])
+        self.lib.gf_table_counter(self.prog, self.tid, installed.handle, out, None)
+        return int(out[0]), int(out[1])
+
+    def set_direct_counter(self, entry: TableEntry, packets: int, bytes_: int) -> None:
+        installed = self._installed(entry)
+        self.lib.gf_table_counter(self.prog, self.tid, installed.handle, None, _u64([packets, bytes_]))
+
+
+class NativeCounter(CounterArray):
+    """An indexed counter whose cells live in the C datapath."""
+
+    def bind(self, lib: Any, prog: Any, cid: int) -> "NativeCounter":
+        self.lib, self.prog, self.cid = lib, prog, cid
+        return self
+
+    def count(self, index: int, length: int) -> None:
+        if 0 <= index < self.size:
+            p, b = self.read(index)
+            self.write(index, p + 1, b + length)
+
+    def read(self, index: int) -> tuple[int, int]:
+        if not 0 <= index < self.size:
+            super().read(index)  # raises the range error
+        out = _u64([0, 0])
+        self.lib.gf_counter_access(self.prog, self.cid, index, out, None)
+        return int(out[0]), int(out[1])
+
+    def write(self, index: int, packets: int, bytes_: int) -> None:
+        super().write(index, packets, bytes_)  # range check
+        self.lib.gf_counter_access(self.prog, self.cid, index, None, _u64([packets, bytes_]))
+
+    def reset(self) -> None:
+        for i in range(self.size):
+            self.lib.gf_counter_access(self.prog, self.cid, i, None, _u64([0, 0]))
+
+
+class NativeRegister(RegisterArray):
+    """A register array whose cells live in the C datapath."""
+
+    def bind(self, lib: Any, prog: Any, rid: int) -> "NativeRegister":
+        self.lib, self.prog, self.rid = lib, prog, rid
+        return self
+
+    def read(self, index: int) -> int:
+        super().read(index)  # range check
+        out = _u64([0])
+        self.lib.gf_register_access(self.prog, self.rid, index, out, None)
+        return int(out[0])
+
+    def write(self, index: int, value: int) -> None:
+        super().write(index, value)
+        self.lib.gf_register_access(self.prog, self.rid, index, None, _u64([value & ((1 << self.width) - 1)]))
+
+    def reset(self) -> None:
+        for i in range(self.size):
+            self.lib.gf_register_access(self.prog, self.rid, i, None, _u64([0]))
+
+
+class NativeMeters(MeterArray):
+    """A meter array whose token buckets live in the C datapath (configs readable here)."""
+
+    def bind(self, lib: Any, prog: Any, mid: int) -> "NativeMeters":
+        self.lib, self.prog, self.mid = lib, prog, mid
+        return self
+
+    def set_config(self, index: int, cir: float, cburst: int, pir: float, pburst: int) -> None:
+        super().set_config(index, cir, cburst, pir, pburst)
+        cfg = (ctypes.c_double * 4)(cir, cburst, pir, pburst)
+        self.lib.gf_meter_config(self.prog, self.mid, index, cfg)
+
+    def reset_config(self, index: int) -> None:
+        super().reset_config(index)
+        self.lib.gf_meter_config(self.prog, self.mid, index, None)
+
+
+class NativeReplication(ReplicationEngine):
+    """Multicast groups pushed to the C datapath; clone sessions stay (the native backend
+    refuses programs that clone)."""
+
+    def bind(self, lib: Any, prog: Any) -> "NativeReplication":
+        self.lib, self.prog = lib, prog
+        return self
+
+    def set_multicast_group(self, gid: int, replicas: list[tuple[int, int]]) -> None:
+        super().set_multicast_group(gid, replicas)
+        n = len(replicas)
+        ports = (ctypes.c_uint32 * max(n, 1))(*[p for p, _ in replicas])
+        rids = (ctypes.c_uint32 * max(n, 1))(*[r for _, r in replicas])
+        self.lib.gf_mcast_set(self.prog, gid, ports, rids, n)
+
+    def delete_multicast_group(self, gid: int) -> None:
+        super().delete_multicast_group(gid)
+        self.lib.gf_mcast_set(self.prog, gid, None, None, 0)
+
+
+assert MATCH_KINDS[0] == "exact"  # the C side numbers match kinds in this order

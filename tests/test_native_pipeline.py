@@ -1,0 +1,173 @@
+"""The native datapath (C generated from the program) behaves as the Python pipeline: the
+project's STF files, randomized packets against the same entries, the control-plane API."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from gradfabric.paths import P4SRC, ROOT
+from p4switch.frontend import load_program
+from p4switch.native.build import build, find_compiler
+from p4switch.native.pipeline import NativePipeline, try_native
+from p4switch.pipeline import Pipeline
+from p4switch.stf import run_stf
+from p4switch.tables import EntryExists, EntryNotFound, Exact, Lpm, Range, TableEntry, Ternary
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
+
+PROGRAMS = ROOT / "tests" / "p4programs"
+STF_CASES = [(P4SRC / "dlcp.p4", f) for f in sorted((ROOT / "tests" / "stf").glob("dlcp_*.stf"))] + [
+    (PROGRAMS / f"{name}.p4", PROGRAMS / f"{name}.stf") for name in ("acl", "ecmp", "ipv4_router")]
+
+
+@pytest.fixture(scope="module")
+def dlcp_program():
+    return load_program(P4SRC / "dlcp.p4")
+
+
+@pytest.mark.parametrize("program,stf", STF_CASES, ids=[s.stem for _, s in STF_CASES])
+def test_stf_passes_natively(program: Path, stf: Path) -> None:
+    native = NativePipeline(load_program(program))
+    result = run_stf(native, stf.read_text())
+    assert result.ok, result.failures
+
+
+def test_a_wrong_expectation_fails_natively() -> None:
+    text = (PROGRAMS / "ipv4_router.stf").read_text().replace(
+        "expect 2 000000000102", "expect 2 000000000103", 1)
+    result = run_stf(NativePipeline(load_program(PROGRAMS / "ipv4_router.p4")), text)
+    assert not result.ok
+
+
+def test_uncovered_constructs_fall_back_with_the_reason() -> None:
+    native, why = try_native(load_program(PROGRAMS / "ecmp_selector.p4"))
+    assert native is None
+    assert "action profiles" in why
+    native, why = try_native(load_program(PROGRAMS / "ipv4_options.p4"))
+    assert native is None and "varbit" in why
+
+
+def test_a_second_build_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             dlcp_program) -> None:
+    monkeypatch.setenv("P4SWITCH_NATIVE_CACHE", str(tmp_path))
+    first = NativePipeline(dlcp_program)
+    stamp = first.path.stat().st_mtime_ns
+    assert first.path.parent == tmp_path
+    assert build(first.source) == first.path
+    assert first.path.stat().st_mtime_ns == stamp
+    assert len(list(tmp_path.glob("*.so"))) == 1
+
+
+def _ipv4(src: int, dst: int, proto: int, ttl: int, payload: bytes, ecn: int = 0, dscp: int = 0,
+          flags: int = 0, checksum_ok: bool = True) -> bytes:
+    header = struct.pack("!BBHHHBBHII", 0x45, (dscp << 2) | ecn, 20 + len(payload), 1, flags, ttl,
+                         proto, 0, src, dst)
+    total = sum(struct.unpack("!10H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    csum = (~total) & 0xFFFF if checksum_ok else 0x1234
+    return header[:10] + struct.pack("!H", csum) + header[12:] + payload
+
+
+def _dlcp_packet(rng: random.Random) -> bytes:
+    eth = bytes.fromhex("000000000101") + bytes.fromhex("00000a000101") + b"\x08\x00"
+    kind = rng.random()
+    if kind < 0.05:
+        return eth[:12] + b"\x08\x06" + rng.randbytes(28)  # ARP: not IPv4
+    if kind < 0.1:
+        return eth + rng.randbytes(rng.randint(0, 40))  # truncated or garbage IPv4
+    dst = rng.choice([0x0A000202, 0x0A000303, 0x0A000909, 0x0A000404, rng.getrandbits(32)])
+    src = rng.getrandbits(32)
+    if kind < 0.3:
+        l4 = struct.pack("!HHIIHHHH", rng.getrandbits(16), rng.getrandbits(16), 0, 0, 0x5000, 0, 0, 0)
+        proto = 6
+    else:
+        version = 1 if rng.random() < 0.9 else rng.getrandbits(4)
+        flags = rng.getrandbits(4)
+        dlcp = struct.pack("!BBHHHIIIHBBI", (version << 4) | rng.getrandbits(4), flags,
+                           rng.choice([1, 2, 7, rng.getrandbits(16)]), rng.getrandbits(16),
+                           rng.choice([0, 3, 9, rng.getrandbits(16)]), rng.getrandbits(32),
+                           rng.getrandbits(32), rng.getrandbits(32), rng.getrandbits(16),
+                           rng.getrandbits(8), rng.getrandbits(8), rng.getrandbits(32))
+        port = 19600 if rng.random() < 0.8 else rng.getrandbits(16)
+        l4 = struct.pack("!HHHH", rng.getrandbits(16), port, 8 + len(dlcp), 0) + dlcp
+        proto = 17
+    ttl = rng.choice([0, 1, 2, 64, 255])
+    ip = _ipv4(src, dst, proto, ttl, l4 + rng.randbytes(rng.randint(0, 30)), ecn=rng.getrandbits(2),
+               dscp=rng.getrandbits(6), flags=rng.choice([0, 0, 0x2000, 1]),
+               checksum_ok=rng.random() < 0.95)
+    return eth + ip
+
+
+def _install_dlcp(pipeline) -> None:
+    t = pipeline.tables
+    t["DlcpIngress.ipv4_lpm"].insert(TableEntry((Lpm(0x0A000200, 24),), 0, "DlcpIngress.set_nhop",
+                                                (2, 0x000000000102, 0x00000A000202)))
+    t["DlcpIngress.ipv4_lpm"].insert(TableEntry((Lpm(0x0A000303, 32),), 0, "DlcpIngress.set_ecmp_group",
+                                                (5, 3)))
+    t["DlcpIngress.ipv4_lpm"].insert(TableEntry((Lpm(0x0A000000, 16),), 0, "DlcpIngress.set_nhop",
+                                                (4, 0x000000000104, 0x00000A000404)))
+    t["DlcpIngress.ipv4_lpm"].insert(TableEntry((Lpm(0x0A000400, 24),), 0, "DlcpIngress.set_ecmp_group",
+                                                (6, 2)))
+    for member in range(3):
+        t["DlcpIngress.ecmp_member"].insert(TableEntry((Exact(5), Exact(member)), 0, "DlcpIngress.set_nhop",
+                                                       (3 + member, 0x0102, 0x0A0303)))
+    t["DlcpIngress.ecmp_member"].insert(TableEntry((Exact(6), Exact(0)), 0, "DlcpIngress.set_nhop", (7, 1, 2)))
+    t["DlcpIngress.spray_mode"].insert(TableEntry((Exact(2),), 0, "DlcpIngress.spray_round_robin", ()))
+    t["DlcpIngress.layer_priority"].insert(TableEntry((Exact(1), Range(0, 5), Range(0, 200)), 10,
+                                                      "DlcpIngress.set_priority", (5, 46)))
+    t["DlcpIngress.layer_priority"].insert(TableEntry((Exact(1), None, None), 5,
+                                                      "DlcpIngress.set_priority", (2, 10)))
+    t["DlcpEgress.drop_threshold"].insert(TableEntry((Exact(1), Ternary(0, 0)), 1, "DlcpEgress.set_thresholds",
+                                                     (100, 0)))
+    t["DlcpEgress.drop_threshold"].insert(TableEntry((Exact(7), Ternary(2, 7)), 3, "DlcpEgress.set_thresholds",
+                                                     (200, 0)))
+
+
+def test_random_packets_give_the_same_bytes_and_counters(dlcp_program) -> None:
+    python, native = Pipeline(dlcp_program), NativePipeline(dlcp_program)
+    for p in (python, native):
+        _install_dlcp(p)
+    rng = random.Random(18)
+    forwarded = 0
+    for i in range(1500):
+        frame = _dlcp_packet(rng)
+        port = rng.choice([1, 2, 3])
+        expected = python.process(frame, port, i)
+        assert native.process(frame, port, i) == expected, f"packet {i}: {frame.hex()}"
+        forwarded += len(expected)
+    assert forwarded > 300  # the mix really exercises forwarding, not only drops
+    for name, counter in python.counters.items():
+        for index in range(counter.size):
+            assert native.counters[name].read(index) == counter.read(index), f"{name}[{index}]"
+    assert native.registers["DlcpIngress.rr_position"].read(2) == python.registers[
+        "DlcpIngress.rr_position"].read(2)
+    table = "DlcpIngress.ecmp_member"
+    for entry in python.tables[table].entries():
+        assert native.tables[table].direct_counter(entry) == python.tables[table].direct_counter(entry)
+
+
+def test_control_plane_writes_reach_the_native_datapath(dlcp_program) -> None:
+    native = NativePipeline(dlcp_program)
+    lpm = native.tables["DlcpIngress.ipv4_lpm"]
+    entry = TableEntry((Lpm(0x0A000200, 24),), 0, "DlcpIngress.set_nhop", (2, 1, 2))
+    frame = bytes.fromhex("000000000101" "00000a000101" "0800") + _ipv4(0x0A000101, 0x0A000202, 17, 64,
+                                                                         b"\x13\x88\x17\x70\x00\x0a\x00\x00xy")
+    assert native.process(frame, 1) == []
+    lpm.insert(entry)
+    with pytest.raises(EntryExists):
+        lpm.insert(entry)
+    assert [p for p, _ in native.process(frame, 1)] == [2]
+    lpm.modify(TableEntry(entry.match, 0, "DlcpIngress.set_nhop", (9, 1, 2)))
+    assert [p for p, _ in native.process(frame, 1)] == [9]
+    lpm.delete(entry)
+    with pytest.raises(EntryNotFound):
+        lpm.delete(entry)
+    assert native.process(frame, 1) == []
+    assert native.counters["DlcpIngress.ingress_drops"].read(1) == (2, 2 * len(frame))
+    native.counters["DlcpIngress.ingress_drops"].write(1, 0, 0)
+    assert native.counters["DlcpIngress.ingress_drops"].read(1) == (0, 0)
