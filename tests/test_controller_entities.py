@@ -7,7 +7,7 @@ import pytest
 from controller.entities import CounterEntry, MulticastGroupEntry, TableEntry
 from controller.errors import EncodingError, SchemaError
 from controller.schema import NameIndex
-from controller.values import Lpm, Range, Ternary
+from controller.values import Lpm, Range
 from tests.controller_helpers import schema
 
 S = schema()

@@ -21,7 +21,7 @@ from gradfabric.paths import P4SRC
 from hosts.wire import DLCP, DLCP_PORT
 from p4switch.frontend import load_program
 from p4switch.pipeline import Pipeline, QueueMeta
-from p4switch.tables import Exact, FieldMatch, Lpm, Range, TableEntry, Ternary
+from p4switch.tables import Exact, FieldMatch, Lpm, Range, TableEntry
 
 PROGRAM = P4SRC / "dlcp.p4"
 
