@@ -35,7 +35,7 @@ help:
 	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET) PCAP=1 ARGS=...)"
 	@echo "make test    set up what is missing, then run the test suite"
 	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
-	@echo "make p4      compile p4src/ with the embedded front end (and p4c when on PATH) into build/"
+	@echo "make p4      compile p4src/ with the embedded front end into build/ (and p4c, from \$$GRADFABRIC_P4REF/bin or PATH, into build/bmv2/)"
 	@echo "make stop    stop the fabric: every switch process, namespace and interface it made"
 	@echo "make clean   stop, then remove .venv, build/, logs/, pcaps/ and caches"
 	@echo "make install Debian packages and the virtual environment only"

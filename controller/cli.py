@@ -106,6 +106,8 @@ def _print_result(what: str, result, schema, dry_run: bool) -> None:
         print(f"{what}: every switch already up to date (0 updates)")
     else:
         print(f"{what}: {result.total} update(s) written ({per_switch})")
+    for line in result.restored:
+        print(line)
 
 
 def _dry_run(controller, desired, tables) -> dict:

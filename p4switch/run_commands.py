@@ -70,6 +70,10 @@ def add_commands(subparsers: Any) -> None:
                      help="write <iface>_in.pcap and <iface>_out.pcap for every port into DIR")
     run.add_argument("--p4runtime-log", type=Path, metavar="FILE",
                      help="log every P4Runtime request to FILE")
+    run.add_argument("--datapath", choices=("native", "python"), default="native",
+                     help="native: the program compiled to C with packet I/O and queues in native "
+                          "threads (falls back to python, with a log line, when the program or the "
+                          "options need it); python: the Python pipeline (default: %(default)s)")
     run.add_argument("--queue-rate", action="append", default=[], metavar="PORT[:PRIO]=RATE",
                      help="rate of each priority queue of a port, or of one (as BMv2's set_queue_rate): "
                           "N[k|M|G][pps|bps]")
@@ -157,6 +161,7 @@ def run_switch(args: argparse.Namespace) -> int:
         priority_queues=args.priority_queues,
         pcap_dir=args.pcap,
         request_log=args.p4runtime_log,
+        datapath=args.datapath,
     )
     rates = [parse_queue_setting(text) for text in args.queue_rate]
     port_rates = [parse_port_setting(text) for text in args.port_rate]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from p4switch.errors import P4SwitchError
+from p4switch.native.switch_native import NativeSwitch, SyncedTrafficManager
 from p4switch.ports import Clock, PcapSet, Port, PortSpec, RawSocketPort, WallClock
 from p4switch.server import P4RuntimeServer
 from p4switch.server.control import ControlService
@@ -50,6 +51,10 @@ class Datapath:
         self.tm_ready = threading.Condition(self._tm_lock)  # ... and the egress thread's wake-up
         self._egress = threading.Lock()  # departures leave in order whichever thread sends them
         self.pipeline: Any = None
+        #: Called with each newly installed pipeline (the switch starts native loops there).
+        self.on_install: Callable[[Any], None] | None = None
+        #: The native switch loops while a native pipeline runs (they own the packet path).
+        self.native: Any = None
         self.ports: dict[int, Port] = {}
         self.packet_in: Callable[[bytes], None] | None = None
         #: Packet counts: received, transmitted, no_pipeline, pipeline_error, no_such_port...
@@ -68,11 +73,17 @@ class Datapath:
             self.pipeline = pipeline
             with self.tm_ready:
                 self.tm.clear()
+            if self.on_install is not None:
+                self.on_install(pipeline)
 
     def packet_out(self, frame: bytes) -> None:
         """A PacketOut: the frame enters ingress on the CPU port, as on BMv2."""
         if self.cpu_port is None:
             raise P4SwitchError("PacketOut needs a CPU port (--cpu-port)")
+        native = self.native
+        if native is not None:
+            native.packet_out(frame)
+            return
         self.receive(frame, self.cpu_port)
 
     def receive(self, frame: bytes, port: int) -> int:
@@ -191,6 +202,7 @@ class SwitchConfig:
     priority_queues: int = 1
     pcap_dir: Path | None = None
     request_log: Path | None = None
+    datapath: str = "native"  # native (C compiled from the program, where it works) or python
 
 
 class Switch:
@@ -198,7 +210,9 @@ class Switch:
 
     def __init__(self, config: SwitchConfig, pipeline_factory: Callable[[bytes], Any] | None = None) -> None:
         self.config = config
-        self.tm = TrafficManager(priority_queues=config.priority_queues)
+        if config.datapath not in ("native", "python"):
+            raise P4SwitchError(f"datapath must be native or python, not {config.datapath!r}")
+        self.tm = SyncedTrafficManager(priority_queues=config.priority_queues)
         pcaps = PcapSet(config.pcap_dir) if config.pcap_dir else None
         self.datapath = Datapath(self.tm, WallClock(), config.cpu_port, pcaps, immediate=True)
         self._stop = threading.Event()
@@ -206,6 +220,7 @@ class Switch:
         self._wake_r, self._wake_w = socket.socketpair()
         self.server: P4RuntimeServer | None = None
         self._pipeline_factory = pipeline_factory
+        self.datapath.on_install = self._on_install
         self._initial: tuple[Any, bytes, Any] | None = None
         try:
             for spec in config.interfaces:
@@ -219,7 +234,63 @@ class Switch:
     def statistics(self) -> dict[str, Any]:
         """Packet counts and queue drops, for ``p4switch ctl stats``."""
         drops = {f"{port}:{prio}:{reason}": n for (port, prio, reason), n in sorted(self.tm.drops.items())}
-        return {"packets": dict(self.datapath.stats), "queue_drops": drops}
+        packets = dict(self.datapath.stats)
+        native = self.datapath.native
+        if native is not None:
+            packets.update({k: v for k, v in native.stats().items() if v})
+            for port in self.datapath.ports:
+                for prio, n in enumerate(native.queue_drops(port)):
+                    if n:
+                        drops[f"{port}:{prio}:queue_full"] = n
+        return {"packets": packets, "queue_drops": drops,
+                "datapath": "native" if native is not None else "python"}
+
+    def make_pipeline(self, device_config: bytes) -> Any:
+        """The pipeline for a device config: native where the program, the options and the
+        machine allow it (else the Python pipeline, with one log line saying why)."""
+        from p4switch.device_config import program_from_device_config
+        from p4switch.pipeline import Pipeline
+
+        program = program_from_device_config(device_config)
+        if self.config.datapath == "native":
+            reason = None
+            if self.config.pcap_dir is not None:
+                reason = "--pcap is written by the Python datapath only"
+            elif not any(isinstance(p, RawSocketPort) for p in self.datapath.ports.values()):
+                reason = "no interface ports"
+            else:
+                from p4switch.native.pipeline import try_native
+
+                native, reason = try_native(program, self.config.device_id)
+                if native is not None:
+                    log.info("pipeline runs on the native datapath (%s)", native.path.name)
+                    return native
+            log.warning("pipeline runs on the Python datapath: %s", reason)
+        return Pipeline(program, seed=self.config.device_id)  # random() drawn per device
+
+    def _on_install(self, pipeline: Any) -> None:
+        from p4switch.native.pipeline import NativePipeline
+
+        self._stop_native()
+        if not isinstance(pipeline, NativePipeline):
+            return
+        sockets = {p.number: p.sock.fileno() for p in self.datapath.ports.values()
+                   if isinstance(p, RawSocketPort)}
+        native = NativeSwitch(pipeline, sockets, self.config.priority_queues, self.config.cpu_port,
+                              self.tm.default_depth, packet_in=self._native_packet_in)
+        native.configure(self.tm)
+        native.start()
+        self.datapath.native = self.tm.native = native
+
+    def _native_packet_in(self, frame: bytes) -> None:
+        if self.datapath.packet_in is not None:
+            self.datapath.packet_in(frame)
+
+    def _stop_native(self) -> None:
+        native = self.datapath.native
+        if native is not None:
+            self.datapath.native = self.tm.native = None
+            native.stop()
 
     def load_program(self, source: Path, p4info_path: Path | None = None) -> None:
         """Compile a program given on the command line (P4 source, or device config + P4Info);
@@ -245,13 +316,14 @@ class Switch:
                 path = Path(tmp) / "device_config.json"
                 write_device_config(program, path)
                 data = path.read_bytes()
-        self._initial = (p4info, data, pipeline_from_device_config(data, self.config.device_id))
+        make = self._pipeline_factory or self.make_pipeline
+        self._initial = (p4info, data, make(data))
         log.info("program %s loaded", source)
 
     def start(self) -> None:
         """Open the P4Runtime port, install the initial program, start the packet threads, then
         serve (the switch is ready when its port accepts connections)."""
-        kwargs = {"pipeline_factory": self._pipeline_factory} if self._pipeline_factory else {}
+        kwargs = {"pipeline_factory": self._pipeline_factory or self.make_pipeline}
         control = ControlService(self.tm, self.datapath.tm_ready, self.statistics)
         self.server = P4RuntimeServer(self.datapath, self.config.device_id, self.config.grpc_address,
                                       request_log=self.config.request_log,
@@ -277,6 +349,9 @@ class Switch:
         selector.register(self._wake_r, selectors.EVENT_READ, None)
         try:
             while not self._stop.is_set():
+                if self.datapath.native is not None:  # the native loops read the ports
+                    self._stop.wait(0.2)
+                    continue
                 for key, _ in selector.select(timeout=0.5):
                     port = key.data
                     if port is None:
@@ -329,6 +404,7 @@ class Switch:
             self.server.stop(0.5)
         for thread in self._threads:
             thread.join(timeout=5)
+        self._stop_native()
         self._close_ports()
         if self.datapath.pcaps is not None:
             self.datapath.pcaps.close()

@@ -241,6 +241,7 @@ class ProgramGen(StmtGen):
         std = self.std
         lines = [
             "/* Generated from the P4 program by p4switch.native; do not edit. */",
+            "#define _GNU_SOURCE",
             f"#define GF_NSLOTS {nslots}",
             '#include "gf_state.h"',
             "typedef struct gf_ctx {",

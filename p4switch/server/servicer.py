@@ -207,7 +207,6 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._check_device(request.device_id)
             if request.role:
                 raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only the default role is supported")
-            self.arbiter.check_primary(request.election_id, "Write")
             if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
                 raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
             store = self._store()
@@ -215,6 +214,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             apply = store.write_serialized if split else store.write
             failures: list[tuple[int, int, str]] = []  # (update index, canonical code, message)
             with self.target.lock:
+                # Checked under the lock: a client that becomes primary, then reads, sees every
+                # write of the previous primary that was let through.
+                self.arbiter.check_primary(request.election_id, "Write")
                 for index, update in enumerate(request.updates):
                     try:
                         apply(update)

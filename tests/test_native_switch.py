@@ -1,0 +1,120 @@
+"""`p4switch run` on the native datapath between two namespaces: forwarding with the
+program's rewrites, P4Runtime writes reaching the C tables, queue rates in the native
+traffic manager, the fallback to Python with its reason."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from p4switch.native.build import find_compiler
+from p4switch.server import control
+from tests import netns
+from tests.benchmarks.bench_switch import SWITCH_MAC, _Client, _mac, _rx_packets, _udp_frame
+from tests.netns import Lab
+from tests.test_switch_process import switch_process
+
+pytestmark = [pytest.mark.netns,
+              pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")]
+
+ROUTER = Path(__file__).parent / "p4programs" / "ipv4_router.p4"
+
+SEND = r"""
+import socket, sys
+iface, frame, count = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3])
+sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+sock.bind((iface, 0))
+for _ in range(count):
+    sock.send(frame)
+"""
+
+CAPTURE = r"""
+import socket, sys
+iface, want = sys.argv[1], bytes.fromhex(sys.argv[2])
+sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+sock.bind((iface, 0))
+sock.settimeout(10)
+while True:
+    frame = sock.recv(2048)
+    if frame[:6] == want:
+        print(frame.hex())
+        break
+"""
+
+
+def _send(host: netns.Host, frame: bytes, count: int) -> None:
+    netns.in_ns(host.ns, sys.executable, "-c", SEND, host.iface, frame.hex(), str(count), timeout=60)
+
+
+def _wait_rx(host: netns.Host, at_least: int, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = _rx_packets(host)
+        if n >= at_least:
+            return n
+        time.sleep(0.05)
+    return _rx_packets(host)
+
+
+def _two_hosts(lab: Lab) -> tuple[netns.Host, str, netns.Host, str]:
+    h1, out1 = lab.add_host(1, "10.0.1.1")
+    h2, out2 = lab.add_host(2, "10.0.2.1")
+    for host in (h1, h2):  # no IPv6 chatter in the counts
+        netns.in_ns(host.ns, "sysctl", "-qw", f"net.ipv6.conf.{host.iface}.disable_ipv6=1", check=False)
+    return h1, out1, h2, out2
+
+
+def test_router_forwards_natively_with_rewrites_and_rates(lab: Lab, tmp_path: Path) -> None:
+    h1, out1, h2, out2 = _two_hosts(lab)
+    log = tmp_path / "s.log"
+    args = [str(ROUTER), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "--datapath", "native"]
+    with switch_process(args, log, ready_timeout=60) as (_, address):
+        client = _Client(address, 1)
+        try:
+            client.write([client.lpm_update("MyIngress.ipv4_lpm", 0x0A000200, 24, "MyIngress.ipv4_forward",
+                                            {"dstAddr": _mac(h2.mac), "port": 2})])
+            frame = _udp_frame(h1, h2, SWITCH_MAC, 5000, bytes(18))
+            import subprocess
+            capture = subprocess.Popen(["ip", "netns", "exec", h2.ns, sys.executable, "-c", CAPTURE, h2.iface,
+                                        h2.mac.replace(":", "")], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            before = _rx_packets(h2)
+            _send(h1, frame, 1)
+            out = bytes.fromhex(capture.communicate(timeout=15)[0].strip())
+            # MACs rewritten (dst = next hop, src = the frame's old dst), TTL 64 -> 63, checksum +1.
+            assert out[:6] == bytes.fromhex(h2.mac.replace(":", ""))
+            assert out[6:12] == bytes.fromhex(SWITCH_MAC.replace(":", ""))
+            assert out[22] == 63 and frame[22] == 64
+            assert int.from_bytes(out[24:26], "big") == int.from_bytes(frame[24:26], "big") + 0x100
+            assert out[26:] == frame[26:]
+            _send(h1, frame, 2000)
+            assert _wait_rx(h2, before + 2001) - before >= 1900
+            stats = control.call(address, "Stats", {})
+            assert stats["datapath"] == "native"
+            assert stats["packets"]["received"] >= 2001
+            # A queue rate in the native traffic manager: 200 pps for 1 s of a burst of 600.
+            control.call(address, "SetQueueRate", {"port": 2, "priority": None, "rate": "200pps"})
+            control.call(address, "SetQueueDepth", {"port": 2, "priority": None, "depth": 1000})
+            before = _rx_packets(h2)
+            _send(h1, frame, 600)
+            time.sleep(1.0)
+            paced = _rx_packets(h2) - before
+            assert 120 <= paced <= 300, paced
+            shown = control.call(address, "ShowQueues", {"port": 2})["2"]
+            assert shown["queues"][0]["queued"] > 0
+        finally:
+            client.close()
+    assert "native datapath" in log.read_text()
+
+
+def test_pcaps_fall_back_to_python_with_the_reason(lab: Lab, tmp_path: Path) -> None:
+    h1, out1, h2, out2 = _two_hosts(lab)
+    log = tmp_path / "s.log"
+    args = [str(ROUTER), "-i", f"1@{out1}", "-i", f"2@{out2}", "--pcap", str(tmp_path / "pcaps")]
+    with switch_process(args, log, ready_timeout=60) as (_, address):
+        assert control.call(address, "Stats", {})["datapath"] == "python"
+    text = log.read_text()
+    assert "pipeline runs on the Python datapath: --pcap" in text
