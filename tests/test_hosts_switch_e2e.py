@@ -10,7 +10,7 @@ the job sends, so the job congests its own queue while the blast fills queue 0 b
 message completes within its loss bound without retransmission; only the
 drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
 ``ingress_drops[6]`` counted; important packets arrive ECN-marked and the sender's echo cuts
-its AIMD rate.
+its congestion window.
 """
 
 from __future__ import annotations
@@ -102,17 +102,17 @@ from hosts.wire import MsgType
 dest = (sys.argv[1], int(sys.argv[2]))
 bound, count, messages, pps = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 values = np.load(sys.argv[7])
-aimd = Aimd(rate=pps, min_rate=50, increase=50)
-rates = [aimd.rate]
+aimd = Aimd(rate=pps)  # the pacing ceiling
 with Endpoint(worker_id=1, host=sys.argv[8], bounds={MsgType.GRADIENT: bound, MsgType.PARAMETER: 0.002},
               count=count, aimd=aimd) as ep:
     reports = []
+    cuts = [ep.window.decreases]
     for i in range(messages):
         r = ep.send(dest, values, iteration=i)
-        rates.append(aimd.rate)
+        cuts.append(ep.window.decreases)
         reports.append({"missing": r.missing, "retransmitted": r.retransmitted, "rounds": r.rounds,
                         "eligible": r.eligible, "echoes": r.ecn_echoes, "seconds": r.seconds})
-print("result", json.dumps({"reports": reports, "rates": rates}), flush=True)
+print("result", json.dumps({"reports": reports, "cuts": cuts}), flush=True)
 """
 
 
@@ -268,4 +268,4 @@ def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
     # Important packets were ECN-marked, the receiver echoed it and the sender slowed down.
     assert marks > 0 and 0 < got["ce_marked"] <= marks
     assert got["echoes"] >= 1 and any(r["echoes"] for r in sent["reports"])
-    assert sent["rates"][-1] < sent["rates"][0]
+    assert sent["cuts"][-1] > sent["cuts"][0]  # the echoes cut the congestion window
