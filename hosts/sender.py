@@ -253,10 +253,12 @@ class MessageSender:
         if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
             self.cut_this_round = congested = True
         with ep._cond:
+            limited = ep.in_flight >= ep.window.cwnd / 2  # grow only a window that is in use (RFC 7661)
             ep.in_flight -= chunk.packets.size
             if congested:
                 ep.window.on_congestion()
-            ep.window.on_ack(delivered)
+            elif limited:
+                ep.window.on_ack(delivered)
             ep._cond.notify_all()
 
     def _decide(self) -> bool:
