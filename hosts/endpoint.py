@@ -291,7 +291,8 @@ class Endpoint:
                         self._inbox_ready.notify_all()
 
     def _on_bitmap(self, data: memoryview, source: Address, now: float) -> None:
-        vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = HEADER_STRUCT.unpack_from(data)
+        _vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = (
+            HEADER_STRUCT.unpack_from(data))
         if tlen == 0 and nbits == 0:
             return  # a keep-alive answer: liveness noted it
         wait = None
@@ -357,7 +358,8 @@ class Endpoint:
         if self._executor is None:
             with self._cond:
                 if self._executor is None:
-                    self._executor = ThreadPoolExecutor(self.send_threads, thread_name_prefix=f"dlcp-tx-{self.worker_id}")
+                    self._executor = ThreadPoolExecutor(self.send_threads,
+                                                        thread_name_prefix=f"dlcp-tx-{self.worker_id}")
         values = as_float32(values).copy()  # the caller may reuse its buffer
         return self._executor.submit(self.send, dest, values, **options)
 
