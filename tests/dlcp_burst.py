@@ -478,6 +478,37 @@ def table_rows(results: list[BurstResult]) -> list[str]:
     return rows
 
 
+def plot(results: list[BurstResult], path: Path) -> None:
+    """Delay p50/p99 of the packets each mechanism protects, off against on, per target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [("dropping", "important"), ("priority", "front")]
+    targets = sorted({r.target for r in results}, key=lambda t: t != "embedded")
+    fig, axes = plt.subplots(1, len(pairs), figsize=(9, 3.4))
+    for ax, (mechanism, kind) in zip(axes, pairs):
+        labels, p50, p99 = [], [], []
+        for target in targets:
+            for state in ("off", "on"):
+                (r,) = [r for r in results if r.target == target and r.scenario.name == f"{mechanism} {state}"]
+                d = r.delays_ms(kind)
+                labels.append(f"{target}\n{state}")
+                p50.append(float(np.percentile(d, 50)))
+                p99.append(float(np.percentile(d, 99)))
+        x = np.arange(len(labels))
+        ax.bar(x - 0.2, p50, 0.4, label="p50")
+        ax.bar(x + 0.2, p99, 0.4, label="p99")
+        ax.set_xticks(x, labels)
+        ax.set_title(f"{mechanism} off/on: {'important' if kind == 'important' else 'front-layer'} packets")
+        ax.set_ylabel("queueing delay (ms)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 SCENARIOS: tuple[Callable[[], Scenario], ...] = (
     lambda: dropping_scenario(False), lambda: dropping_scenario(True),
     lambda: ecn_scenario(False), lambda: ecn_scenario(True),
@@ -489,6 +520,7 @@ SCENARIOS: tuple[Callable[[], Scenario], ...] = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="DLCP burst scenarios: the figures table of p4src/README.md")
     parser.add_argument("--target", choices=("embedded", "bmv2", "both"), default="both")
+    parser.add_argument("--plot", type=Path, help="also write the delays as a PNG here")
     args = parser.parse_args(argv)
     results: list[BurstResult] = []
     if args.target in ("embedded", "both"):
@@ -501,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"bmv2: {scenario.name} ...", flush=True)
                 results.append(run_bmv2(scenario, json_path, Path(tmp) / f"run{n}"))
     print("\n".join(table_rows(results)))
+    if args.plot:
+        plot(results, args.plot)
+        print(f"plot: {args.plot}")
     return 0
 
 
