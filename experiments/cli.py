@@ -58,6 +58,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--out", type=Path, default=None,
                           help="results folder (default: a new experiments/results/training/<UTC time>/)")
     training.set_defaults(handler=_experiment_training)
+    pooled = kinds.add_parser("report", help="one report over the runs of several sweep folders (pooled repetitions)")
+    pooled.add_argument("folders", type=Path, nargs="+", help="results folders of `experiment training`")
+    pooled.add_argument("--out", type=Path, required=True, help="folder for the pooled results.md, results.json, plots")
+    pooled.set_defaults(handler=_experiment_report)
 
 
 def add_job_args(p: argparse.ArgumentParser) -> None:
@@ -198,4 +202,15 @@ def _experiment_training(args: argparse.Namespace) -> int:
     if args.topo:
         settings.topo = Path(args.topo) if args.topo.endswith((".yaml", ".yml")) else args.topo
     run_sweep(settings)
+    return 0
+
+
+def _experiment_report(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from experiments.sweep_report import pool
+
+    out = pool(args.folders, args.out, shlex.join(["gradfabric", *sys.argv[1:]]))
+    print(f"pooled report in {out}", flush=True)
     return 0

@@ -156,12 +156,24 @@ def censored_tta(metrics: dict[str, Any]) -> float:
     return float(tta) if tta is not None else float(metrics["train_s"])
 
 
+def paired_differences(rounds: dict[tuple[Any, ...], dict[str, float]], reference: str, config: str) -> list[float]:
+    """Final accuracy of `config` minus the reference's, per round that has both."""
+    return [r[config] - r[reference] for r in rounds.values() if config in r and reference in r]
+
+
 def summarize(records: Sequence[dict[str, Any]], target: float,
               references: Sequence[str] = ("gloo", "qos")) -> dict[str, Any]:
     """Per scenario and configuration: counts, median and CI of every figure, speed-ups of
     time to target over each reference, and the final-accuracy difference to the first."""
     groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
     failed: dict[str, dict[str, int]] = {}
+    # Final accuracy by round: runs of one round share the data-order seed.
+    pairs: dict[str, dict[tuple[Any, ...], dict[str, float]]] = {}
+    for rec in records:
+        if rec["status"] == "ok":
+            key = (rec.get("source"), rec.get("repetition"), rec.get("seed"))
+            pairs.setdefault(rec["scenario"], {}).setdefault(key, {})[rec["config"]] = \
+                run_metrics(rec, target)["final_accuracy"]
     for rec in records:
         by_config = groups.setdefault(rec["scenario"], {})
         by_config.setdefault(rec["config"], [])
@@ -188,6 +200,9 @@ def summarize(records: Sequence[dict[str, Any]], target: float,
             base = by_config.get(references[0], [])
             est = difference([m["final_accuracy"] for m in base], [m["final_accuracy"] for m in runs])
             row[f"accuracy_vs_{references[0]}"] = est.to_dict() if est else None
+            paired = paired_differences(pairs.get(sc, {}), references[0], config)
+            est = median_ci(paired) if paired else None
+            row[f"accuracy_vs_{references[0]}_paired"] = est.to_dict() if est else None
             table[config] = row
         out[sc] = table
     return out

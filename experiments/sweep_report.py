@@ -33,20 +33,23 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "# Training over the fabric: DDP/gloo, QoS isolation and DLCP, repeated", "",
         f"Made by `{meta['command']}`, started {meta['started']}, {meta.get('elapsed_s', 0) / 60:.1f} min; "
         f"load average (1, 5, 15 min) at start {meta['load_at_start']}, at end {meta.get('load_at_end')}, "
-        f"{meta['cpus']} CPUs. Site: {meta['site']}.",
+        f"{meta['cpus']} CPUs. Site: {meta['site']}."
+        + ("" if "pooled_from" not in meta else " Pooled from: " + "; ".join(
+            f"`{p['command']}` started {p['started']}" for p in meta["pooled_from"]) + "."),
         f"Job: PyTorch DDP, CNN on scikit-learn digits, {job['iterations']} iterations, batch {job['batch_size']} "
         f"per rank, Adam lr {job['lr']}; target test accuracy {meta['target_accuracy']}; "
         f"{meta['repetitions']} repetitions per configuration, interleaved, data-order seed per repetition.", "",
         "Cells: median [95% bootstrap CI]. Time to target of a run that did not reach it is its training time "
-        "(a lower bound; counted under *not reached*). Speed-up: median time to target of the reference over "
+        "(a lower bound; counted under *not reached*). *Same round vs gloo*: final accuracy minus gloo's in "
+        "the same round (same data-order seed), median of those differences. Speed-up: median time to target of the reference over "
         "this configuration's. Background goodput: sum of the long flows' received Mbit/s.", "",
     ]
     for sc, table in summary.items():
         lines += [f"## Scenario `{sc}`: {meta['scenarios'].get(sc, '')}", "",
                   "| configuration | runs ok / failed / not reached | time to target (s) | iterations to target "
                   "| speed-up vs gloo | speed-up vs qos | iteration p50 (ms) | iteration p99 (ms) | final accuracy "
-                  "| accuracy vs gloo (pp) |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| accuracy vs gloo (pp) | same round vs gloo (pp) |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for c in _configs(table):
             row = table[c]
             lines.append(
@@ -54,7 +57,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                 f"| {_est(row['iterations_to_target'], fmt='{:.0f}')} | {_est(row['speedup_vs_gloo'])} "
                 f"| {_est(row['speedup_vs_qos'])} | {_est(row['iteration_p50_s'], 1e3, '{:.0f}')} "
                 f"| {_est(row['iteration_p99_s'], 1e3, '{:.0f}')} | {_est(row['final_accuracy'], fmt='{:.3f}')} "
-                f"| {_est(row['accuracy_vs_gloo'], 100, '{:+.1f}')} |")
+                f"| {_est(row['accuracy_vs_gloo'], 100, '{:+.1f}')} "
+                f"| {_est(row.get('accuracy_vs_gloo_paired'), 100, '{:+.1f}')} |")
         lines += ["", "| configuration | gradient loss (%) | packets | retransmitted | dropped (transport) "
                   "| magnitude drops (switch) | background goodput (Mbit/s) | UDP background loss (%) "
                   "| request/response FCT p50 / p99 (ms) | requests failed | job 2 time to target (s) |",
@@ -167,3 +171,31 @@ def write_report(records: Sequence[dict[str, Any]], meta: dict[str, Any], out: P
     (out / "results.md").write_text(markdown(summary, meta))
     plots(records, summary, target, out)
     return summary
+
+
+def pool(folders: Sequence[Path], out: Path, command: str) -> Path:
+    """One report over the runs of several sweep folders (each folder's runs/*.json and meta)."""
+    from experiments.errors import ExperimentError
+
+    records: list[dict[str, Any]] = []
+    metas = []
+    for folder in folders:
+        try:
+            metas.append(json.loads((folder / "results.json").read_text())["meta"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise ExperimentError(f"{folder} holds no readable results.json ({exc})") from None
+        records += [{**json.loads(p.read_text()), "source": str(folder)} for p in sorted((folder / "runs").glob("*.json"))]
+    targets = {m["target_accuracy"] for m in metas}
+    if len(targets) != 1:
+        raise ExperimentError(f"the folders used different target accuracies: {sorted(targets)}")
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(metas[0])
+    meta.update({
+        "command": command, "pooled_from": [{"folder": str(f), "command": m["command"], "started": m["started"],
+                                             "load_at_start": m["load_at_start"], "load_at_end": m.get("load_at_end")}
+                                            for f, m in zip(folders, metas)],
+        "repetitions": sum(m["repetitions"] for m in metas), "elapsed_s": sum(m.get("elapsed_s", 0) for m in metas),
+        "load_at_end": metas[-1].get("load_at_end"),
+    })
+    write_report(records, meta, out)
+    return out

@@ -78,3 +78,23 @@ def test_results_go_to_a_new_timestamped_folder_unless_out_is_given(tmp_path: Pa
     folder = settings.output_folder()
     assert folder.parent == runner.RESULTS and folder.name[:8].isdigit()
     assert replace(settings, out=tmp_path).output_folder() == tmp_path
+
+
+def test_pooled_report_sums_the_runs_of_several_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from experiments.sweep_report import pool
+
+    def fake_run_once(site: Any, sc: Any, config: Any, run: Any, *args: Any) -> dict[str, Any]:
+        wall = {"gloo": 4.0, "qos": 2.0}[config.name]
+        rank = {"records": [{"iteration": 4, "wall_s": wall, "iteration_s": 1.0, "accuracy": 0.9}],
+                "totals": {}, "receive": {}}
+        return {"jobs": {"1": {"ranks": {"0": rank}}}, "background": [], "switch": {}, "seconds": 1.0}
+
+    monkeypatch.setattr(runner, "run_once", fake_run_once)
+    folders = [run_sweep(replace(_settings(tmp_path, ("gloo", "qos"), 2), out=tmp_path / f"s{i}"), say=lambda _: None)
+               for i in range(2)]
+    out = pool(folders, tmp_path / "pooled", "pool command")
+    result = json.loads((out / "results.json").read_text())
+    row = result["summary"]["tcp"]["qos"]
+    assert row["ok"] == 4 and row["speedup_vs_gloo"]["median"] == 2.0
+    assert result["meta"]["repetitions"] == 4 and len(result["meta"]["pooled_from"]) == 2
+    assert "`pool command`" in (out / "results.md").read_text()

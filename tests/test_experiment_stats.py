@@ -96,3 +96,15 @@ def test_plan_interleaves_configurations_and_seeds_each_repetition() -> None:
     assert {r.seed for r in runs if r.repetition == 1} == {runs[3].seed} and len({r.seed for r in runs}) == 3
     assert [r.index for r in runs] == list(range(len(runs)))
     assert np.unique([r.run_id for r in runs]).size == len(runs)
+
+
+def test_accuracy_against_the_reference_of_the_same_round() -> None:
+    runs = [_run("gloo", [(1.0, 0.90)], rep=0), _run("dlcp", [(1.0, 0.88)], rep=0),
+            _run("gloo", [(1.0, 0.80)], rep=1), _run("dlcp", [(1.0, 0.81)], rep=1),
+            _run("gloo", [(1.0, 0.95)], rep=2), _run("dlcp", [(1.0, 0.95)], rep=2),
+            _run("dlcp", [(1.0, 0.50)], rep=3)]  # no gloo run in round 3: left out
+    for r, seed in zip(runs, (0, 0, 1, 1, 2, 2, 3)):
+        r["seed"] = seed
+    row = summarize(runs, 0.0)["s"]["dlcp"]
+    assert row["accuracy_vs_gloo_paired"]["median"] == pytest.approx(0.0)  # of -0.02, +0.01, 0.0
+    assert row["accuracy_vs_gloo_paired"]["n"] == 3
