@@ -288,8 +288,40 @@ def run() -> list[Figure]:
         return _measure()
 
 
+#: Where the run's plot and table go (linked from hosts/README.md).
+RESULTS = Path(__file__).resolve().parents[2] / "hosts" / "results"
+
+
+def _write_results(figures: list[Figure], times: dict[str, list[float]]) -> None:
+    """hosts/results/transport_fabric.{md,png}: the table and the completion-time CDFs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    lines = ["| benchmark | value | baseline | baseline value | ratio |", "|---|---:|---|---:|---:|"]
+    lines += [f"| {f.name} | {f.value:,.1f} {f.unit} | {f.baseline_name} | {f.baseline:,.1f} {f.unit} | "
+              f"{f.ratio:.3f}x |" for f in figures]
+    (RESULTS / "transport_fabric.md").write_text(
+        "Made by `make bench` (`python -m tests.benchmarks transport_fabric`): one embedded switch, "
+        f"receiver port {PORT_RATE_PPS} packets/s, {DEPTH}-packet queue.\n\n" + "\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, values in times.items():
+        ordered = np.sort(np.asarray(values) * 1e3)
+        ax.plot(ordered, np.arange(1, ordered.size + 1) / ordered.size, label=label)
+    ax.set_xlabel("1 MB message completion time (ms), 1 % random loss")
+    ax.set_ylabel("share of messages")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "transport_fabric.png", dpi=110)
+    plt.close(fig)
+
+
 def _measure() -> list[Figure]:
     figures: list[Figure] = []
+    times: dict[str, list[float]] = {}
     rate = f"{PORT_RATE_PPS} packets/s port"
     with _bed() as hosts:
         print("  one DLCP stream, bound 0 ...", flush=True)
@@ -304,6 +336,7 @@ def _measure() -> list[Figure]:
             print(f"  1 MB messages, 1% loss, bound {bound:g} ...", flush=True)
             serial = _dlcp_run(hosts, [("sender", 1, "serial")], bound=bound, seconds=SERIAL, relay_loss=0.01)[0]
             p50, p99 = _percentiles(serial["times"])
+            times[f"DLCP, bound {bound:g}"] = serial["times"]
             print(f"    DLCP {serial}", flush=True)
             if tcp is None:
                 print(f"    DLCP p50 {p50:.1f} ms p99 {p99:.1f} ms; TCP baseline unavailable (no netem, no tc bpf)")
@@ -325,6 +358,9 @@ def _measure() -> list[Figure]:
             tcp_shared = _iperf_goodput(server, iperf)
         figures.append(Figure("DLCP goodput sharing the port with TCP", _goodput(shared) / 1e6,
                               "the TCP flow's goodput", tcp_shared / 1e6, "MB/s"))
+    if tcp is not None:
+        times[f"TCP ({tcp[1]})"] = tcp[0]
+    _write_results(figures, times)
     return figures
 
 
