@@ -907,6 +907,9 @@ class BlockCompiler:
 
     def build(self) -> CompiledProgram:
         self.declare()
+        for inst in self.instances.values():  # externs instantiated at the top level (shared)
+            if isinstance(self.resolve_type(inst.children[1]), ExternT):
+                self.instantiate(inst, "", self.globals)
         main = self.instances.get("main")
         if main is None:
             raise self.type_error(self.tree, "the program declares no `main` package instance")

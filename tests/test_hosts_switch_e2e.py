@@ -5,12 +5,12 @@ Three namespace hosts on one switch: a sender, a background UDP blaster and a re
 port is rate-limited (``--queue-rate``, ``--queue-depth``, BMv2's meaning: each priority queue
 has its own rate and ``enq_qdepth`` is the depth of the packet's own queue). The controller
 library installs routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude
-class 118 are dropped when that queue holds more than 16 packets). Queue 3 drains slower than
+class 118 are dropped in ingress when that queue holds 16 packets or more; ECN marks from 16). Queue 3 drains slower than
 the job sends, so the job congests its own queue while the blast fills queue 0 beside it; the
 message completes within its loss bound without retransmission; only the
 drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
-``egress_drops[1]`` counted; important packets arrive ECN-marked and the sender's echo cuts
-its AIMD rate.
+``ingress_drops[6]`` counted; important packets arrive ECN-marked and the sender's echo cuts
+its congestion window.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ POLICY = {
     "jobs": [{
         "id": 1, "name": "e2e", "spraying": "off",
         "layers": [{"tensors": "0..65535", "priority": 3}],
-        "thresholds": [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": QUEUE_THRESHOLD}],
+        "dropping": {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": QUEUE_THRESHOLD}]},
+        "ecn": {"queue_threshold": QUEUE_THRESHOLD},
     }],
 }
 
@@ -101,17 +102,17 @@ from hosts.wire import MsgType
 dest = (sys.argv[1], int(sys.argv[2]))
 bound, count, messages, pps = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 values = np.load(sys.argv[7])
-aimd = Aimd(rate=pps, min_rate=50, increase=50)
-rates = [aimd.rate]
+aimd = Aimd(rate=pps)  # the pacing ceiling
 with Endpoint(worker_id=1, host=sys.argv[8], bounds={MsgType.GRADIENT: bound, MsgType.PARAMETER: 0.002},
               count=count, aimd=aimd) as ep:
     reports = []
+    cuts = [ep.window.decreases]
     for i in range(messages):
         r = ep.send(dest, values, iteration=i)
-        rates.append(aimd.rate)
+        cuts.append(ep.window.decreases)
         reports.append({"missing": r.missing, "retransmitted": r.retransmitted, "rounds": r.rounds,
                         "eligible": r.eligible, "echoes": r.ecn_echoes, "seconds": r.seconds})
-print("result", json.dumps({"reports": reports, "rates": rates}), flush=True)
+print("result", json.dumps({"reports": reports, "cuts": cuts}), flush=True)
 """
 
 
@@ -267,4 +268,4 @@ def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
     # Important packets were ECN-marked, the receiver echoed it and the sender slowed down.
     assert marks > 0 and 0 < got["ce_marked"] <= marks
     assert got["echoes"] >= 1 and any(r["echoes"] for r in sent["reports"])
-    assert sent["rates"][-1] < sent["rates"][0]
+    assert sent["cuts"][-1] > sent["cuts"][0]  # the echoes cut the congestion window

@@ -12,6 +12,7 @@ worth of entities at a time.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import threading
@@ -64,10 +65,10 @@ class Target(Protocol):
         """Send a frame into the ingress pipeline as if it arrived on the CPU port."""
 
 
-def default_pipeline_factory(device_config: bytes) -> Any:
+def default_pipeline_factory(device_config: bytes, seed: int = 0) -> Any:
     from p4switch.device_config import pipeline_from_device_config
 
-    return pipeline_from_device_config(device_config)
+    return pipeline_from_device_config(device_config, seed)
 
 
 class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
@@ -112,6 +113,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                  max_streams: int = MAX_STREAMS) -> None:
         self.target = target
         self.device_id = device_id
+        if pipeline_factory is default_pipeline_factory:  # random() seeded by the device id
+            pipeline_factory = functools.partial(default_pipeline_factory, seed=device_id)
         self.pipeline_factory = pipeline_factory
         self.arbiter = Arbiter(device_id)
         self.config: ForwardingConfig | None = None
