@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from hosts.endpoint import Endpoint
 
 #: Most packets in one chunk (one probe per chunk).
-MAX_CHUNK = 64
+MAX_CHUNK = 128
 
 
 @dataclass
@@ -169,7 +169,7 @@ class MessageSender:
         while self.pending:
             with ep._cond:
                 room = int(ep.window.cwnd) - ep.in_flight
-                target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.cwnd) // 4))
+                target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.cwnd) // 2))
                 if room >= target:
                     grant = target
                 elif room >= 1 and not self.chunks:

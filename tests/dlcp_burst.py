@@ -14,8 +14,8 @@ BMv2; the embedded target's port rate (``set_port_rate``) shows it in tests/test
   depth of its queue when it arrived is recorded;
 - BMv2: ``simple_switch --use-files`` (no interfaces, so no namespace lock), which injects
   the whole input pcap as fast as it can; entries and queue settings go through
-  ``simple_switch_CLI`` before the injection starts; a packet's delay is its output time
-  minus the first output time of the run (the burst arrives within a few milliseconds).
+  ``simple_switch_CLI`` before the injection starts; a packet's delay is its output pcap time
+  minus its arrival time in simple_switch's debug log (millisecond resolution).
 
 ``python -m tests.dlcp_burst [--target embedded|bmv2|both]`` prints the figures table of
 p4src/README.md.
@@ -350,7 +350,7 @@ def _run_bmv2_once(scenario: Scenario, json_path: Path, work: Path, wait_s: int)
             wrpcap(str(work / f"p{port}_in.pcap"), [])
     thrift = _free_port()
     args = [str(require_tool("simple_switch")), "--use-files", str(wait_s), "--thrift-port", str(thrift),
-            "--device-id", "1"]
+            "--device-id", "1", "--log-file", str(work / "bmv2"), "--log-level", "debug", "--log-flush"]
     for port in ports:
         args += ["-i", f"{port}@{work / f'p{port}'}"]
     args += [str(json_path), "--", "--priority-queues", "8"]
@@ -371,14 +371,35 @@ def _run_bmv2_once(scenario: Scenario, json_path: Path, work: Path, wait_s: int)
             switch.kill()
             switch.wait()
         log.close()
+    arrivals = _arrival_times(sorted(work.glob("bmv2*.txt")))   # the log rotates at 5 MB
     delivered: dict[int, Delivered] = {}
     outputs = [(port, pkt) for port in ports if port != IN_PORT for pkt in _read_pcap(work / f"p{port}_out.pcap")]
     first = min((when for _, (when, _) in outputs), default=0.0)
     for port, (when, pkt) in outputs:
         i = pkt[IP].id
-        t = (when - first) * 1e6
-        delivered[i] = Delivered(i, port, t, t, pkt[IP].tos & 3)
+        if i not in arrivals:
+            raise Bmv2RunError(f"packet {i} left but its arrival is not in the log ({work})")
+        delivered[i] = Delivered(i, port, (when - first) * 1e6, max(0.0, (when - arrivals[i]) * 1e6),
+                                 pkt[IP].tos & 3)
     return BurstResult(scenario, "bmv2", delivered, lambda name, index: counters.get((name, index), 0))
+
+
+_RECEIVED = re.compile(r"^\[(\d+):(\d+):(\d+)\.(\d+)\] \[bmv2\] \[D\] \[thread \d+\] \[(\d+)\.0\] "
+                       r"\[cxt \d+\] Processing packet received on port")
+
+
+def _arrival_times(logs: list[Path]) -> dict[int, float]:
+    """Arrival time (epoch seconds, millisecond resolution) of each packet by its number, from
+    simple_switch's debug log: packets are numbered in the order they arrive, which is the order
+    of the input pcap, so packet n is the scenario's packet n."""
+    day = time.time() // 86400 * 86400   # the log has the time of day (UTC on this machine)
+    out: dict[int, float] = {}
+    for line in (line for log in logs for line in log.read_text(errors="replace").splitlines()):
+        m = _RECEIVED.match(line)
+        if m:
+            h, mi, sec, ms, n = (int(g) for g in m.groups())
+            out[n] = day + h * 3600 + mi * 60 + sec + ms / 1000
+    return out
 
 
 def _read_pcap(path: Path) -> list[tuple[float, Ether]]:
@@ -457,6 +478,37 @@ def table_rows(results: list[BurstResult]) -> list[str]:
     return rows
 
 
+def plot(results: list[BurstResult], path: Path) -> None:
+    """Delay p50/p99 of the packets each mechanism protects, off against on, per target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [("dropping", "important"), ("priority", "front")]
+    targets = sorted({r.target for r in results}, key=lambda t: t != "embedded")
+    fig, axes = plt.subplots(1, len(pairs), figsize=(9, 3.4))
+    for ax, (mechanism, kind) in zip(axes, pairs):
+        labels, p50, p99 = [], [], []
+        for target in targets:
+            for state in ("off", "on"):
+                (r,) = [r for r in results if r.target == target and r.scenario.name == f"{mechanism} {state}"]
+                d = r.delays_ms(kind)
+                labels.append(f"{target}\n{state}")
+                p50.append(float(np.percentile(d, 50)))
+                p99.append(float(np.percentile(d, 99)))
+        x = np.arange(len(labels))
+        ax.bar(x - 0.2, p50, 0.4, label="p50")
+        ax.bar(x + 0.2, p99, 0.4, label="p99")
+        ax.set_xticks(x, labels)
+        ax.set_title(f"{mechanism} off/on: {'important' if kind == 'important' else 'front-layer'} packets")
+        ax.set_ylabel("queueing delay (ms)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 SCENARIOS: tuple[Callable[[], Scenario], ...] = (
     lambda: dropping_scenario(False), lambda: dropping_scenario(True),
     lambda: ecn_scenario(False), lambda: ecn_scenario(True),
@@ -468,6 +520,7 @@ SCENARIOS: tuple[Callable[[], Scenario], ...] = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="DLCP burst scenarios: the figures table of p4src/README.md")
     parser.add_argument("--target", choices=("embedded", "bmv2", "both"), default="both")
+    parser.add_argument("--plot", type=Path, help="also write the delays as a PNG here")
     args = parser.parse_args(argv)
     results: list[BurstResult] = []
     if args.target in ("embedded", "both"):
@@ -480,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"bmv2: {scenario.name} ...", flush=True)
                 results.append(run_bmv2(scenario, json_path, Path(tmp) / f"run{n}"))
     print("\n".join(table_rows(results)))
+    if args.plot:
+        plot(results, args.plot)
+        print(f"plot: {args.plot}")
     return 0
 
 

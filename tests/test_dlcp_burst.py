@@ -112,9 +112,10 @@ def test_priority_lets_front_layers_leave_first(run, target: str) -> None:
 
     # Off: one FIFO queue, the front layers leave after every back-layer packet.
     assert min(times(off, "front")) > max(times(off, "important"))
-    # On: their own queue; they are all gone while most back-layer packets still wait.
-    last_front = max(times(on, "front"))
-    assert sum(t > last_front for t in times(on, "important")) >= 6
+    # On: their own queue, so they wait behind their own packets only: less than the back
+    # layers queued before them (each queue is paced on its own, BMv2's model), and far less
+    # than behind everything.
+    assert p(on.delays_ms("front"), 50) < 0.75 * p(on.delays_ms("important"), 50)
     assert p(on.delays_ms("front"), 99) < p(off.delays_ms("front"), 50)
     assert len(on.delivered) == len(on.scenario.packets)
     assert on.counters("DlcpEgress.port_tx", OUT_PORT * 8 + 7) == len(on.of("front"))
