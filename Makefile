@@ -34,13 +34,14 @@ PIP_STAMP    := $(VENV)/.installed
 STF_VENV     := .venv-stf
 STF_STAMP    := $(STF_VENV)/.installed
 
-.PHONY: help install run test bench stop clean p4
+.PHONY: help install run test bench soak stop clean p4
 
 help:
 	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET) PCAP=1 ARGS=...)"
 	@echo "make test    set up what is missing, then run the test suite"
 	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
-	@echo "make p4      compile p4src/ with the embedded front end (and p4c when on PATH) into build/"
+	@echo "make soak    10^5 fuzzed P4Runtime RPCs and 10^6 malformed frames: crashes and memory"
+	@echo "make p4      compile p4src/ with the embedded front end into build/ (and p4c, from \$$GRADFABRIC_P4REF/bin or PATH, into build/bmv2/)"
 	@echo "make stop    stop the fabric: every switch process, namespace and interface it made"
 	@echo "make clean   stop, then remove .venv, build/, logs/, pcaps/ and caches"
 	@echo "make install Debian packages and the virtual environment only"
@@ -86,6 +87,9 @@ test: install
 
 bench: install
 	@$(PY) -m tests.benchmarks
+
+soak: install
+	@$(PY) -m tests.benchmarks.soak_p4runtime $(SOAK_ARGS)
 
 p4: install
 	@$(VENV)/bin/gradfabric compile

@@ -26,6 +26,11 @@ class ArbitrationRefused(ConnectionFailed):
     trying again does not help."""
 
 
+class NotPrimary(ConnectionFailed):
+    """Another controller holds a higher election id on a switch: it has taken over, and this
+    controller must neither write there nor undo what the other wrote."""
+
+
 class RpcError(ControllerError):
     """A P4Runtime call that the switch answered with an error."""
 

@@ -1,4 +1,11 @@
-"""Many switches at once: connect, read, and apply desired state all or nothing."""
+"""Many switches at once: connect, read, and apply desired state all or nothing.
+
+Writers exclude each other by election id: an apply first becomes primary on every switch
+it will touch, so a controller started later (a higher id) fences it out everywhere before
+reading, and a fenced-out apply neither writes nor rolls back where it lost the switch. A
+switch that restarts during an apply gets its whole intended state back (pipeline, the
+fabric's routes, the entries being applied), and the result says so.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import TypeVar
 from controller.arbitration import ElectionId
 from controller.diff import compute_diff
 from controller.entities import Entity, Update
-from controller.errors import ControllerError
+from controller.errors import ControllerError, FabricRoutingError, NotPrimary
 from controller.pipeline import Pipeline
 from controller.switch import SwitchSession, SwitchStatus
 from gradfabric.fabric import Fabric, Switch
@@ -28,13 +35,21 @@ def controller_log_path(fabric: Fabric, switch: Switch) -> Path:
 class ApplyFailed(ControllerError):
     """A write refused on one switch; what had been written was rolled back."""
 
-    def __init__(self, cause: ControllerError, rolled_back: list[str], rollback_errors: list[str]) -> None:
+    def __init__(self, cause: ControllerError, rolled_back: list[str], rollback_errors: list[str],
+                 superseded: list[str] | None = None, restored: list[str] | None = None) -> None:
         self.cause = cause
         self.rolled_back = rolled_back
         self.rollback_errors = rollback_errors
+        self.superseded = superseded or []
+        self.restored = restored or []
         text = f"{cause}; nothing applied (rolled back: {', '.join(rolled_back) or 'nothing to undo'})"
+        if self.superseded:
+            text = (f"{cause}; another controller took over {', '.join(self.superseded)}: its writes stand there "
+                    f"(rolled back elsewhere: {', '.join(rolled_back) or 'nothing to undo'})")
         if rollback_errors:
             text = f"{cause}; ROLLBACK INCOMPLETE: " + "; ".join(rollback_errors)
+        if self.restored:
+            text += "; " + "; ".join(self.restored)
         super().__init__(text)
 
 
@@ -43,6 +58,8 @@ class ApplyResult:
     """Updates written per switch (empty lists when the fabric already matched)."""
 
     updates: dict[str, list[Update]]
+    #: What switches that lost their state (restarted) were given back, one line each.
+    restored: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -60,7 +77,7 @@ class FabricController:
         cls, fabric: Fabric, pipeline: Pipeline, *, connect_timeout: float = 5.0, request_logs: bool = True
     ) -> FabricController:
         election_id = ElectionId.new()
-        return cls(
+        controller = cls(
             SwitchSession(
                 sw.name,
                 sw.grpc_addr,
@@ -72,6 +89,15 @@ class FabricController:
             )
             for sw in fabric.switches
         )
+        from controller.routing import route_entries
+
+        try:
+            routes = route_entries(fabric, pipeline.schema)
+        except FabricRoutingError:
+            routes = {}  # a fabric without routes: nothing to restore but what is written
+        for name, entries in routes.items():
+            controller.sessions[name].baseline = list(entries)
+        return controller
 
     def __getitem__(self, name: str) -> SwitchSession:
         try:
@@ -107,6 +133,8 @@ class FabricController:
         Each switch is read first (a snapshot); the diffs are written switch by switch; when
         a switch refuses, every switch touched so far is written back to its snapshot.
         """
+        for name in desired:
+            self[name].claim()  # primary everywhere first: a concurrent apply is fenced out before we read
         snapshots: dict[str, list[Entity]] = {}
         plans: dict[str, list[Update]] = {}
         for name, entities in desired.items():
@@ -120,7 +148,7 @@ class FabricController:
                 continue
             touched.append(name)
             try:
-                self[name].write(updates)
+                plans[name] = self[name].write_plan(updates, desired[name], tables)
             except ControllerError as exc:
                 raise self._rollback(exc, touched, snapshots, tables) from exc
         for name, entities in desired.items():
@@ -128,12 +156,23 @@ class FabricController:
             for key in [k for k, e in owned.items() if getattr(e, "table", None) in tables]:
                 del owned[key]
             owned.update((e.key, e) for e in entities)
-        return ApplyResult(plans)
+        for name in desired:  # a switch that restarted after its writes gets them back now
+            session = self[name]
+            if session.connected and not session.transport.stream_open:
+                session.reconnect()
+        return ApplyResult(plans, self._drain_restored())
+
+    def _drain_restored(self) -> tuple[str, ...]:
+        lines: list[str] = []
+        for session in self.sessions.values():
+            lines += session.restored
+            session.restored = []
+        return tuple(lines)
 
     def _rollback(
         self, cause: ControllerError, touched: list[str], snapshots: dict[str, list[Entity]], tables: frozenset[str]
     ) -> ApplyFailed:
-        rolled_back, errors = [], []
+        rolled_back, errors, superseded = [], [], []
         for name in reversed(touched):
             session = self[name]
             try:
@@ -141,6 +180,10 @@ class FabricController:
                 undo = compute_diff(snapshots[name], now, tables)
                 session.write(undo)
                 rolled_back.append(f"{name} ({len(undo)} update(s))")
+            except NotPrimary:
+                superseded.append(name)  # what is there now is the other controller's: leave it
             except ControllerError as exc:
                 errors.append(f"{name}: {exc}")
-        return ApplyFailed(cause, rolled_back, errors)
+        if isinstance(cause, NotPrimary):
+            superseded += [n for n in self.sessions if n not in touched and n in str(cause).split(":")[0]]
+        return ApplyFailed(cause, rolled_back, errors, superseded, list(self._drain_restored()))

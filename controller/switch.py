@@ -1,6 +1,6 @@
 """One switch's session: connect and arbitrate, keep the pipeline loaded, write and read
-entities, and reconcile after a restart (the pipeline and every entry this session owns
-are put back).
+entities, and reconcile after a restart (the pipeline, the baseline entries such as the
+fabric's routes, and every entry this session owns are put back, and said so in ``restored``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from controller.entities import (
     Update,
     decode_entity,
 )
-from controller.errors import ArbitrationRefused, ConnectionFailed
+from controller.errors import ArbitrationRefused, ConnectionFailed, NotPrimary
 from controller.pipeline import Pipeline
 from controller.request_log import RequestLog
 from controller.schema import P4Schema
@@ -75,6 +75,13 @@ class SwitchSession:
         self.pipeline_pushes = 0
         #: Whether (re)connecting loads the pipeline when the switch lacks it (reads only: False).
         self.load_pipeline = True
+        #: Entries the switch holds whatever this session writes (the fabric's routes): restored
+        #: with the owned ones after a reconnect, by a session that loads the pipeline.
+        self.baseline: list[Entity] = []
+        #: What reconnects put back, one line each (read and cleared by the caller).
+        self.restored: list[str] = []
+        self.reconnects = 0
+        self._pushed = False
 
     @property
     def schema(self) -> P4Schema:
@@ -86,12 +93,20 @@ class SwitchSession:
         primary = self.transport.open(self.election_id, timeout=self.connect_timeout)
         if not primary:
             self.transport.close()
-            raise ConnectionFailed(
+            raise NotPrimary(
                 f"{self.name}: not primary at {self.address} (another controller holds a higher election id)"
             )
         self.connected = True
+        self._pushed = False
         if self.load_pipeline if load_pipeline is None else load_pipeline:
-            self.ensure_pipeline()
+            self._pushed = self.ensure_pipeline()
+
+    def claim(self) -> None:
+        """Be primary on the switch now (connecting if needed); raises NotPrimary when another
+        controller has taken it over."""
+        self._with_reconnect(lambda: None)
+        if not self.transport.primary:
+            raise NotPrimary(f"{self.name}: another controller has taken over {self.address} (higher election id)")
 
     def close(self) -> None:
         self.transport.close()
@@ -124,22 +139,44 @@ class SwitchSession:
             try:
                 self.connect()
                 break
-            except ArbitrationRefused:
+            except (ArbitrationRefused, NotPrimary):
                 raise
             except ConnectionFailed:
                 if time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        self.reconcile()
+        self.reconnects += 1
+        self._restore()
 
-    def reconcile(self) -> list[Update]:
-        """Put back every owned entry the switch lost (and remove strays in owned tables)."""
-        tables = frozenset(e.table for e in self.owned.values() if isinstance(e, TableEntry))
-        actual = self._read_tables(tables) + self._read_defaults(self.owned.values())
-        if any(isinstance(e, MulticastGroupEntry) for e in self.owned.values()):
+    def _restore(self, first: bool = False) -> None:
+        """Reconcile after a (re)connect and note what was put back; the baseline only after a
+        reconnect (on a first connect it is the caller's to write, and to report)."""
+        updates = self.reconcile(with_baseline=not first)
+        if updates or (self._pushed and not first):
+            tables = sorted({u.entity.table for u in updates if isinstance(u.entity, TableEntry)})
+            what = f"{len(updates)} update(s)" + (f" to {', '.join(tables)}" if tables else "")
+            if first:
+                self.restored.append(f"{self.name}: {'pipeline loaded, ' if self._pushed else ''}{what} restored")
+            else:
+                pipeline = "pipeline reloaded, " if self._pushed else ""
+                self.restored.append(f"{self.name}: switch lost its state (restarted?): {pipeline}{what} restored")
+
+    def intended(self, with_baseline: bool = True) -> list[Entity]:
+        """What the switch should hold: the baseline (when this session maintains the switch),
+        overridden by what this session owns."""
+        wanted = {e.key: e for e in self.baseline} if self.load_pipeline and with_baseline else {}
+        wanted.update(self.owned)
+        return list(wanted.values())
+
+    def reconcile(self, with_baseline: bool = True) -> list[Update]:
+        """Put back every intended entry the switch lost (and remove strays in those tables)."""
+        intended = self.intended(with_baseline)
+        tables = frozenset(e.table for e in intended if isinstance(e, TableEntry))
+        actual = self._read_tables(tables) + self._read_defaults(intended)
+        if any(isinstance(e, MulticastGroupEntry) for e in intended):
             actual += self._read_multicast()
-        updates = compute_diff(self.owned.values(), actual)
+        updates = compute_diff(intended, actual)
         self._write(updates)
         return updates
 
@@ -148,7 +185,7 @@ class SwitchSession:
         if not self.connected:
             self.connect()
             if self.owned:
-                self.reconcile()
+                self._restore(first=True)
         elif not self.transport.stream_open:
             self.reconnect()
         try:
@@ -188,6 +225,22 @@ class SwitchSession:
         """Write updates in batches; what succeeded becomes owned (deleted: disowned)."""
         if updates:
             self._with_reconnect(lambda: self._write(updates))
+
+    def write_plan(self, plan: Sequence[Update], desired: Iterable[Entity], tables: frozenset[str]) -> list[Update]:
+        """Write ``plan`` (the updates from ``tables`` as read before to ``desired``); when the
+        switch restarted meanwhile, the plan is made again from what it holds now."""
+        desired = list(desired)
+        reconnects = self.reconnects
+
+        def run() -> list[Update]:
+            updates = list(plan)
+            if self.reconnects != reconnects:
+                actual = self._read_tables(tables) + self._read_defaults(desired)
+                updates = compute_diff(desired, actual, tables)
+            self._write(updates)
+            return updates
+
+        return self._with_reconnect(run)
 
     def sync(self, desired: Iterable[Entity], tables: frozenset[str]) -> list[Update]:
         """Make ``tables`` hold exactly ``desired``; returns the updates written (none if equal)."""

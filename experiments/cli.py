@@ -40,21 +40,28 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     kinds = experiment.add_subparsers(dest="experiment_command", metavar="EXPERIMENT")
     kinds.required = True
     training = kinds.add_parser(
-        "training", help="time to accuracy: baseline, full DLCP and each mechanism alone, under contention")
+        "training", help="DDP/gloo, QoS isolation, each DLCP mechanism and full DLCP under contention, repeated")
+    training.add_argument("--quick", action="store_true",
+                          help="the documented subset: scenario tcp, configurations gloo, qos, dlcp (about 12 min)")
+    training.add_argument("--scenarios", default=None,
+                          help="comma-separated scenarios (default: all of the full sweep; see experiments/README.md)")
+    training.add_argument("--configs", default=None,
+                          help="comma-separated configurations for every chosen scenario (default: the sweep's)")
+    training.add_argument("--repetitions", type=int, default=5, help="runs per configuration (default 5)")
+    training.add_argument("--iterations", type=int, default=None, help="iterations per run (default 60)")
+    training.add_argument("--target", type=float, default=None, help="test accuracy to time (default 0.85)")
     training.add_argument("--topo", default=None,
                           help="topology name or YAML file (default experiments/topologies/leafspine_training.yaml)")
-    training.add_argument("--configs", default=None,
-                          help="comma-separated configurations to run (default: all; see experiments/README.md)")
-    training.add_argument("--workers", type=int, default=2, help="workers per job")
-    training.add_argument("--iterations", type=int, default=None, help="iterations per run (default: train's)")
-    training.add_argument("--target", type=float, default=DEFAULT_TARGET, help="test accuracy to time")
-    training.add_argument("--background-udp-mbps", type=float, default=None, help="rate of each UDP background flow")
+    training.add_argument("--loopback", action="store_true",
+                          help="run the jobs on loopback, without fabric, policies or background (a smoke test)")
     training.add_argument("--no-background", action="store_true", help="run without background traffic")
     training.add_argument("--out", type=Path, default=None,
-                          help="results folder (default experiments/results/training)")
-    training.add_argument("--workdir", type=Path, default=None,
-                          help="folder for the fabric's build/ and logs/ (default: a temp dir)")
+                          help="results folder (default: a new experiments/results/training/<UTC time>/)")
     training.set_defaults(handler=_experiment_training)
+    pooled = kinds.add_parser("report", help="one report over the runs of several sweep folders (pooled repetitions)")
+    pooled.add_argument("folders", type=Path, nargs="+", help="results folders of `experiment training`")
+    pooled.add_argument("--out", type=Path, required=True, help="folder for the pooled results.md, results.json, plots")
+    pooled.set_defaults(handler=_experiment_report)
 
 
 def add_job_args(p: argparse.ArgumentParser) -> None:
@@ -81,7 +88,8 @@ def add_transport_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--back-loss-bound", type=float, default=d.back_loss_bound,
                    help="share of a back layer's gradient the network may lose")
     p.add_argument("--job", type=int, default=d.job_id, help="DLCP job id")
-    p.add_argument("--rate", type=float, default=d.rate_pps, help="initial sending rate (packets/s, AIMD)")
+    p.add_argument("--rate", type=float, default=d.rate_pps,
+                   help="ceiling of each host's pacing rate (packets/s); the congestion window finds the rate below it")
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds to wait for a message")
 
 
@@ -169,7 +177,40 @@ def _train_all(args: argparse.Namespace, config: TrainConfig, options: Transport
 
 
 def _experiment_training(args: argparse.Namespace) -> int:
-    from experiments.runner import ExperimentSettings, run_training_experiment
+    import shlex
+    import sys
+    from dataclasses import replace
 
-    settings = ExperimentSettings.from_args(args)
-    return run_training_experiment(settings)
+    from experiments.configs import select
+    from experiments.runner import FULL, QUICK, TARGET, SweepSettings, run_sweep
+    from experiments.scenarios import scenario
+
+    base = QUICK if args.quick else FULL
+    names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else list(base)
+    for n in names:
+        scenario(n)
+    configs = tuple(c.name for c in select(args.configs)) if args.configs else None
+    sweep = {n: configs or base.get(n, FULL.get(n, ())) for n in names}
+    if args.repetitions < 1:
+        raise ExperimentError("--repetitions must be at least 1")
+    settings = SweepSettings(sweep=sweep, repetitions=args.repetitions, out=args.out,
+                             target=args.target if args.target is not None else TARGET,
+                             loopback=args.loopback, background=not args.no_background,
+                             command=shlex.join(["gradfabric", *sys.argv[1:]]))
+    if args.iterations:
+        settings.job = replace(settings.job, iterations=args.iterations)
+    if args.topo:
+        settings.topo = Path(args.topo) if args.topo.endswith((".yaml", ".yml")) else args.topo
+    run_sweep(settings)
+    return 0
+
+
+def _experiment_report(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from experiments.sweep_report import pool
+
+    out = pool(args.folders, args.out, shlex.join(["gradfabric", *sys.argv[1:]]))
+    print(f"pooled report in {out}", flush=True)
+    return 0

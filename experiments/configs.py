@@ -1,23 +1,28 @@
-"""The configurations of the training experiment: a switch policy plus host transport options.
+"""The configurations of the training experiment: how the job communicates, and the switch policy.
 
-Each configuration is one DLCP mechanism set on or off, on the same fabric:
+Every configuration trains the same DDP job (:mod:`experiments.training.ddp_worker`); only
+the communication differs. The switch policy knobs are those of ``controller/policy.py``:
+layer priorities, magnitude/queue thresholds (dropping), spraying.
 
-============  =================  ==================  =============  ==========================
-name          queues (switch)    dropping (switch)   ECMP (switch)  hosts
-============  =================  ==================  =============  ==========================
-baseline      one queue (0)      none                per flow       WFBP order, all resent
-priority      by layer (7/5/3)   none                per flow       front layers first, all resent
-dropping      one queue (0)      magnitude threshold per flow       WFBP order, bounded loss
-spraying      one queue (0)      none                per packet     WFBP order, all resent
-dlcp          by layer (7/5/3)   magnitude threshold per packet     front first, bounded loss
-============  =================  ==================  =============  ==========================
+==========  ==============  ==============================  ==========  ========  ============
+name        communication   queues (switch)                 dropping    ECMP      loss bound
+==========  ==============  ==============================  ==========  ========  ============
+gloo        DDP gloo (TCP)  one FIFO with the background    none        per flow  (TCP)
+reliable    DDP + DLCP hook one FIFO with the background    none        per flow  0
+qos         DDP + DLCP hook whole job one class above bg    none        per flow  0
+priority    DDP + DLCP hook by layer (7, 6, 5), above bg    none        per flow  0
+dropping    DDP + DLCP hook one FIFO with the background    magnitude   per flow  10% gradients
+spraying    DDP + DLCP hook one FIFO with the background    none        per pkt   0
+dlcp        DDP + DLCP hook by layer (7, 6, 5), above bg    magnitude   per pkt   10% gradients
+==========  ==============  ==============================  ==========  ========  ============
 
-Background traffic is not DLCP and always goes to queue 0, so in the configurations with
-one queue the job's packets share a FIFO with it.
+Background traffic is not DLCP and always goes to queue 0.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,81 +30,86 @@ from typing import Any
 import yaml
 
 from experiments.errors import ExperimentError
-from experiments.training.options import TransportOptions
 
-JOB_ID = 1
-
-#: Layer rules of the prioritised configurations: the first layer's weight and bias
-#: (tensors 0 and 1) most urgent, the next layer's next, any further ones after.
-LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..3", "priority": 6},
-                    {"tensors": "4..65535", "priority": 5}]
+#: Layer rules with per-layer priority: the CNN's first conv layer (tensors 0-1) most
+#: urgent, the other conv layers next, the fully connected layers after; all above 0.
+LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..5", "priority": 6},
+                    {"tensors": "6..65535", "priority": 5}]
+#: QoS isolation: the whole job one class above the background, nothing else.
+JOB_CLASS = [{"tensors": "0..65535", "priority": 5}]
 ONE_QUEUE = [{"tensors": "0..65535", "priority": 0}]
-#: Drop drop-eligible packets of magnitude class below mag_threshold (2^(t-128)) once the
-#: port's queues hold more than queue_threshold packets together; mark the others.
+#: Drop drop-eligible packets of magnitude class below MAG_THRESHOLD (2^(t-128)) in ingress
+#: once the queue they would join holds QUEUE_THRESHOLD packets: half of its 32 packets (the
+#: experiment fabric's queue depth). The depth is the packet's own priority queue (BMv2's
+#: model), so a full background queue beside it does not count. ECN marks from the same depth.
 MAG_THRESHOLD = 124
-#: With one queue: half of its 32 packets (the experiment fabric's queue depth).
-SHARED_QUEUE_THRESHOLD = 16
-#: With priority queues the switch's queue depth counts every queue of the port, so a full
-#: background queue (32) alone would pass any lower threshold and drop the job's packets
-#: although its own queue is empty: drop only once the job's queues hold 8 more.
-PRIORITY_QUEUE_THRESHOLD = 32 + 8
-
-RELIABLE = dict(grad_bound=0.0, param_bound=0.0, front_loss_bound=0.0, back_loss_bound=0.0)
-BOUNDED = dict(grad_bound=0.10, param_bound=0.002, front_loss_bound=0.10, back_loss_bound=0.05)
+QUEUE_THRESHOLD = 16
+#: DLCP's evaluation bound on lost gradient values (reduce stage); the gather stage carries
+#: averaged values and stays reliable.
+GRAD_BOUND = 0.10
 
 
 @dataclass(frozen=True)
 class Configuration:
     name: str
     description: str
-    priority: bool
-    dropping: bool
-    spraying: bool
+    comm: str  # "gloo" or "dlcp"
+    queues: str  # "fifo", "job" (one class above background) or "layer"
+    dropping: bool = False
+    spraying: bool = False
+    ecn: bool = False  # ECN marks (the sender cuts its rate on the echo): a knob of its own
 
-    def policy(self) -> dict[str, Any]:
-        """The controller policy (YAML document) of this configuration."""
-        job: dict[str, Any] = {
-            "id": JOB_ID, "name": f"training-{self.name}", "workers": [],
-            "spraying": "random" if self.spraying else "off",
-            "layers": LAYER_PRIORITIES if self.priority else ONE_QUEUE,
-        }
-        if self.dropping:
-            depth = PRIORITY_QUEUE_THRESHOLD if self.priority else SHARED_QUEUE_THRESHOLD
-            job["thresholds"] = [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": depth}]
-        return {"version": 1, "default_priority": 0, "jobs": [job]}
+    @property
+    def grad_bound(self) -> float:
+        return GRAD_BOUND if self.dropping else 0.0
 
-    def transport(self, timeout_s: float) -> TransportOptions:
-        """Host side: front-first order with the priorities, bounded loss with the dropping."""
-        bounds = BOUNDED if self.dropping else RELIABLE
-        return TransportOptions(scheduler="dlcp" if self.priority else "wfbp", job_id=JOB_ID,
-                                timeout_s=timeout_s, **bounds)
+    def policy(self, job_ids: Sequence[int]) -> dict[str, Any]:
+        """The controller policy (YAML document) of this configuration for these jobs."""
+        layers = {"fifo": ONE_QUEUE, "job": JOB_CLASS, "layer": LAYER_PRIORITIES}[self.queues]
+        jobs = []
+        for job_id in job_ids:
+            job: dict[str, Any] = {"id": job_id, "name": f"training-{job_id}-{self.name}", "workers": [],
+                                   "spraying": "random" if self.spraying else "off",
+                                   "layers": copy.deepcopy(layers)}  # no YAML aliases
+            if self.dropping:
+                job["dropping"] = {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}",
+                                                "queue_threshold": QUEUE_THRESHOLD}]}
+            if self.ecn:
+                job["ecn"] = {"queue_threshold": QUEUE_THRESHOLD}
+            jobs.append(job)
+        return {"version": 1, "default_priority": 0, "jobs": jobs}
 
-    def write_policy(self, folder: Path) -> Path:
+    def write_policy(self, folder: Path, job_ids: Sequence[int]) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.name}.yaml"
         header = f"# Policy of the '{self.name}' configuration of `gradfabric experiment training`: {self.description}\n"
-        path.write_text(header + yaml.safe_dump(self.policy(), sort_keys=False))
+        path.write_text(header + yaml.safe_dump(self.policy(job_ids), sort_keys=False))
         return path
 
 
 CONFIGURATIONS: tuple[Configuration, ...] = (
-    Configuration("baseline", "one queue, no dropping, per-flow ECMP, WFBP order, everything retransmitted",
-                  priority=False, dropping=False, spraying=False),
-    Configuration("priority", "priority queues by layer and front-first order only", True, False, False),
-    Configuration("dropping", "magnitude-threshold dropping within the loss bound only", False, True, False),
-    Configuration("spraying", "per-packet ECMP spraying only", False, False, True),
-    Configuration("dlcp", "full DLCP: priority by layer, bounded-loss dropping, per-packet spraying",
-                  True, True, True),
+    Configuration("gloo", "PyTorch DDP over gloo (TCP), one FIFO with the background, per-flow ECMP: the reference",
+                  "gloo", "fifo"),
+    Configuration("reliable", "DDP with the DLCP hook, loss bound 0, one FIFO, per-flow ECMP", "dlcp", "fifo"),
+    Configuration("qos", "QoS isolation: DLCP hook, loss bound 0, the whole job one class above the background",
+                  "dlcp", "job"),
+    Configuration("priority", "per-layer priority queues only (front layers first), loss bound 0", "dlcp", "layer"),
+    Configuration("dropping", "magnitude-threshold dropping with a 10% gradient loss bound only", "dlcp", "fifo",
+                  dropping=True),
+    Configuration("spraying", "per-packet ECMP spraying only, loss bound 0", "dlcp", "fifo", spraying=True),
+    Configuration("dlcp", "full DLCP: per-layer priority, bounded-loss dropping, ECN marks, per-packet spraying",
+                  "dlcp", "layer", dropping=True, spraying=True, ecn=True),
 )
 
 
-def select(names: str | None) -> list[Configuration]:
-    """Configurations by comma-separated names (None: all, in the table's order)."""
+def select(names: str | Sequence[str] | None) -> list[Configuration]:
+    """Configurations by name (comma-separated or a list; None: all, in the table's order)."""
     if not names:
         return list(CONFIGURATIONS)
     known = {c.name: c for c in CONFIGURATIONS}
+    wanted = names.split(",") if isinstance(names, str) else list(names)
     chosen = []
-    for name in (n.strip() for n in names.split(",") if n.strip()):
+    for name in (n.strip() for n in wanted if n.strip()):
         if name not in known:
             raise ExperimentError(f"unknown configuration {name!r}; choose from {', '.join(known)}")
         chosen.append(known[name])

@@ -1,9 +1,8 @@
 """A PyTorch DDP communication hook that all-reduces gradient buckets over the DLCP transport.
 
-For users who train with ``torch.nn.parallel.DistributedDataParallel`` on a real cluster:
-each gradient bucket DDP hands to the hook is all-reduced by a ring of DLCP endpoints
-(:class:`hosts.ring.RingAllReduce`, UDP), so its packets carry the DLCP tags the switches
-act on:
+For users of ``torch.nn.parallel.DistributedDataParallel``: each gradient bucket DDP hands
+to the hook is all-reduced over UDP by DLCP endpoints, so its packets carry the tags the
+switches act on:
 
 * ``tensor_id``: the forward-order index of the bucket's front-most parameter (0 = the
   input-side layer), so the fabric's layer-priority table ranks buckets like layers;
@@ -11,17 +10,23 @@ act on:
 * ``mag_class`` per packet (from the values it carries) and, when a gradient loss bound is
   set, the drop-eligible flag on the smallest-magnitude packets within that bound.
 
-The process group (e.g. gloo) is used once, to exchange the endpoints' addresses::
+Two collectives: ``ring`` (:class:`hosts.ring.RingAllReduce`) and ``star`` (rank 0
+aggregates: every other rank sends its bucket to rank 0, which sends the mean back; a
+parameter server placed on rank 0, the incast pattern). The hook is asynchronous: buckets
+are handed to `in_flight` sender threads and DDP gets a future, so several buckets (layers)
+travel at once, as in wait-free backpropagation, and a switch's layer priorities have
+something to reorder. The process group (e.g. gloo) is used once, to exchange addresses::
 
     state = connect(model, host=my_ip)
     ddp.register_comm_hook(state, dlcp_allreduce_hook)
     ...
     state.close()
 
-The hook is synchronous: it returns a completed future once the bucket is reduced. (No
-``from __future__ import annotations`` here: DDP checks the hook's annotations at run time.)
+(No ``from __future__ import annotations`` here: DDP checks the hook's annotations at run time.)
 """
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,32 +36,65 @@ import torch.distributed as dist
 
 from experiments.errors import ExperimentError
 from hosts.endpoint import Endpoint, SendReport
+from hosts.messages import MessageKey
 from hosts.pacing import Aimd
 from hosts.ring import MAX_PARTS, RingAllReduce
 from hosts.schedulers import layer_priority
 from hosts.wire import MsgType
 
+COLLECTIVES = ("ring", "star")
+
+
+@dataclass
+class HookStats:
+    """What the buckets cost on the wire, summed since the last `take_stats`."""
+
+    packets: int = 0
+    retransmitted: int = 0
+    lost_elements: int = 0  # gradient values zero-filled (reduce stage)
+    reduced_elements: int = 0  # gradient values this rank received in the reduce stage
+    buckets: int = 0
+
 
 @dataclass
 class DlcpHookState:
-    """The ring a rank's buckets travel on, and what they cost."""
+    """The endpoint a rank's buckets travel on, and what they cost."""
 
-    ring: RingAllReduce
+    endpoint: Endpoint
+    rank: int
+    world: int
+    peers: list[Any]
     parameter_index: dict[int, int]  # id(parameter) -> forward-order index
     num_layers: int
+    collective: str = "ring"
     grad_bound: float = 0.0
     timeout_s: float = 30.0
+    in_flight: int = 4
     step: int = 0  # completed iterations (advanced after the last bucket)
-    sends: list[SendReport] = field(default_factory=list)
     tensor_ids: list[int] = field(default_factory=list)  # tag of each bucket reduced, in order
-    lost_elements: int = 0
+    stats: HookStats = field(default_factory=HookStats)
+    ring: RingAllReduce | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pool: ThreadPoolExecutor | None = None
+    _previous: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
-    @property
-    def endpoint(self) -> Endpoint:
-        return self.ring.endpoint
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ExperimentError(f"unknown collective {self.collective!r}; choose from {', '.join(COLLECTIVES)}")
+        if self.collective == "ring":
+            self.ring = RingAllReduce(self.endpoint, self.rank, self.peers)
+        self._pool = ThreadPoolExecutor(max(1, self.in_flight), thread_name_prefix=f"dlcp-hook-{self.rank}")
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self.endpoint.drain(quiet=0.3, limit=3.0)
         self.endpoint.close()
+
+    def take_stats(self) -> HookStats:
+        with self._lock:
+            stats, self.stats = self.stats, HookStats()
+        return stats
 
     def bucket_tag(self, parameters: list[Any]) -> int:
         ids = [self.parameter_index[id(p)] for p in parameters if id(p) in self.parameter_index]
@@ -65,51 +103,105 @@ class DlcpHookState:
                                   "given the model DDP wraps?)")
         return min(ids)
 
+    def _account(self, sends: list[SendReport], lost: int, reduced: int) -> None:
+        with self._lock:
+            self.stats.packets += sum(s.packets for s in sends)
+            self.stats.retransmitted += sum(s.retransmitted for s in sends)
+            self.stats.lost_elements += lost
+            self.stats.reduced_elements += reduced
+            self.stats.buckets += 1
+
+    def allreduce(self, values: np.ndarray, *, iteration: int, tensor_id: int, part: int) -> np.ndarray:
+        """The mean of `values` over all ranks (blocking; runs on a sender thread)."""
+        options: dict[str, Any] = {"prio_hint": layer_priority(tensor_id, self.num_layers),
+                                   "drop_eligible": self.grad_bound > 0, "num_layers": self.num_layers}
+        if self.grad_bound > 0:
+            options["eligible_share"] = self.grad_bound
+        if self.ring is not None:
+            reduced, report = self.ring.allreduce(values, iteration=iteration, tensor_id=tensor_id, part=part,
+                                                  average=True, timeout=self.timeout_s, **options)
+            self._account(report.sends, report.lost_elements, report.received_elements)
+            return reduced
+        return self._star(values, iteration=iteration, tensor_id=tensor_id, part=part, options=options)
+
+    def _star(self, values: np.ndarray, *, iteration: int, tensor_id: int, part: int,
+              options: dict[str, Any]) -> np.ndarray:
+        """Rank 0 sums the buckets of all ranks and sends the mean back (gradient messages
+        in, parameter messages out; message ``iteration`` = iteration * MAX_PARTS + part)."""
+        wire_it = iteration * MAX_PARTS + part
+        job = self.endpoint.job_id
+        sends: list[SendReport] = []
+        lost = reduced = 0
+        if self.rank == 0:
+            total = values.astype(np.float32, copy=True)
+            for r in range(1, self.world):
+                got = self.endpoint.take(MessageKey(job, r, wire_it, tensor_id, MsgType.GRADIENT), self.timeout_s)
+                total += got.values
+                lost += got.values.size - got.received
+                reduced += got.values.size
+            total /= self.world
+            for r in range(1, self.world):
+                sends.append(self.endpoint.send(self.peers[r], total, kind=MsgType.PARAMETER, tensor_id=tensor_id,
+                                                iteration=wire_it, **options))
+            result = total
+        else:
+            sends.append(self.endpoint.send(self.peers[0], values, kind=MsgType.GRADIENT, tensor_id=tensor_id,
+                                            iteration=wire_it, **options))
+            got = self.endpoint.take(MessageKey(job, 0, wire_it, tensor_id, MsgType.PARAMETER), self.timeout_s)
+            result = got.values.copy()
+        self._account(sends, lost, reduced)
+        return result
+
+    def submit(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        buffer = bucket.buffer()
+        tensor_id = self.bucket_tag(list(bucket.parameters()))
+        if bucket.index() >= MAX_PARTS:
+            raise ExperimentError(f"DDP bucket {bucket.index()} exceeds the {MAX_PARTS} parts per iteration")
+        iteration, part = self.step, bucket.index()
+        with self._lock:
+            self.tensor_ids.append(tensor_id)
+        if bucket.is_last():
+            self.step += 1
+        values = buffer.detach().cpu().numpy().astype(np.float32, copy=True)
+        future: torch.futures.Future = torch.futures.Future()
+
+        def run() -> None:
+            try:
+                reduced = self.allreduce(values, iteration=iteration, tensor_id=tensor_id, part=part)
+                buffer.copy_(torch.from_numpy(reduced).view_as(buffer))
+                future.set_result(buffer)
+            except BaseException as exc:  # handed to DDP, which raises it in backward()
+                future.set_exception(exc)
+
+        assert self._pool is not None
+        self._pool.submit(run)
+        return future
+
 
 def connect(model: torch.nn.Module, *, host: str = "127.0.0.1", port: int = 0, job_id: int = 1, grad_bound: float = 0.0,
-            param_bound: float = 0.0, rate_pps: float = 50_000.0, timeout_s: float = 30.0,
-            process_group: Any = None) -> DlcpHookState:
+            param_bound: float = 0.0, aimd: Aimd | None = None, timeout_s: float = 30.0, collective: str = "ring",
+            in_flight: int = 4, process_group: Any = None) -> DlcpHookState:
     """Open this rank's DLCP endpoint and learn every rank's (collective over the process group).
 
-    `grad_bound` is the share of a bucket's values the reduce-scatter may lose (zero-filled);
-    0 makes the transport reliable. `param_bound` does the same for the all-gather."""
+    `grad_bound` is the share of a bucket's values the reduce stage may lose (zero-filled);
+    0 makes the transport reliable. `param_bound` does the same for the gather stage."""
     if not dist.is_initialized():
         raise ExperimentError("connect() needs torch.distributed.init_process_group() first")
     rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
-    endpoint = Endpoint(worker_id=rank, job_id=job_id, host=host, port=port, aimd=Aimd(rate=rate_pps),
+    endpoint = Endpoint(worker_id=rank, job_id=job_id, host=host, port=port, aimd=aimd or Aimd(),
                         bounds={MsgType.GRADIENT: grad_bound, MsgType.PARAMETER: param_bound})
     try:
         addresses: list[Any] = [None] * world
         dist.all_gather_object(addresses, endpoint.address, group=process_group)
-        ring = RingAllReduce(endpoint, rank, [tuple(a) for a in addresses])
+        index = {id(p): i for i, p in enumerate(model.parameters())}
+        return DlcpHookState(endpoint=endpoint, rank=rank, world=world, peers=[tuple(a) for a in addresses],
+                             parameter_index=index, num_layers=len(index), collective=collective,
+                             grad_bound=grad_bound, timeout_s=timeout_s, in_flight=in_flight)
     except BaseException:
         endpoint.close()
         raise
-    index = {id(p): i for i, p in enumerate(model.parameters())}
-    return DlcpHookState(ring=ring, parameter_index=index, num_layers=len(index), grad_bound=grad_bound,
-                         timeout_s=timeout_s)
 
 
 def dlcp_allreduce_hook(state: DlcpHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: the bucket's mean over all ranks, through the DLCP ring."""
-    buffer = bucket.buffer()
-    tensor_id = state.bucket_tag(list(bucket.parameters()))
-    if bucket.index() >= MAX_PARTS:
-        raise ExperimentError(f"DDP bucket {bucket.index()} exceeds the ring's {MAX_PARTS} parts per iteration")
-    options: dict[str, Any] = {"prio_hint": layer_priority(tensor_id, state.num_layers),
-                               "drop_eligible": state.grad_bound > 0}
-    if state.grad_bound > 0:
-        options["eligible_share"] = state.grad_bound
-    values = buffer.detach().cpu().numpy().astype(np.float32, copy=False)
-    reduced, report = state.ring.allreduce(values, iteration=state.step, tensor_id=tensor_id, part=bucket.index(),
-                                           num_layers=state.num_layers, average=True, timeout=state.timeout_s,
-                                           **options)
-    state.sends += report.sends
-    state.tensor_ids.append(tensor_id)
-    state.lost_elements += report.lost_elements
-    if bucket.is_last():
-        state.step += 1
-    buffer.copy_(torch.from_numpy(reduced).view_as(buffer))
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    future.set_result(buffer)
-    return future
+    """DDP communication hook: the bucket's mean over all ranks, through DLCP (module doc)."""
+    return state.submit(bucket)

@@ -1,228 +1,276 @@
-"""`gradfabric experiment training`: one fabric, every configuration, one results folder.
+"""`gradfabric experiment training`: the sweep of scenarios x configurations x repetitions.
 
-Boots the fabric once (routes only), then for each configuration: pushes its policy,
-starts the background traffic, runs the training job (parameter server on h1, workers on
-h3 and h4, the DLCP port 19600 on every host so the switches see every job packet as
-DLCP), stops the traffic and reads the switch counters. Finally writes
-``results.md``, ``results.json``, ``accuracy.png``, ``iteration_cdf.png`` and the policies
-used under the results folder.
+Plan (:func:`plan`): for each scenario, `repetitions` rounds; round r runs every
+configuration once, the order rotated by r (interleaved, not one configuration after
+another), with data-order seed ``1000 + r`` (the same seed for every configuration of a
+round, a different one per round). Each run (:func:`run_once`): push the configuration's
+policy, read the switch counters, start the background traffic, start every job's ranks
+(:mod:`experiments.training.ddp_worker`), wait until all are up, start them together, wait
+for the end, stop the traffic, read the counters again. A run that fails is recorded as
+failed with its error and its ranks' logs (``logs/<run>/``), and the sweep goes on.
 
-Placement on the leaf-spine fabric (h1, h2 on leaf l1; h3, h4 on leaf l2; two spines)::
-
-    PS h1 <- gradients -- workers h3, h4   (across the spines; incast on l1's port to h1)
-    background: UDP h2 -> h1 (same egress port as the gradients) and TCP h2 -> h3
-                (across one spine: shares a leaf uplink with the parameters when their
-                flow hashes onto the same spine, and h3's port with worker 0's parameters)
+Every run is written to ``runs/<run>.json`` as it ends, and the summary (``results.md``,
+``results.json``, plots) is rewritten after each run, into a new timestamped folder under
+``experiments/results/training/`` unless ``--out`` names one. Progress lines go to stdout
+(flushed, so they show when piped).
 """
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import subprocess
+import os
+import shutil
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rich.progress import TaskID
-
-from experiments.background import BackgroundTraffic, Flow
-from experiments.configs import JOB_ID, Configuration, select
+from experiments.configs import Configuration, select
 from experiments.errors import ExperimentError
-from experiments.metrics import RunMetrics, summarize
-from experiments.progress import TrainingProgress
-from experiments.report import markdown_table, plot, print_summary, speedups, write_json
-from experiments.training.loop import TrainConfig
-from experiments.training.processes import Placement, Spawner, run_job
+from experiments.scenarios import JobPlacement, Scenario, scenario
+from experiments.sites import FabricSite, LoopbackSite, Site
+from experiments.training.ddp_worker import DdpJob
+from experiments.training.processes import RoleProcess
 from gradfabric.paths import ROOT
-from hosts.wire import DLCP_PORT
 
 RESULTS = ROOT / "experiments" / "results" / "training"
 TOPOLOGY = ROOT / "experiments" / "topologies" / "leafspine_training.yaml"
-PS_HOST = "h1"
-WORKER_HOSTS = ("h3", "h4")
-BACKGROUND_SOURCE = "h2"
 NODE_PREFIX = "gx"  # node names of the experiment's fabric, apart from a `make run` fabric
+SEED_BASE = 1000
+TARGET = 0.85
+
+#: What `--quick` runs: the TCP-background scenario, the reference, QoS isolation and full
+#: DLCP, 5 repetitions each (about 12 minutes on 2 cores).
+QUICK: dict[str, tuple[str, ...]] = {"tcp": ("gloo", "qos", "dlcp")}
+#: The full sweep: every configuration where it has something to show.
+FULL: dict[str, tuple[str, ...]] = {
+    "tcp": ("gloo", "reliable", "qos", "priority", "dropping", "spraying", "dlcp"),
+    "udp": ("gloo", "qos", "dlcp"),
+    "multitenant": ("gloo", "qos", "spraying", "dlcp"),
+    "incast": ("gloo", "qos", "dropping", "dlcp"),
+}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    index: int
+    scenario: str
+    config: str
+    repetition: int
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.index:03d}-{self.scenario}-{self.config}-r{self.repetition}"
+
+
+def plan(sweep: dict[str, Sequence[str]], repetitions: int) -> list[PlannedRun]:
+    """Interleaved runs (module doc): round r starts at configuration r mod n."""
+    runs: list[PlannedRun] = []
+    for name, configs in sweep.items():
+        n = len(configs)
+        for r in range(repetitions):
+            for k in range(n):
+                runs.append(PlannedRun(len(runs), name, configs[(r + k) % n], r, SEED_BASE + r))
+    return runs
 
 
 @dataclass
-class ExperimentSettings:
+class SweepSettings:
+    sweep: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(QUICK))
+    repetitions: int = 5
+    job: DdpJob = field(default_factory=DdpJob)
+    target: float = TARGET
+    out: Path | None = None
     topo: str | Path = TOPOLOGY
-    configs: list[Configuration] = field(default_factory=lambda: select(None))
-    workers: int = 2
-    train: TrainConfig = field(default_factory=TrainConfig)
-    target: float = 0.93
-    background: list[Flow] = field(default_factory=list)
-    out: Path = RESULTS
-    workdir: Path | None = None
-    timeout_s: float = 30.0
+    loopback: bool = False
+    background: bool = True
+    job_timeout_s: float = 600.0
     command: str = ""
 
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ExperimentSettings:
-        if not 1 <= args.workers <= len(WORKER_HOSTS):
-            raise ExperimentError(f"--workers must be 1..{len(WORKER_HOSTS)} on this placement")
-        udp = args.background_udp_mbps if args.background_udp_mbps is not None else DEFAULT_UDP_MBPS
-        return cls(topo=args.topo or TOPOLOGY, configs=select(args.configs), workers=args.workers,
-                   train=TrainConfig(**({"iterations": args.iterations} if args.iterations else {})),
-                   target=args.target,
-                   background=[] if args.no_background else background_flows(udp),
-                   out=args.out or RESULTS, workdir=args.workdir,
-                   command=shlex.join(["gradfabric", *sys.argv[1:]]) if sys.argv[1:] else "gradfabric experiment training")
+    def output_folder(self) -> Path:
+        if self.out is not None:
+            return self.out
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        return RESULTS / stamp
 
 
-#: Rate of the UDP background flow: 256-byte datagrams at 2.2 Mbit/s are about 1,070
-#: packets/s, a little more than a port of the experiment's fabric forwards (1,000
-#: packets/s): that queue stays full.
-DEFAULT_UDP_MBPS = 2.2
-UDP_PACKET_BYTES = 256
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
-def background_flows(udp_mbps: float) -> list[Flow]:
-    return [Flow(BACKGROUND_SOURCE, PS_HOST, "udp", udp_mbps, UDP_PACKET_BYTES),
-            Flow(BACKGROUND_SOURCE, WORKER_HOSTS[0], "tcp")]
+def _job_argv(job: DdpJob, rank: int, world: int, master: str, bind: str, dlcp_port: int) -> list[str]:
+    return [sys.executable, "-m", "experiments.training.ddp_worker", "--rank", str(rank), "--world", str(world),
+            "--master", master, "--bind", bind, "--dlcp-port", str(dlcp_port), "--wait-go", *job.argv()]
 
 
-class FabricHosts:
-    """The fabric's Mininet hosts as spawners (training roles) and :class:`Hosts` (iperf3)."""
-
-    def __init__(self, fabric: Any) -> None:
-        self.fabric = fabric
-
-    def popen(self, host: str, argv: list[str]) -> subprocess.Popen:
-        return self.fabric.node(host).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                            stdin=subprocess.DEVNULL, text=True)
-
-    def ip(self, host: str) -> str:
-        return str(self.fabric.node(host).IP())
-
-    def spawner(self, host: str) -> Spawner:
-        node = self.fabric.node(host)
-        return lambda argv, stderr: node.popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.PIPE)
+def _job_for(settings: SweepSettings, config: Configuration, placement: JobPlacement, seed: int) -> DdpJob:
+    return replace(settings.job, comm=config.comm, collective=placement.collective, grad_bound=config.grad_bound,
+                   job_id=placement.job_id, data_seed=seed)
 
 
-def apply_policy(description: Path, policy: Path) -> None:
-    from gradfabric import cli
+def run_once(site: Site, sc: Scenario, config: Configuration, run: PlannedRun, settings: SweepSettings,
+             logs: Path, policies: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """One run (module doc); raises on failure (the caller records it)."""
+    t0 = time.monotonic()
+    phases: dict[str, float] = {}
 
-    code = cli.main(["policy", "apply", str(policy), "--fabric", str(description), "--timeout", "20"])
-    if code != 0:
-        raise ExperimentError(f"`gradfabric policy apply {policy}` failed (exit {code}); its message is above")
+    def mark(name: str) -> None:
+        phases[name] = round(time.monotonic() - t0, 2)
 
+    site.apply(config, sc.job_ids, policies)
+    before = site.counters()
+    mark("policy_and_counters")
+    roles: list[tuple[int, int, RoleProcess]] = []  # (job id, rank, process)
+    progress = {"next": 50}
 
-def run_training_experiment(settings: ExperimentSettings) -> int:
-    """Run every configuration (module doc); returns the exit code."""
-    from mininet_topos.launcher import Fabric, LaunchOptions
-    from mininet_topos.programming import program_fabric
+    def on_line(line: dict[str, Any]) -> None:
+        if line.get("event") == "iteration" and line["iteration"] + 1 >= progress["next"]:
+            progress["next"] += 50
+            acc = line.get("accuracy")
+            say(f"      iteration {line['iteration'] + 1}/{settings.job.iterations} at {line['wall_s']:.1f} s"
+                + (f", accuracy {acc:.3f}" if acc is not None else ""))
 
-    from experiments import switch_counters
-
-    out = settings.out
-    out.mkdir(parents=True, exist_ok=True)
-    policies = out / "policies"
+    background: list[dict[str, Any]] = []
     started = time.monotonic()
-    metrics: list[RunMetrics] = []
-    extras: dict[str, dict[str, Any]] = {}
+    with site.background(list(sc.background) if settings.background else []) as traffic:
+        try:
+            if traffic is not None:
+                time.sleep(1.0)  # queues fill, TCP flows leave slow start
+            for placement in sc.jobs:
+                job = _job_for(settings, config, placement, run.seed)
+                world = len(placement.hosts)
+                master = f"{site.ip(placement.hosts[0])}:{site.rendezvous_port(placement.job_id)}"
+                for rank, host in enumerate(placement.hosts):
+                    argv = _job_argv(job, rank, world, master, site.ip(host), site.dlcp_port)
+                    watch = on_line if (placement.job_id == sc.jobs[0].job_id and rank == 0) else None
+                    roles.append((placement.job_id, rank, RoleProcess(
+                        f"job {placement.job_id} rank {rank}", argv, site.spawner(host),
+                        logs / f"job{placement.job_id}-rank{rank}.log", on_line=watch)))
+            for _, _, role in roles:
+                role.wait_listening(180.0)
+            mark("ranks_up")
+            for _, _, role in roles:
+                role.go()
+            deadline = time.monotonic() + settings.job_timeout_s
+            pending = [role for _, _, role in roles]
+            while pending:
+                for role in list(pending):
+                    code = role.process.poll()
+                    if code is None:
+                        continue
+                    if code != 0:
+                        raise role.failure()
+                    pending.remove(role)
+                if time.monotonic() > deadline:
+                    raise ExperimentError(f"the run did not finish within {settings.job_timeout_s:.0f} s "
+                                          f"(still running: {', '.join(r.name for r in pending)})")
+                time.sleep(0.1)
+            mark("trained")
+            if traffic is not None:
+                background = [r.to_dict() for r in traffic.finish()]
+        finally:
+            for _, _, role in roles:
+                role.stop()
+    after = site.counters()
+    mark("done")
+    jobs: dict[str, Any] = {}
+    for job_id, rank, role in roles:
+        entry = jobs.setdefault(str(job_id), {"ranks": {}})
+        done = role.done()
+        entry["ranks"][str(rank)] = {
+            "records": [{k: v for k, v in line.items() if k != "event"} for line in role.lines
+                        if line.get("event") == "iteration"],
+            "totals": done.get("totals", {}), "receive": done.get("receive", {})}
+    return {"jobs": jobs, "background": background, "switch": site.switch_figures(before, after, sc.job_ids),
+            "seconds": round(time.monotonic() - started, 2), "phases": phases}
+
+
+def run_sweep(settings: SweepSettings, say: Callable[[str], None] | None = None) -> Path:
+    """Run the whole sweep (module doc); returns the results folder."""
+    from experiments.sweep_report import write_report
+
+    say = say or (lambda msg: print(msg, flush=True))
+    out = settings.output_folder()
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    runs = plan(settings.sweep, settings.repetitions)
+    for name, configs in settings.sweep.items():
+        scenario(name)
+        select(list(configs))
+    meta: dict[str, Any] = {
+        "command": settings.command, "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "load_at_start": _load(), "cpus": os.cpu_count(), "sweep": {k: list(v) for k, v in settings.sweep.items()},
+        "repetitions": settings.repetitions, "job": asdict(settings.job), "target_accuracy": settings.target,
+        "site": "loopback" if settings.loopback else str(settings.topo), "background": settings.background,
+        "scenarios": {n: scenario(n).description for n in settings.sweep},
+        "configurations": {c.name: c.description for c in select(sorted({c for v in settings.sweep.values()
+                                                                            for c in v}))},
+    }
+    say(f"sweep: {len(runs)} runs ({', '.join(f'{k}: {len(v)} configurations' for k, v in settings.sweep.items())}"
+        f", {settings.repetitions} repetitions) into {out}")
+    results: list[dict[str, Any]] = []
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gradfabric-experiment-") as tmp:
-        workdir = settings.workdir or Path(tmp)
-        logs = workdir / "logs" / "training"
-        with TrainingProgress(settings.train.iterations) as progress:
-            tasks = {c.name: progress.add(c.name, "waiting") for c in settings.configs}
-            options = LaunchOptions(topo=settings.topo, workdir=workdir, prefix=NODE_PREFIX, policy=None,
-                                    progress=progress.log)
+        work = Path(tmp)
+        if settings.loopback:
+            _sweep(LoopbackSite(), runs, settings, out, work, meta, results, began, say, write_report)
+        else:
+            from mininet_topos.launcher import Fabric, LaunchOptions
+            from mininet_topos.programming import program_fabric
+
+            options = LaunchOptions(topo=settings.topo, workdir=work, prefix=NODE_PREFIX, policy=None, progress=say)
             with Fabric(options) as fabric:
                 program_fabric(fabric.description_path, None)
-                hosts = FabricHosts(fabric)
-                for config in settings.configs:
-                    task = tasks[config.name]
-                    progress.note(task, "policy")
-                    apply_policy(fabric.description_path, config.write_policy(policies))
-                    before = switch_counters.snapshot(fabric.description_path)
-                    placement = Placement(
-                        ps=(hosts.spawner(PS_HOST), hosts.ip(PS_HOST)),
-                        workers=[(hosts.spawner(h), hosts.ip(h)) for h in WORKER_HOSTS[:settings.workers]],
-                        ps_port=DLCP_PORT, worker_port=DLCP_PORT)
-                    progress.note(task, "starting")
-                    with ExitStack() as traffic:
-
-                        def start_background(t: TaskID = task) -> None:
-                            if settings.background:
-                                progress.note(t, "background traffic")
-                                traffic.enter_context(BackgroundTraffic(hosts, settings.background))
-                                time.sleep(1.0)  # queues fill
-                            progress.note(t, "training")
-
-                        outcome = run_job(settings.train, config.transport(settings.timeout_s), placement,
-                                          logs / config.name, on_ready=start_background,
-                                          on_record=lambda r, t=task: progress.advance(t, 1, r.get("accuracy")))
-                    after = switch_counters.snapshot(fabric.description_path)
-                    figures = switch_counters.difference(before, after, JOB_ID)
-                    run = summarize(config.name, outcome, settings.target)
-                    metrics.append(run)
-                    extras[config.name] = {"switch": asdict(figures), "server": outcome.server.get("server", {}),
-                                           "transport": config.transport(settings.timeout_s).to_dict(),
-                                           "description": config.description}
-                    progress.note(task, f"done, {_tta(run)}")
-                    write_results(settings, metrics, extras, time.monotonic() - started)
-    print_summary(metrics)
-    print(f"results in {out}", flush=True)
-    return 0
+                _sweep(FabricSite(fabric), runs, settings, out, work, meta, results, began, say, write_report)
+    failed = sum(1 for r in results if r["status"] != "ok")
+    say(f"sweep done in {(time.monotonic() - began) / 60:.1f} min: {len(results) - failed} ok, {failed} failed; "
+        f"results in {out}")
+    return out
 
 
-def _shown(topo: str | Path) -> str:
-    """A topology name, or its file relative to the repository when it is inside it."""
-    if isinstance(topo, Path):
+def _sweep(site: Site, runs: list[PlannedRun], settings: SweepSettings, out: Path, work: Path,
+           meta: dict[str, Any], results: list[dict[str, Any]], began: float, say: Callable[[str], None],
+           write_report: Callable[..., None]) -> None:
+    import json
+
+    for run in runs:
+        config = select([run.config])[0]
+        sc = scenario(run.scenario)
+        logs = work / "logs" / run.run_id
+        say(f"[{run.index + 1:>3}/{len(runs)}] {run.scenario}/{run.config} repetition {run.repetition} "
+            f"(seed {run.seed}), load {_load()[0]:.2f}")
+        record: dict[str, Any] = {**asdict(run), "run_id": run.run_id, "load_before": _load(),
+                                  "started": datetime.now(timezone.utc).strftime("%H:%M:%S")}
         try:
-            return str(topo.resolve().relative_to(ROOT))
-        except ValueError:
-            return str(topo)
-    return topo
+            record.update(run_once(site, sc, config, run, settings, logs, out / "policies", say))
+            record["status"] = "ok"
+        except Exception as exc:  # recorded, the sweep goes on
+            record["status"] = "failed"
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            record["traceback"] = traceback.format_exc(limit=6)
+            kept = out / "logs" / run.run_id
+            if logs.exists():
+                shutil.copytree(logs, kept, dirs_exist_ok=True)
+            record["logs"] = str(kept.relative_to(out))
+        record["load_after"] = _load()
+        (out / "runs" / f"{run.run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+        results.append(record)
+        say("      " + _outcome(record, settings.target))
+        meta["elapsed_s"] = round(time.monotonic() - began, 1)
+        meta["load_at_end"] = _load()
+        write_report(results, meta, out)
 
 
-def _tta(run: RunMetrics) -> str:
-    return "target not reached" if run.time_to_target_s is None else f"target at {run.time_to_target_s:.1f} s"
+def _outcome(record: dict[str, Any], target: float) -> str:
+    if record["status"] != "ok":
+        return f"FAILED: {record['error'].splitlines()[0][:200]} (logs in {record['logs']})"
+    from experiments.stats import run_metrics
 
-
-def write_results(settings: ExperimentSettings, metrics: list[RunMetrics], extras: dict[str, dict[str, Any]],
-                  seconds: float) -> None:
-    out = settings.out
-    meta = {
-        "command": settings.command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "topology": _shown(settings.topo), "workers": settings.workers, "target_accuracy": settings.target,
-        "train": asdict(settings.train), "background": [f.describe() for f in settings.background],
-        "placement": {"ps": PS_HOST, "workers": list(WORKER_HOSTS[:settings.workers])},
-        "duration_s": round(seconds, 1), "per_configuration": extras,
-    }
-    write_json(metrics, out / "results.json", meta)
-    plot(metrics, out)
-    ratios = speedups(metrics, "baseline")
-    switch_rows = "\n".join(
-        f"| {m.name} | {extras[m.name]['switch']['magnitude_drops']} | {extras[m.name]['switch']['ecn_marks']} | "
-        f"{'-' if ratios.get(m.name) is None else f'{ratios[m.name]:.2f}x'} | "
-        f"{m.final_accuracy - next((b.final_accuracy for b in metrics if b.name == 'baseline'), m.final_accuracy):+.3f} |"
-        for m in metrics)
-    text = f"""# Training over the fabric: time to accuracy with and without DLCP
-
-Made by `{settings.command}` on {meta['date']} ({seconds / 60:.1f} min).
-Topology `{meta['topology']}`; parameter server on {PS_HOST}, workers on {', '.join(WORKER_HOSTS[:settings.workers])};
-MLP {settings.train.hidden} on the digits data, {settings.train.iterations} iterations, batch {settings.train.batch_size}
-per worker, learning rate {settings.train.lr}; target test accuracy {settings.target}.
-Background traffic: {'; '.join(meta['background']) or 'none'}.
-
-{markdown_table(metrics)}
-
-| configuration | magnitude drops (switch) | ECN marks (switch) | speed-up to target vs baseline | final accuracy vs baseline |
-|---|---:|---:|---:|---:|
-{switch_rows}
-
-Iteration times leave out the first iteration (warm-up). Packets are DLCP data packets
-(pushes and pulls); *dropped* counts those no receiver got (queue overflow and magnitude
-drops), *retransmitted* those sent again after a probe. Plots: `accuracy.png` (test
-accuracy against wall time), `iteration_cdf.png`. Policies pushed: `policies/`. What the
-figures show and why: `experiments/README.md`, section Results.
-"""
-    (out / "results.md").write_text(text)
+    m = run_metrics(record, target)
+    tta = "target not reached" if m["time_to_target_s"] is None else f"target at {m['time_to_target_s']:.1f} s"
+    return (f"ok in {record['seconds']:.0f} s: {tta}, iteration p50 {m['iteration_p50_s'] * 1e3:.0f} ms, "
+            f"final accuracy {m['final_accuracy']:.3f}")

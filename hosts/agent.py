@@ -11,6 +11,11 @@ backward times. After every event the agent asks the scheduler what to send; eac
   back into their layers (every rank must hand out the same transfers: the schedulers are
   deterministic for a given model).
 
+Transfers are pipelined: a transfer starts when the scheduler hands it out, whether or not
+earlier ones are done (``link_idle`` tells the scheduler whether any is in flight), and
+their messages share the endpoint's congestion window; ``on_transfer_done`` follows each
+one's completion.
+
 Compute is emulated by waiting (``time_scale`` stretches or shrinks it); the gradients are
 whatever the caller passes (numpy arrays or torch tensors, via ``.numpy()``).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -95,21 +101,38 @@ class WorkerAgent:
         results = [np.zeros(l.numel, np.float32) for l in self.layers]
         sends: list[SendReport] = []
         lost = received = transfers = 0
+        inflight: list[tuple[Transfer, list[Future[Any]], float]] = []
+
+        def reap(block: float | None) -> None:
+            nonlocal lost, received
+            if not inflight:
+                return
+            futures = [f for _, fs, _ in inflight for f in fs]
+            if block is not None and not any(f.done() for f in futures):
+                wait(futures, timeout=block, return_when=FIRST_COMPLETED)
+            for item in list(inflight):
+                transfer, fs, began = item
+                if not all(f.done() for f in fs):
+                    continue
+                inflight.remove(item)
+                new_sends, l, r = self._finish(transfer, fs, results)
+                sends.extend(new_sends)
+                lost, received = lost + l, received + r
+                took = max(self._now() - began, 1e-9)
+                self.scheduler.on_transfer_done(transfer, self._now(), transfer.nbytes / took)
+
         self.scheduler.start_iteration(self.layers, backward_start)
         next_ready = len(self.layers) - 1
         while True:
+            reap(None)
             now = self._now()
             while next_ready >= 0 and ready_at[next_ready] <= now:
                 self.scheduler.on_gradient_ready(next_ready, float(ready_at[next_ready]))
                 next_ready -= 1
-            decision = self.scheduler.next_transfer(now, True)
+            decision = self.scheduler.next_transfer(now, not inflight)
             if isinstance(decision, Transfer):
-                began = self._now()
-                new_sends, l, r = self._transfer(iteration, transfers, decision, grads, results)
-                sends += new_sends
-                lost, received, transfers = lost + l, received + r, transfers + 1
-                took = max(self._now() - began, 1e-9)
-                self.scheduler.on_transfer_done(decision, self._now(), decision.nbytes / took)
+                inflight.append((decision, self._start(iteration, transfers, decision, grads), self._now()))
+                transfers += 1
                 continue
             if decision is None:
                 if next_ready >= 0:
@@ -119,9 +142,15 @@ class WorkerAgent:
             assert isinstance(decision, Wait)
             wake = min(decision.until if decision.until is not None else float("inf"),
                        float(ready_at[next_ready]) if next_ready >= 0 else float("inf"))
-            if wake == float("inf"):
+            if wake == float("inf") and not inflight:
                 raise TransportError(f"scheduler {self.scheduler.name!r} waits with nothing left to happen")
-            time.sleep(max(0.0, wake - self._now()))
+            pause = max(0.0, wake - self._now())
+            if inflight:
+                reap(min(pause, 1.0))
+            else:
+                time.sleep(pause)
+        while inflight:
+            reap(1.0)
         if isinstance(self.collective, PsClient):
             for layer in self.layers:
                 if layer.numel:
@@ -140,28 +169,35 @@ class WorkerAgent:
         )
         return results, report
 
-    def _transfer(self, iteration: int, ordinal: int, transfer: Transfer, grads: list[np.ndarray],
-                  results: list[np.ndarray]) -> tuple[list[SendReport], int, int]:
+    def _start(self, iteration: int, ordinal: int, transfer: Transfer,
+               grads: list[np.ndarray]) -> list[Future[Any]]:
         options: dict[str, Any] = {"prio_hint": transfer.priority, "num_layers": len(self.layers),
                                    "drop_eligible": transfer.loss is not None}
         if transfer.loss is not None:
             options["eligible_share"] = transfer.loss.drop_eligible_share
         segments = [s for s in transfer.segments if s.numel > 0]
         if not segments:
-            return [], 0, 0
+            return []
         if isinstance(self.collective, PsClient):
-            reports = [
-                self.collective.push(iteration, s.layer_index, grads[s.layer_index][s.start:s.stop],
-                                     start=s.start, tensor_len=self.layers[s.layer_index].numel, **options)
-                for s in segments
-            ]
-            return reports, 0, 0
+            return [self.collective.push_async(iteration, s.layer_index, grads[s.layer_index][s.start:s.stop],
+                                               start=s.start, tensor_len=self.layers[s.layer_index].numel, **options)
+                    for s in segments]
         values = np.concatenate([grads[s.layer_index][s.start:s.stop] for s in segments])
-        out, ring = self.collective.allreduce(
+        return [self.collective.allreduce_async(
             values, iteration=iteration, tensor_id=min(s.layer_index for s in segments), part=ordinal,
-            timeout=self.timeout, **options)
+            timeout=self.timeout, **options)]
+
+    def _finish(self, transfer: Transfer, futures: list[Future[Any]],
+                results: list[np.ndarray]) -> tuple[list[SendReport], int, int]:
+        """A transfer's outcome (raises what its messages raised)."""
+        if isinstance(self.collective, PsClient):
+            return [f.result() for f in futures], 0, 0
+        if not futures:
+            return [], 0, 0
+        out, ring = futures[0].result()
         at = 0
-        for s in segments:
-            results[s.layer_index][s.start:s.stop] = out[at:at + s.numel]
-            at += s.numel
+        for s in transfer.segments:
+            if s.numel > 0:
+                results[s.layer_index][s.start:s.stop] = out[at:at + s.numel]
+                at += s.numel
         return ring.sends, ring.lost_elements, ring.received_elements

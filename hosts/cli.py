@@ -100,9 +100,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", type=int, default=1, help="DLCP job id")
     p.add_argument("--grad-bound", type=float, default=0.01, help="tolerated loss of a gradient message")
     p.add_argument("--param-bound", type=float, default=0.002, help="tolerated loss of a parameter message")
-    p.add_argument("--rate", type=float, default=50_000.0, help="initial sending rate (packets/s, AIMD)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a message")
+    p.add_argument("--rate", type=float, default=50_000.0,
+                   help="ceiling of the pacing rate in packets/s (set it to the port rate when known); the "
+                        "congestion window starts at 10 packets and finds the rate by slow start (default 50000)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds a peer may be silent (nothing at all heard from it) before the command gives "
+                        "up naming it; recv: seconds to wait for each message (default 30)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON lines to this file")
+    p.add_argument("--key-file", type=Path, default=None,
+                   help="file holding the job's shared key (>= 16 bytes): sign every datagram and drop unsigned "
+                        "ones (default: no key)")
 
 
 def parse_address(text: str, *, default_port: int | None = None) -> tuple[str, int]:
@@ -157,9 +164,17 @@ def _endpoint(args: argparse.Namespace, bind: tuple[str, int], worker_id: int, *
     from hosts.pacing import Aimd
     from hosts.wire import MsgType
 
+    key = None
+    if getattr(args, "key_file", None) is not None:
+        try:
+            key = args.key_file.read_bytes()
+        except OSError as exc:
+            raise HostError(f"cannot read the job key {args.key_file}: {exc.strerror}") from None
+        if len(key) < 16:
+            raise HostError(f"the job key in {args.key_file} has {len(key)} bytes; it needs at least 16")
     return Endpoint(worker_id=worker_id, job_id=args.job, host=bind[0], port=bind[1],
                     bounds={MsgType.GRADIENT: args.grad_bound, MsgType.PARAMETER: args.param_bound},
-                    aimd=Aimd(rate=args.rate), **kw)
+                    aimd=Aimd(rate=args.rate), peer_timeout=args.timeout, key=key, **kw)
 
 
 def _with_lines(args: argparse.Namespace, body: Callable[[_Lines], int]) -> int:
@@ -249,10 +264,15 @@ def _run_send(args: argparse.Namespace) -> int:
             dest = parse_address(args.to)
             for i in range(args.messages):
                 r = endpoint.send(dest, _test_tensor(args.seed, i, args.elements), iteration=i)
+                window = endpoint.window
+                srtt = window.rtt.srtt if window.rtt is not None else None
                 lines.emit({"event": "sent", "iteration": i, "packets": r.packets, "bytes": r.payload_bytes,
                             "retransmissions": r.retransmitted, "rounds": r.rounds, "probes": r.probes,
-                            "missing": r.missing, "eligible": r.eligible, "ecn_echoes": r.ecn_echoes,
-                            "seconds": r.seconds, "rate_pps": endpoint.aimd.rate})
+                            "probe_timeouts": r.timeouts, "missing": r.missing, "eligible": r.eligible,
+                            "ecn_echoes": r.ecn_echoes, "seconds": r.seconds, "cwnd": round(window.cwnd, 1),
+                            "window_cuts": window.decreases,
+                            "srtt_ms": round(srtt * 1e3, 3) if srtt is not None else None,
+                            "rate_pps": round(window.rate, 1)})
         return 0
 
     return _with_lines(args, body)
@@ -269,11 +289,14 @@ def _run_recv(args: argparse.Namespace) -> int:
                 got = endpoint.receive(timeout=args.timeout)
                 expected = _test_tensor(args.seed, got.key.iteration, got.values.size)
                 exact = got.values == expected
-                intact = bool(np.all(exact | (got.values == 0)))
-                bad += not intact
+                zero_filled = int(np.sum(~exact & (got.values == 0)))
+                wrong = int(np.sum(~exact & (got.values != 0)))
+                bad += wrong > 0
+                # zero_filled: elements lost within the bound (filled with 0); wrong: elements
+                # holding a value that was never sent (must be 0).
                 lines.emit({"event": "received", "iteration": got.key.iteration, "worker": got.key.worker_id,
-                            "elements": int(got.values.size), "lost": int((~exact).sum()),
-                            "loss_rate": got.loss_rate, "intact": intact})
+                            "elements": int(got.values.size), "zero_filled": zero_filled, "wrong": wrong,
+                            "loss_rate": got.loss_rate})
             endpoint.drain(quiet=args.linger, limit=10 * args.linger)  # late probes still get their bitmap
             stats = endpoint.reassembler.stats
             lines.emit({"event": "stats", "data_packets": stats.data_packets, "duplicates": stats.duplicates,

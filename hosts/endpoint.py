@@ -1,21 +1,23 @@
 """A DLCP endpoint: one UDP socket that sends messages with bounded loss and receives them.
 
-Sending a message: packetise it, send the packets paced by AIMD, then a probe; the
-receiver answers with a bitmap of the packets it saw; the sender retransmits the missing
-packets only while the missing elements exceed the loss bound, probing after each round.
-A probe that gets no complete answer within the probe timeout is repeated (with back-off).
-On a sprayed fabric the probe can overtake data still queued on another path, so a bitmap
-over the bound is confirmed before anything is retransmitted: the sender waits
-`reorder_grace`, probes again, and repeats while the bitmaps still show progress; only what
-is missing once they agree is retransmitted. Data packets leave with ECN = ECT(0); a bitmap
-with the ECN-echo flag (the receiver saw CE marks) cuts the AIMD rate once per message.
+Sending (:mod:`hosts.sender`): any number of messages may be in flight at once (``send``
+from several threads, or ``send_async``); they share one congestion window and one pacer
+(:mod:`hosts.pacing`). Each message goes out in chunks, each closed by a probe whose
+bitmap answer acknowledges it; round trips measured on those exchanges set the probe
+timers (per peer, RFC 6298, with back-off and a cap). A message is retried for as long as
+its peer is heard from (any datagram counts); only a peer silent for ``peer_timeout``
+seconds ends it, with :class:`~hosts.errors.PeerGoneError` naming the peer and what was
+last heard from it, and when. Data packets leave with ECN = ECT(0); an ECN echo or loss
+beyond the bound cuts the window, at most once per round trip.
 
 Receiving: a background thread reads the socket (with the IP ECN bits of each datagram),
-hands data and probes to a :class:`~hosts.receiver.Reassembler`, sends its replies, queues
-completed messages for :meth:`Endpoint.receive`, and routes bitmaps to the send waiting for
-them. :meth:`Endpoint.close` lingers while peers still talk (at most `linger` seconds of
-quiet): a sender whose last message completed on data still gets the bitmap its probe asks
-for after the receiver took the message and closed.
+notes who was heard (:mod:`hosts.liveness`), hands data and probes to a
+:class:`~hosts.receiver.Reassembler`, sends its replies, queues completed messages for
+:meth:`Endpoint.receive` / :meth:`Endpoint.take`, and routes bitmaps to the chunk waiting
+for them. Waits that depend on one peer (``take(..., peer=...)``) send keep-alives while
+they wait and fail only when that peer is silent. :meth:`Endpoint.close` lingers while
+peers still talk (at most `linger` seconds of quiet), so a sender whose last message
+completed on data still gets its bitmap.
 
 The data path uses plain UDP sockets and the struct/numpy codec of :mod:`hosts.wire`;
 Scapy is not involved here (it is far too slow per packet).
@@ -23,75 +25,34 @@ Scapy is not involved here (it is far too slow per packet).
 
 from __future__ import annotations
 
+import itertools
 import select
 import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from hosts.auth import TAG_LEN, Signer
 from hosts.errors import TransportError
-from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
-from hosts.pacing import Aimd, Pacer
+from hosts.liveness import Liveness
+from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
+from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
 from hosts.receiver import Address, Reassembler
-from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, Flags, Header, MsgType, pack_header
+from hosts.sender import ChunkWait, MessageSender, SendReport
+from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, MsgType
+
+__all__ = ["Endpoint", "SendReport", "SOCKET_BUFFER", "set_buffer"]
 
 SOCKET_BUFFER = 8 << 20
 ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
-
-
-@dataclass
-class SendReport:
-    """What sending one message took."""
-
-    key: MessageKey
-    packets: int
-    payload_bytes: int
-    retransmitted: int
-    rounds: int
-    probes: int
-    missing: int  # elements the receiver still lacks (within the bound)
-    eligible: int  # packets marked drop-eligible
-    seconds: float
-    ecn_echoes: int = 0  # bitmap answers that echoed CE marks
-
-    @property
-    def loss_rate(self) -> float:
-        return self.missing / (self.payload_bytes // 4) if self.payload_bytes else 0.0
-
-
-class _BitmapWait:
-    """Collects the bitmap replies to one probe."""
-
-    def __init__(self, first: int, n_packets: int) -> None:
-        self.first = first
-        self.n = n_packets
-        self.reset()
-
-    def reset(self) -> None:
-        self.bits = np.zeros(self.n, dtype=bool)
-        self.covered = np.zeros(self.n, dtype=bool)
-        self.echo = False
-        self.event = threading.Event()
-
-    def add(self, start: int, nbits: int, payload: memoryview, echo: bool = False) -> bool:
-        start -= self.first
-        if nbits == 0 or start < 0 or start + nbits > self.n or len(payload) * 8 < nbits:
-            return False
-        bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little")
-        self.bits[start:start + nbits] |= bits.astype(bool)
-        self.covered[start:start + nbits] = True
-        self.echo |= echo
-        if self.covered.all():
-            self.event.set()
-        return True
 
 
 def set_buffer(sock: socket.socket, force: int, plain: int, size: int) -> None:
@@ -104,9 +65,16 @@ def set_buffer(sock: socket.socket, force: int, plain: int, size: int) -> None:
 class Endpoint:
     """A worker's or server's DLCP socket (context manager; see the module doc).
 
-    `reorder_grace` and `max_confirms` bound the re-probing before a retransmission (0
-    confirms: believe the first bitmap); `linger` is the quiet time `close()` waits for;
-    `ecn=False` sends Not-ECT: switches then never mark this endpoint's packets."""
+    `peer_timeout`: seconds of complete silence after which a peer is given up (sends to
+    it and waits for it fail). `aimd`: its ``rate`` caps the pacing rate (packets/s, e.g.
+    the known port rate). `window`: the congestion window (fresh by default).
+    `probe_timeout` is the probe timer before the first RTT sample; `reorder_grace` and
+    `max_confirms` bound the re-probing before a retransmission (0 confirms: believe the
+    first bitmap); `max_rounds` (None: no limit) caps retransmission rounds; `linger` is
+    the quiet time `close()` waits for; `ecn=False` sends Not-ECT. `peers` (worker id ->
+    address) is the job's membership: datagrams from anyone else are dropped and never
+    answered (see :class:`~hosts.receiver.Reassembler`). `key`: the job's shared key; every
+    datagram is then signed and checked (:mod:`hosts.auth`)."""
 
     def __init__(
         self,
@@ -118,32 +86,44 @@ class Endpoint:
         bounds: dict[MsgType, float] | None = None,
         count: int = MAX_COUNT_MTU_1500,
         aimd: Aimd | None = None,
+        window: Window | None = None,
         back_share: float = 0.4,
-        probe_timeout: float = 0.05,
-        max_probes: int = 12,
-        max_rounds: int = 100,
+        probe_timeout: float = 0.2,
+        max_rto: float = 2.0,
+        peer_timeout: float = 30.0,
+        max_rounds: int | None = None,
         max_tensor_len: int = 1 << 26,
         prior: Callable[[MessageKey], np.ndarray | None] | None = None,
         reorder_grace: float = 0.005,
         max_confirms: int = 20,
         linger: float = 0.25,
         ecn: bool = True,
+        peers: Mapping[int, Address] | None = None,
+        send_threads: int = 32,
+        key: bytes | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
         self.bounds = dict(DEFAULT_BOUNDS if bounds is None else bounds)
-        self.count = count
-        self.aimd = aimd or Aimd()
-        self.pacer = Pacer(self.aimd)
-        self.back_share = back_share
+        self.signer = Signer(key) if key is not None else None
+        self.count = min(count, MAX_COUNT_MTU_1500 - TAG_LEN // 4) if key is not None else count
+        self.window = window or Window()
+        if aimd is not None:
+            self.window.max_rate = aimd.rate
         self.probe_timeout = probe_timeout
-        self.max_probes = max_probes
+        self.max_rto = max_rto
+        self.window.rtt = RttEstimator(initial_rto=probe_timeout, max_rto=max_rto)
+        self.pacer = Pacer(self.window)
+        self.back_share = back_share
+        self.peer_timeout = peer_timeout
         self.max_rounds = max_rounds
         self.reorder_grace = reorder_grace
         self.max_confirms = max_confirms
         self.linger = linger
-        self.reassembler = Reassembler(job_id=job_id, bounds=self.bounds,
-                                       max_tensor_len=max_tensor_len, prior=prior)
+        self.send_threads = send_threads
+        self.liveness = Liveness(peer_timeout)
+        self.reassembler = Reassembler(job_id=job_id, bounds=self.bounds, max_tensor_len=max_tensor_len,
+                                       prior=prior, peers=dict(peers) if peers is not None else None)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             set_buffer(self._sock, getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF, SOCKET_BUFFER)
@@ -157,9 +137,14 @@ class Endpoint:
             raise TransportError(f"cannot bind a DLCP socket to {host}:{port}: {exc}") from exc
         self._inbox: OrderedDict[MessageKey, Delivered] = OrderedDict()
         self._inbox_ready = threading.Condition()
-        self._waits: dict[tuple[Address, MessageKey], _BitmapWait] = {}
-        self._waits_lock = threading.Lock()
+        self._cond = threading.Condition()  # guards the window, in_flight and chunk answers
+        self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
+        self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
+        self._rtts: dict[Address, RttEstimator] = {}
+        self._nonces = itertools.count(1)
+        self._tx_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
         self._last_rx = time.monotonic()
         self._last_peer_rx = 0.0  # last data or probe handled (bitmaps excluded)
@@ -169,6 +154,17 @@ class Endpoint:
     @property
     def address(self) -> Address:
         return self._sock.getsockname()
+
+    @property
+    def aimd(self) -> Window:
+        """The congestion window (its ``rate`` is the current pacing rate)."""
+        return self.window
+
+    def add_peer(self, worker_id: int, address: Address) -> None:
+        """Make (`worker_id`, `address`) a member of the job (turns membership checks on)."""
+        if self.reassembler.peers is None:
+            self.reassembler.peers = {}
+        self.reassembler.peers[worker_id] = address
 
     def drain(self, quiet: float = 0.5, limit: float = 5.0) -> None:
         """Keep answering (late probes, retransmissions) until nothing arrived for `quiet`
@@ -181,6 +177,8 @@ class Endpoint:
     def close(self) -> None:
         """Stop after lingering: while data or probes arrived within the last `linger`
         seconds, keep answering until `linger` seconds pass quietly (at most 8 x linger)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=False)
         if self.linger > 0 and self._thread.is_alive():
             deadline = time.monotonic() + 8 * self.linger
             while (now := time.monotonic()) < deadline and now - self._last_peer_rx < self.linger:
@@ -205,9 +203,31 @@ class Endpoint:
         return self._wait_for(lambda: next((k for k in self._inbox if match(k)), None), timeout,
                               "a matching complete message")
 
-    def take(self, key: MessageKey, timeout: float = 10.0) -> Delivered:
-        """The completed message `key`, waiting for it up to `timeout` seconds."""
-        return self._wait_for(lambda: key if key in self._inbox else None, timeout, f"message {key}")
+    def take(self, key: MessageKey, timeout: float = 10.0, peer: Address | None = None) -> Delivered:
+        """The completed message `key`. Without `peer`: wait up to `timeout` seconds. With
+        `peer` (who sends it): wait as long as that peer is heard from (keep-alives are sent
+        while waiting) and fail with PeerGoneError once it is silent for `timeout` seconds."""
+        if peer is None:
+            return self._wait_for(lambda: key if key in self._inbox else None, timeout, f"message {key}")
+        since = time.monotonic()
+        while True:
+            try:
+                return self._wait_for(lambda: key if key in self._inbox else None, self._keepalive_interval(timeout),
+                                      f"message {key}")
+            except TransportError:
+                self.liveness.check(peer, since, f"{_describe_key(key)}", limit=timeout)
+                self.keepalive(peer, since=self._keepalive_interval(timeout))
+
+    def _keepalive_interval(self, limit: float) -> float:
+        return max(0.05, min(1.0, limit / 5))
+
+    def keepalive(self, peer: Address, since: float = 0.0) -> None:
+        """Ask `peer` for a sign of life (unless it was heard within the last `since` s)."""
+        last = self.liveness.last(peer)
+        if last is not None and time.monotonic() - last < since:
+            return
+        self._send_control(HEADER_STRUCT.pack((VERSION << 4) | MsgType.PROBE, 0, self.job_id, self.worker_id,
+                                              0, 0, 0, 0, 0, 0, 7, 0), peer)
 
     def _wait_for(self, pick: Callable[[], MessageKey | None], timeout: float, what: str) -> Delivered:
         deadline = time.monotonic() + timeout
@@ -215,10 +235,11 @@ class Endpoint:
             while (key := pick()) is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    stats = self.reassembler.stats
                     raise TransportError(
                         f"no {what} within {timeout:.1f} s on {self.address[0]}:{self.address[1]} "
-                        f"({self.reassembler.open_messages} incomplete, "
-                        f"drops {dict(self.reassembler.stats.drops)})")
+                        f"({self.reassembler.open_messages} incomplete, {stats.completed} completed, "
+                        f"drops {dict(stats.drops)})")
                 self._inbox_ready.wait(left)
             return self._inbox.pop(key)
 
@@ -230,27 +251,37 @@ class Endpoint:
         recv = self._sock.recvmsg_into
         buffers = [buf]
         handle = self.reassembler.handle
+        heard = self.liveness.heard
+        signer = self.signer
         while not self._stop.is_set():
             if not poller.poll(50):
                 continue
-            while True:  # drain what is queued before polling again
+            while not self._stop.is_set():  # drain what is queued before polling again
                 try:
                     n, ancillary, _flags, source = recv(buffers, _TOS_SPACE, socket.MSG_DONTWAIT)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:
                     break
-                self._last_rx = time.monotonic()
                 data = view[:n]
+                if signer is not None:
+                    checked = signer.verify(data)
+                    if checked is None:
+                        self.reassembler.stats.drops["bad_tag"] += 1
+                        continue
+                    data = checked
+                    n = len(data)
+                now = self._last_rx = time.monotonic()
+                heard(source, now, bytes(buf[:HEADER_LEN]))
                 if n >= HEADER_LEN and buf[0] & 0x0F == MsgType.BITMAP:
-                    self._on_bitmap(data, source)
+                    self._on_bitmap(data, source, now)
                     continue
-                self._last_peer_rx = self._last_rx
+                self._last_peer_rx = now
                 ce = bool(ancillary) and ancillary[0][1] == socket.IP_TOS and ancillary[0][2][0] & ECN_CE == ECN_CE
                 replies, delivered = handle(data, source, ce)
                 for reply in replies:
                     try:
-                        self._sock.sendto(reply, source)
+                        self._sock.sendto(reply if signer is None else signer.sign(reply), source)
                     except OSError:
                         self.reassembler.stats.drops["reply_failed"] += 1
                 if delivered:
@@ -259,15 +290,23 @@ class Endpoint:
                             self._inbox[message.key] = message
                         self._inbox_ready.notify_all()
 
-    def _on_bitmap(self, data: memoryview, source: Address) -> None:
-        vt, flags, job, worker, tensor, iteration, start, _tlen, nbits, kind, _prio, _seq = HEADER_STRUCT.unpack_from(data)
+    def _on_bitmap(self, data: memoryview, source: Address, now: float) -> None:
+        _vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = (
+            HEADER_STRUCT.unpack_from(data))
+        if tlen == 0 and nbits == 0:
+            return  # a keep-alive answer: liveness noted it
         wait = None
-        if kind in (MsgType.GRADIENT, MsgType.PARAMETER):
+        if kind in (MsgType.GRADIENT, MsgType.PARAMETER) and job == self.job_id:
             key = MessageKey(job, worker, iteration, tensor, MsgType(kind))
-            with self._waits_lock:
-                wait = self._waits.get((source, key))
-        if wait is None or not wait.add(start, nbits, data[HEADER_LEN:], bool(flags & Flags.ECN_ECHO)):
+            wait = self._waits.get((source, key, start))
+        if wait is None:
             self.reassembler.stats.drops["unexpected_bitmap"] += 1
+            return
+        with self._cond:
+            if wait.fill(start, nbits, data[HEADER_LEN:], flags, nonce, now):
+                self._cond.notify_all()
+            else:
+                self.reassembler.stats.drops["unexpected_bitmap"] += 1
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -287,114 +326,101 @@ class Endpoint:
         eligible_share: float | None = None,
     ) -> SendReport:
         """Send a tensor (or its part `values` at `start` of `tensor_len` elements) to `dest`;
-        return once the receiver holds it within the bound.
+        return once the receiver holds it within the bound. Safe to call from several
+        threads at once: the messages share the window.
 
         `eligible_share` (a scheduler's loss policy) replaces the position-based drop rule:
         at most that share of the elements, never more than the bound, is marked."""
-        started = time.perf_counter()
         position = layer_position(tensor_id, num_layers)
         bound = self.bounds.get(kind, 0.0)
         flat = as_float32(values)
         total = flat.size if tensor_len is None else tensor_len
         key = MessageKey(self.job_id, self.worker_id, iteration, tensor_id, kind)
-        with self._waits_lock:
+        prio = priority_hint(position) if prio_hint is None else prio_hint
+        with self._cond:
             seq_base = self._seq_base.get((dest, key), 0)
-        batch = packetize(
-            flat, kind=kind, job_id=self.job_id, worker_id=self.worker_id, tensor_id=tensor_id,
-            iteration=iteration, count=self.count,
-            prio_hint=priority_hint(position) if prio_hint is None else prio_hint,
-            drop_rule=self._drop_rule(bound, eligible_share) if drop_eligible else None,
-            position=position,
-            start=start, tensor_len=total, seq_base=seq_base,
-        )
-        n = len(batch)
-        with self._waits_lock:
+            n = -(-flat.size // self.count) if flat.size else 1
             self._seq_base[(dest, key)] = seq_base + n
             while len(self._seq_base) > 65536:
                 self._seq_base.pop(next(iter(self._seq_base)))
-        probe = pack_header(Header(
-            msg_type=MsgType.PROBE, flags=0, job_id=self.job_id, worker_id=self.worker_id,
-            tensor_id=tensor_id, iteration=iteration, offset=seq_base, tensor_len=total, count=0,
-            mag_class=int(kind), prio_hint=7, seq=n,
-        ))
-        wait = _BitmapWait(seq_base, n)
-        with self._waits_lock:
-            self._waits[(dest, key)] = wait
-        counts = batch.counts
-        rounds = retransmitted = probes = echoes = 0
-        try:
-            pending = np.arange(n)
-            while True:
-                if rounds:
-                    batch.headers["flags"][pending] |= np.uint8(Flags.RETRANSMIT)
-                self._transmit(batch, pending, dest)
-                received, used, echo = self._probe(wait, probe, dest, key)
-                probes += used
-                echoes += echo
-                missing = int(counts[~received].sum())
-                confirms = 0
-                while not within_bound(missing, flat.size, bound) and confirms < self.max_confirms:
-                    # Data may still be on its way behind the probe: ask again after a grace
-                    # period and believe the bitmap only once it stops improving.
-                    confirms += 1
-                    time.sleep(self.reorder_grace)
-                    again, used, echo = self._probe(wait, probe, dest, key)
-                    probes += used
-                    echoes += echo
-                    improved = bool((again & ~received).any())
-                    received |= again
-                    missing = int(counts[~received].sum())
-                    if not improved:
-                        break
-                if within_bound(missing, flat.size, bound):
-                    break
-                rounds += 1
-                if rounds > self.max_rounds:
-                    raise TransportError(
-                        f"message {key} to {dest[0]}:{dest[1]} still misses {missing} of {flat.size} "
-                        f"elements after {self.max_rounds} retransmission rounds")
-                self.aimd.on_congestion()
-                pending = np.flatnonzero(~received)
-                retransmitted += len(pending)
-        finally:
-            with self._waits_lock:
-                self._waits.pop((dest, key), None)
-        if echoes:
-            self.aimd.on_congestion()  # once per message, as classic ECN does once per window
-        elif rounds == 0:
-            self.aimd.on_success()
-        return SendReport(
-            key=key, packets=n, payload_bytes=flat.size * 4, retransmitted=retransmitted,
-            rounds=rounds, probes=probes, missing=missing, eligible=int(batch.eligible.sum()),
-            seconds=time.perf_counter() - started, ecn_echoes=echoes,
+        batch = packetize(
+            flat, kind=kind, job_id=self.job_id, worker_id=self.worker_id, tensor_id=tensor_id,
+            iteration=iteration, count=self.count, prio_hint=prio,
+            drop_rule=self._drop_rule(bound, eligible_share) if drop_eligible else None,
+            position=position, start=start, tensor_len=total, seq_base=seq_base,
         )
+        sender = MessageSender(self, dest, batch, key, seq_base=seq_base, tensor_len=total, bound=bound,
+                               elements=flat.size, is_part=(start != 0 or flat.size != total), prio=prio)
+        return sender.run()
+
+    def send_async(self, dest: Address, values: Any, **options: Any) -> Future[SendReport]:
+        """:meth:`send` in the endpoint's sender threads; the future holds its report."""
+        if self._executor is None:
+            with self._cond:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self.send_threads,
+                                                        thread_name_prefix=f"dlcp-tx-{self.worker_id}")
+        values = as_float32(values).copy()  # the caller may reuse its buffer
+        return self._executor.submit(self.send, dest, values, **options)
 
     def _drop_rule(self, bound: float, eligible_share: float | None) -> DropRule:
         if eligible_share is None:
             return DropRule(bound, self.back_share)
         return DropRule(min(bound, max(0.0, eligible_share)), back_share=1.0)
 
+    # -- used by hosts.sender ------------------------------------------------------------------
+
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None:
         sendto = self._sock.sendto
         views = batch.views()
+        if self.signer is not None:
+            sign = self.signer.sign
+            views = {j: sign(views[j]) for j in indices.tolist()}  # type: ignore[assignment]
         order = indices.tolist()
         i, total = 0, len(order)
-        while i < total:
-            allowed = self.pacer.burst()
-            for j in order[i:i + allowed]:
-                sendto(views[j], dest)
-            i += allowed
+        with self._tx_lock:
+            while i < total:
+                allowed = self.pacer.burst()
+                for j in order[i:i + allowed]:
+                    try:
+                        sendto(views[j], dest)
+                    except OSError as exc:
+                        raise TransportError(f"cannot send to {dest[0]}:{dest[1]}: {exc}") from exc
+                i += allowed
 
-    def _probe(self, wait: _BitmapWait, probe: bytes, dest: Address,
-               key: MessageKey) -> tuple[np.ndarray, int, bool]:
-        """(bits received, probes sent, whether the answer echoed CE marks)."""
-        timeout = self.probe_timeout
-        for attempt in range(1, self.max_probes + 1):
-            wait.reset()
-            self._sock.sendto(probe, dest)
-            if wait.event.wait(timeout):
-                return wait.bits.copy(), attempt, wait.echo
-            timeout = min(1.0, timeout * 2)
-        raise TransportError(
-            f"no bitmap from {dest[0]}:{dest[1]} for {key} after {self.max_probes} probes "
-            f"(is a receiver with job {key.job_id} listening there?)")
+    def _send_control(self, data: bytes, dest: Address) -> None:
+        if self.signer is not None:
+            data = self.signer.sign(data)
+        try:
+            self._sock.sendto(data, dest)
+        except OSError as exc:
+            raise TransportError(f"cannot send to {dest[0]}:{dest[1]}: {exc}") from exc
+
+    def _next_nonce(self) -> int:
+        return next(self._nonces) & 0xFFFF
+
+    def _rtt(self, peer: Address) -> RttEstimator:
+        rtt = self._rtts.get(peer)
+        if rtt is None:
+            rtt = self._rtts[peer] = RttEstimator(initial_rto=self.probe_timeout, max_rto=self.max_rto)
+        return rtt
+
+    def _rtt_sample(self, peer: Address, seconds: float) -> None:
+        self._rtt(peer).sample(seconds)
+        with self._cond:
+            assert self.window.rtt is not None
+            self.window.rtt.sample(seconds)
+
+    def _register(self, dest: Address, key: MessageKey, wait: ChunkWait) -> None:
+        with self._cond:
+            self._waits[(dest, key, wait.first)] = wait
+
+    def _unregister(self, dest: Address, key: MessageKey, wait: ChunkWait) -> None:
+        with self._cond:
+            if self._waits.get((dest, key, wait.first)) is wait:
+                del self._waits[(dest, key, wait.first)]
+
+
+def _describe_key(key: MessageKey) -> str:
+    kind = "gradient" if key.kind == MsgType.GRADIENT else "parameter"
+    return f"the {kind} message of worker {key.worker_id}, tensor {key.tensor_id}, iteration {key.iteration}"

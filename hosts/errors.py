@@ -13,3 +13,11 @@ class TransportError(HostError):
 
 class ModelError(HostError):
     """A model description (trace CSV or tensor source) is unusable."""
+
+
+class PeerGoneError(TransportError):
+    """A peer of the job was silent (no datagram of any kind) for longer than allowed."""
+
+    def __init__(self, message: str, peer: tuple[str, int]) -> None:
+        super().__init__(message)
+        self.peer = peer

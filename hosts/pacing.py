@@ -1,20 +1,33 @@
-"""AIMD rate control and a packet pacer for the bounded-loss sender.
+"""Congestion control of the bounded-loss sender: round-trip estimation, the congestion
+window and the packet pacer.
 
-The rate (packets per second) grows additively after each message that completed within its
-loss bound at the first try, and is cut multiplicatively at every retransmission round:
-loss above the bound is the congestion signal; random loss within the bound is tolerated
-by design and must not throttle the sender.
+* :class:`RttEstimator` keeps the smoothed round-trip time and its variance from
+  probe/bitmap exchanges exactly as TCP does (RFC 6298: alpha 1/8, beta 1/4, RTO =
+  SRTT + max(G, 4 RTTVAR)), clamped to ``[min_rto, max_rto]``; a probe that goes unanswered
+  is re-sent after the RTO doubled per attempt (back-off), never after more than ``max_rto``.
+* :class:`Window` is the congestion window in packets shared by every message an endpoint
+  has in flight: slow start (one packet more per packet acknowledged) up to ``ssthresh``,
+  then additive increase (one packet per window), and a multiplicative decrease on an ECN
+  echo or on loss beyond a message's bound, at most once per round trip. The floor
+  (``min_cwnd``) still lets a message finish: a chunk of one packet can always be sent.
+  Loss within the bound is not a congestion signal by itself.
+* :class:`Pacer` spaces packets at the window's rate (``gain * cwnd / srtt``: 2 in slow
+  start, 1.25 after), capped by ``max_rate`` (the known port rate, when given).
+
+:class:`Aimd` is the older rate-only controller, kept as a way to name a rate ceiling:
+an endpoint given ``aimd=Aimd(rate=r)`` never paces faster than ``r`` packets/s.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 
 @dataclass
 class Aimd:
-    """Sending rate in packets per second, with its limits and steps."""
+    """A sending rate in packets per second with its limits and steps (rate-only AIMD)."""
 
     rate: float = 50_000.0
     min_rate: float = 500.0
@@ -29,10 +42,102 @@ class Aimd:
         self.rate = max(self.min_rate, self.rate * self.decrease)
 
 
-class Pacer:
-    """Spaces packets at the AIMD rate, in bursts of about `burst_interval` seconds."""
+@dataclass
+class RttEstimator:
+    """Smoothed RTT, RTT variance and the retransmission (probe) timeout, per RFC 6298."""
 
-    def __init__(self, aimd: Aimd, burst_interval: float = 0.001) -> None:
+    initial_rto: float = 0.2
+    min_rto: float = 0.01
+    max_rto: float = 2.0
+    granularity: float = 0.001
+    srtt: float | None = None
+    rttvar: float = 0.0
+    samples: int = 0
+
+    def sample(self, rtt: float) -> None:
+        """Feed one round-trip measurement (Karn: never from a probe that was re-sent)."""
+        rtt = max(rtt, 1e-6)
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.samples += 1
+
+    @property
+    def rto(self) -> float:
+        if self.srtt is None:
+            return min(self.max_rto, max(self.min_rto, self.initial_rto))
+        return min(self.max_rto, max(self.min_rto, self.srtt + max(self.granularity, 4 * self.rttvar)))
+
+    def backed_off(self, attempts: int) -> float:
+        """The timeout of a probe sent for the `attempts`-th time (1 = first), doubled per
+        earlier attempt and capped at ``max_rto``."""
+        return min(self.max_rto, self.rto * (2 ** max(0, attempts - 1)))
+
+
+@dataclass
+class Window:
+    """Congestion window in packets (see the module doc); not thread-safe by itself."""
+
+    cwnd: float = 10.0  # initial window (RFC 6928)
+    ssthresh: float = math.inf
+    min_cwnd: float = 1.0
+    max_cwnd: float = 65_536.0
+    beta: float = 0.5
+    max_rate: float = 1_000_000.0  # packets/s ceiling of the pacer
+    min_rate: float = 200.0
+    initial_rate: float | None = None  # pacing before the first RTT sample (default max_rate)
+    rtt: RttEstimator | None = None
+    decreases: int = 0
+    _last_decrease: float = -math.inf
+
+    def __post_init__(self) -> None:
+        if self.rtt is None:
+            self.rtt = RttEstimator()
+
+    @property
+    def slow_start(self) -> bool:
+        return self.cwnd < self.ssthresh
+
+    def on_ack(self, packets: int) -> None:
+        """`packets` data packets were acknowledged as received."""
+        if packets <= 0:
+            return
+        if self.slow_start:
+            self.cwnd = min(self.max_cwnd, self.cwnd + packets)
+        else:
+            self.cwnd = min(self.max_cwnd, self.cwnd + packets / self.cwnd)
+
+    def on_congestion(self, now: float | None = None) -> bool:
+        """Cut the window (ECN echo or loss beyond the bound); False when a cut already
+        happened within the last smoothed round trip."""
+        now = time.monotonic() if now is None else now
+        assert self.rtt is not None
+        rtt = self.rtt.srtt if self.rtt.srtt is not None else self.rtt.rto
+        if now - self._last_decrease < rtt:
+            return False
+        self._last_decrease = now
+        self.ssthresh = max(self.min_cwnd * 2, self.cwnd * self.beta)
+        self.cwnd = max(self.min_cwnd, self.ssthresh)
+        self.decreases += 1
+        return True
+
+    @property
+    def rate(self) -> float:
+        """Pacing rate in packets/s."""
+        assert self.rtt is not None
+        if self.rtt.srtt is None:
+            return self.initial_rate if self.initial_rate is not None else self.max_rate
+        gain = 2.0 if self.slow_start else 1.25
+        return min(self.max_rate, max(self.min_rate, gain * self.cwnd / max(self.rtt.srtt, 1e-4)))
+
+
+class Pacer:
+    """Spaces packets at a controller's ``rate`` (an :class:`Aimd` or a :class:`Window`),
+    in bursts of about `burst_interval` seconds."""
+
+    def __init__(self, aimd: Aimd | Window, burst_interval: float = 0.001) -> None:
         self.aimd = aimd
         self.burst_interval = burst_interval
         self._next = time.perf_counter()

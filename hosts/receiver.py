@@ -2,11 +2,15 @@
 
 :class:`Reassembler` takes raw DLCP datagrams and returns the replies to send back and the
 messages that completed. Values are placed by offset in any order; duplicates are ignored;
-a probe is answered with bitmaps of the data packets it covers; a message completes when
-every element arrived, or at a probe once at least (1 - bound) of its elements arrived; a
-completed message answers every later probe with a full bitmap (it needs nothing more).
-Data that arrived with IP ECN = CE (``handle(..., ce=True)``) sets the ECN-echo flag of the
-message's next bitmap answer, so the sender's AIMD slows down before the switch has to drop.
+a probe is answered with one bitmap of the data packets it covers (never more than its size
+class allows, and without allocating anything: a message nothing arrived of gets a 28-byte
+answer with no bits); a message completes when every element arrived, or at a probe with
+the *last* flag once at least (1 - bound) of its elements arrived; a completed message
+answers every later probe with a full bitmap flagged *last* (it needs nothing more). Only
+the job's members (``peers``, else the first address each worker id sent data from) are
+heard. Data that arrived with IP ECN = CE (``handle(..., ce=True)``) sets the ECN-echo flag
+of the message's next bitmap answer, so the sender's window shrinks before the switch has
+to drop.
 A tensor may be sent in parts (each part its own probe); sequence numbers are unique per
 tensor, so the parts share one assembly. Lost gradient values are zero; lost parameter
 values keep what ``prior(key)`` returned (the previous iteration's values). Anything
@@ -25,10 +29,8 @@ from enum import Enum
 import numpy as np
 
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
-from hosts.wire import HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags, MsgType, pack_bitmap
-
-#: Bits per bitmap reply packet (1024 payload bytes).
-BITMAP_BITS_PER_PACKET = 8192
+from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags,
+                        MsgType, pack_bitmap, probe_capacity)
 
 Address = tuple[str, int]
 _KINDS = (MsgType.GRADIENT, MsgType.PARAMETER)
@@ -48,6 +50,8 @@ class DropReason(str, Enum):
     INCONSISTENT = "inconsistent"
     LATE = "late"
     UNEXPECTED = "unexpected"
+    UNKNOWN_PEER = "unknown_peer"  # not a member of the job (worker id and address)
+    PROBE_TOO_WIDE = "probe_too_wide"  # asks about more packets than its size class allows
 
 
 @dataclass
@@ -98,8 +102,14 @@ class Reassembler:
         max_open_elements: int = 1 << 27,
         done_memory: int = 65536,
         prior: Callable[[MessageKey], np.ndarray | None] | None = None,
+        peers: dict[int, Address] | None = None,
     ) -> None:
+        """`peers` (worker id -> address) is the job's membership: data and probes from
+        anyone else are dropped. Without it, the first address a worker id is heard from
+        with data is that worker's for good (trust on first use)."""
         self.job_id = job_id
+        self.peers = peers
+        self._pinned: dict[int, Address] = {}
         self.bounds = dict(DEFAULT_BOUNDS if bounds is None else bounds)
         self.max_tensor_len = max_tensor_len
         self.max_open = max_open
@@ -109,7 +119,7 @@ class Reassembler:
         self.prior = prior
         self.stats = ReceiverStats()
         self._open: dict[MessageKey, Assembly] = {}
-        self._done: OrderedDict[MessageKey, int] = OrderedDict()  # key -> tensor_len
+        self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
 
     @property
@@ -134,6 +144,8 @@ class Reassembler:
             return self._drop(DropReason.WRONG_JOB)
         msg_type = vt & 0x0F
         if msg_type <= 1:
+            if not self.admit(worker, source, pin=True):
+                return self._drop(DropReason.UNKNOWN_PEER)
             key = MessageKey(job, worker, iteration, tensor, _KINDS[msg_type])
             if ce:
                 self._note_ce(key)
@@ -141,11 +153,31 @@ class Reassembler:
         if msg_type == 2:
             if mag > 1:
                 return self._drop(DropReason.BAD_TYPE)
+            if tensor_len == 0 and seq == 0:  # keep-alive: answer members (anyone without a membership)
+                if self.peers is not None and not self.admit(worker, source):
+                    return self._drop(DropReason.UNKNOWN_PEER)
+                return [HEADER_STRUCT.pack((VERSION << 4) | MsgType.BITMAP, 0, job, worker, tensor, iteration,
+                                           0, 0, 0, mag, 7, 0)], []
+            if not self.admit(worker, source):
+                return self._drop(DropReason.UNKNOWN_PEER)
+            if seq > probe_capacity(len(data)):
+                return self._drop(DropReason.PROBE_TOO_WIDE)
             key = MessageKey(job, worker, iteration, tensor, _KINDS[mag])
-            return self._probe(key, tensor_len, offset, seq, source)
+            return self._probe(key, tensor_len, offset, seq, source, bool(flags & Flags.LAST), count)
         if msg_type == 3:
             return self._drop(DropReason.UNEXPECTED)
         return self._drop(DropReason.BAD_TYPE)
+
+    def admit(self, worker: int, source: Address, pin: bool = False) -> bool:
+        """Whether `source` may speak for `worker` (see the constructor)."""
+        if self.peers is not None:
+            return self.peers.get(worker) == source
+        pinned = self._pinned.get(worker)
+        if pinned is None:
+            if pin:
+                self._pinned[worker] = source
+            return True
+        return pinned == source
 
     # -- data -------------------------------------------------------------------------------
 
@@ -209,29 +241,30 @@ class Reassembler:
     # -- probes -----------------------------------------------------------------------------
 
     def _probe(self, key: MessageKey, tensor_len: int, first: int, n_packets: int,
-               source: Address) -> tuple[list[bytes], list[Delivered]]:
-        if tensor_len == 0 or tensor_len > self.max_tensor_len:
+               source: Address, last: bool, nonce: int) -> tuple[list[bytes], list[Delivered]]:
+        if tensor_len > self.max_tensor_len:
             return self._drop(DropReason.TOO_LARGE)
         if n_packets == 0 or first + n_packets > tensor_len:
             return self._drop(DropReason.OUT_OF_BOUNDS)
         done = self._done.get(key)
         if done is not None:
-            if done != tensor_len:
+            if done != (tensor_len, source):
                 return self._drop(DropReason.INCONSISTENT)
             self.stats.probes += 1
             # A completed message needs nothing more: every probe gets a full bitmap.
-            return self._bitmaps(key, tensor_len, first, np.ones(n_packets, dtype=bool)), []
-        asm = self._assembly(key, tensor_len, source)
-        if asm is None:
-            return [], []
-        if asm.values.size != tensor_len:
+            return self._bitmaps(key, tensor_len, first, np.ones(n_packets, dtype=bool), nonce, complete=True), []
+        asm = self._open.get(key)
+        if asm is None:  # nothing of it arrived: say so in 28 bytes, allocate nothing
+            self.stats.probes += 1
+            return self._bitmaps(key, tensor_len, first, np.zeros(0, dtype=bool), nonce), []
+        if asm.values.size != tensor_len or asm.source != source:
             return self._drop(DropReason.INCONSISTENT)
         self.stats.probes += 1
         bits = np.frombuffer(asm.seqs, dtype=np.uint8, count=n_packets, offset=first).astype(bool)
-        delivered: list[Delivered] = []
-        if within_bound(tensor_len - asm.received, tensor_len, self.bounds.get(key.kind, 0.0)):
-            delivered.append(self._complete(asm))
-        return self._bitmaps(key, tensor_len, first, bits), delivered
+        if last and within_bound(tensor_len - asm.received, tensor_len, self.bounds.get(key.kind, 0.0)):
+            delivered = self._complete(asm)
+            return self._bitmaps(key, tensor_len, first, bits, nonce, complete=True), [delivered]
+        return self._bitmaps(key, tensor_len, first, bits, nonce), []
 
     def _note_ce(self, key: MessageKey) -> None:
         self.stats.ce_marked += 1
@@ -239,19 +272,20 @@ class Reassembler:
             self._echo.clear()
         self._echo.add(key)
 
-    def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray) -> list[bytes]:
+    def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray, nonce: int = 0,
+                 complete: bool = False) -> list[bytes]:
         replies = []
-        flags = 0
+        flags = Flags.LAST if complete else 0
         if key in self._echo:
             self._echo.discard(key)
-            flags = Flags.ECN_ECHO
+            flags |= Flags.ECN_ECHO
             self.stats.ecn_echoes += 1
-        for start in range(0, bits.size, BITMAP_BITS_PER_PACKET):
+        for start in range(0, max(bits.size, 1), BITMAP_BITS_PER_PACKET):
             chunk = bits[start:start + BITMAP_BITS_PER_PACKET]
             header = HEADER_STRUCT.pack(
                 (VERSION << 4) | MsgType.BITMAP, flags, key.job_id, key.worker_id, key.tensor_id,
                 key.iteration, first + start, tensor_len, chunk.size, int(key.kind), 7,
-                start // BITMAP_BITS_PER_PACKET,
+                nonce + start // BITMAP_BITS_PER_PACKET,
             )
             replies.append(header + pack_bitmap(chunk))
         self.stats.bitmaps_sent += len(replies)
@@ -262,7 +296,7 @@ class Reassembler:
     def _complete(self, asm: Assembly) -> Delivered:
         del self._open[asm.key]
         self._open_elements -= asm.values.size
-        self._done[asm.key] = asm.values.size
+        self._done[asm.key] = (asm.values.size, asm.source)
         while len(self._done) > self.done_memory:
             self._done.popitem(last=False)
         self.stats.completed += 1

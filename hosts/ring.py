@@ -10,11 +10,20 @@ Each step is a message of its own: the header's ``iteration`` field carries
 ``(iteration * MAX_PARTS + part) * 2 * (N - 1) + step`` (``part`` numbers the all-reduces of
 one iteration that share a tensor id) so that no two chunks share a message identity (the
 switch does not look at this field).
+
+Overlap: within a step the chunk to the right is sent while the chunk from the left is
+awaited, and all-reduces of different tensors (or parts) may run at once
+(:meth:`RingAllReduce.allreduce_async`, or ``allreduce`` from several threads): their
+steps interleave under the endpoint's one congestion window. A rank waits for its left
+neighbour as long as it is heard from (keep-alives) and fails once it is silent for
+`timeout` seconds, naming it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +51,7 @@ class RingReport:
 class RingAllReduce:
     """One rank of a ring; ranks are the workers' ids (0..N-1), `peers[r]` their addresses."""
 
-    def __init__(self, endpoint: Endpoint, rank: int, peers: list[Address]) -> None:
+    def __init__(self, endpoint: Endpoint, rank: int, peers: list[Address], *, concurrency: int = 8) -> None:
         if not 0 <= rank < len(peers):
             raise TransportError(f"rank {rank} is not in a ring of {len(peers)}")
         if endpoint.worker_id != rank:
@@ -52,6 +61,10 @@ class RingAllReduce:
         self.size = len(peers)
         self.right = peers[(rank + 1) % self.size]
         self.left_rank = (rank - 1) % self.size
+        self.left = peers[self.left_rank]
+        self.concurrency = concurrency
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
         self.steps = 2 * (self.size - 1)
         self.previous: dict[tuple[int, int], np.ndarray] = {}  # (tensor id, part) -> last result
         endpoint.reassembler.prior = self._prior
@@ -85,27 +98,44 @@ class RingAllReduce:
         base = (iteration * MAX_PARTS + part) * self.steps
         if base + self.steps > 0xFFFFFFFF:
             raise TransportError(f"iteration {iteration} is too large for the ring's message numbering")
-        for step in range(self.steps):
-            gather = step >= self.size - 1
-            s = step - (self.size - 1) if gather else step
-            kind = MsgType.PARAMETER if gather else MsgType.GRADIENT
-            send_c = (self.rank + 1 - s) % self.size if gather else (self.rank - s) % self.size
-            recv_c = (self.rank - s) % self.size if gather else (self.rank - s - 1) % self.size
-            if b[send_c + 1] > b[send_c]:
-                report.sends.append(self.endpoint.send(
-                    self.right, buf[b[send_c]:b[send_c + 1]], kind=kind, tensor_id=tensor_id,
-                    iteration=base + step, num_layers=num_layers, **send_options))
-            if b[recv_c + 1] > b[recv_c]:
-                key = MessageKey(self.endpoint.job_id, self.left_rank, base + step, tensor_id, kind)
-                got = self.endpoint.take(key, timeout=timeout)
-                report.lost_elements += got.values.size - got.received
-                report.received_elements += got.values.size
-                if gather:
-                    buf[b[recv_c]:b[recv_c + 1]] = got.values
-                else:
-                    buf[b[recv_c]:b[recv_c + 1]] += got.values
+        sends: list[Future[SendReport]] = []
+        try:
+            for step in range(self.steps):
+                gather = step >= self.size - 1
+                s = step - (self.size - 1) if gather else step
+                kind = MsgType.PARAMETER if gather else MsgType.GRADIENT
+                send_c = (self.rank + 1 - s) % self.size if gather else (self.rank - s) % self.size
+                recv_c = (self.rank - s) % self.size if gather else (self.rank - s - 1) % self.size
+                if b[send_c + 1] > b[send_c]:
+                    sends.append(self.endpoint.send_async(
+                        self.right, buf[b[send_c]:b[send_c + 1]], kind=kind, tensor_id=tensor_id,
+                        iteration=base + step, num_layers=num_layers, **send_options))
+                if b[recv_c + 1] > b[recv_c]:
+                    key = MessageKey(self.endpoint.job_id, self.left_rank, base + step, tensor_id, kind)
+                    got = self.endpoint.take(key, timeout=timeout, peer=self.left)
+                    report.lost_elements += got.values.size - got.received
+                    report.received_elements += got.values.size
+                    if gather:
+                        buf[b[recv_c]:b[recv_c + 1]] = got.values
+                    else:
+                        buf[b[recv_c]:b[recv_c + 1]] += got.values
+        finally:
+            report.sends = [f.result() for f in sends]
         if average:
             buf /= self.size
         self.previous[(tensor_id, part)] = buf.copy()
         report.seconds = time.perf_counter() - started
         return buf, report
+
+    def allreduce_async(self, values: Any, **options: Any) -> Future[tuple[np.ndarray, RingReport]]:
+        """:meth:`allreduce` in the ring's threads (at most `concurrency` at once), so that
+        all-reduces of different tensors overlap; `values` is copied first."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"ring-{self.rank}")
+        return self._executor.submit(self.allreduce, as_float32(values).copy(), **options)
+
+    def close(self) -> None:
+        """Wait for the all-reduces still running and stop the ring's threads."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)

@@ -21,8 +21,21 @@ nothing for a probe; for a bitmap, bit i (LSB-first in each byte) tells whether 
 Control messages (probe, bitmap) refer to a data message: they carry its job, worker,
 iteration and tensor ids, its kind (gradient or parameter) in ``mag_class`` and the tensor's
 element count in ``tensor_len``. A probe asks about the data packets ``offset`` ..
-``offset + seq - 1`` (the packets of the part just sent); the bitmap answering it starts at
-the same sequence number (a long bitmap comes in several packets, each with its ``offset``).
+``offset + seq - 1`` (a chunk of the message just sent); the one bitmap packet answering it
+starts at the same sequence number. In a probe, the *last* flag says the sender has sent
+everything of its message (or part): only such a probe may complete a message that misses
+elements within its bound. In a bitmap, the *last* flag says the receiver holds the message
+(complete); a bitmap with ``count`` 0 says it holds nothing of it. A probe's ``count`` is a
+nonce the sender picks; the bitmap answering it carries it back in ``seq``, so the sender
+knows which of several probes for the same chunk was answered (round-trip samples stay
+exact when a probe was re-sent).
+
+Size class (against reflection): a probe of ``L`` bytes (header plus zero padding) may ask
+about at most :func:`probe_capacity` ``(L)`` packets, so a bitmap answer is never more than
+``AMPLIFICATION`` (3) times the probe's bytes; senders pad wide probes (:func:`probe_length`).
+
+Keep-alive: a probe with ``tensor_len`` 0 asks about nothing; the answer is a bitmap with
+``tensor_len`` and ``count`` 0. Either tells its receiver that the peer is alive.
 """
 
 from __future__ import annotations
@@ -58,6 +71,21 @@ class Flags(IntFlag):
 
 
 RESERVED_FLAGS = 0xF0
+
+#: Largest bitmap bits one answer packet carries (1024 payload bytes).
+BITMAP_BITS_PER_PACKET = 8192
+#: A bitmap answer is at most this many times the bytes of the probe it answers.
+AMPLIFICATION = 3
+
+
+def probe_capacity(length: int) -> int:
+    """How many packets a probe datagram of `length` bytes may ask about."""
+    return max(0, min(BITMAP_BITS_PER_PACKET, 8 * (AMPLIFICATION * length - HEADER_LEN)))
+
+
+def probe_length(packets: int) -> int:
+    """The smallest probe datagram (header plus padding) that may ask about `packets` packets."""
+    return max(HEADER_LEN, -(-(HEADER_LEN + -(-packets // 8)) // AMPLIFICATION))
 
 
 class DLCP(Packet):

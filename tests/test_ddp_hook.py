@@ -43,18 +43,19 @@ def _rank(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         # Small buckets (0.5 MB; DDP's first bucket holds up to 1 MB): layers travel apart.
-        hooked = DDP(_model(torch), bucket_cap_mb=0.5)
-        state = connect(hooked.module)
-        hooked.register_comm_hook(state, dlcp_allreduce_hook)
-        with_dlcp = _train(torch, hooked, rank)
-        state.close()
+        info = {}
+        for collective in ("ring", "star"):
+            hooked = DDP(_model(torch), bucket_cap_mb=0.5)
+            state = connect(hooked.module, collective=collective)
+            hooked.register_comm_hook(state, dlcp_allreduce_hook)
+            with_dlcp = _train(torch, hooked, rank)
+            state.close()
+            np.savez(Path(out) / f"{collective}{rank}.npz", *with_dlcp)
+            info[collective] = {"steps": state.step, "tensor_ids": state.tensor_ids,
+                                "packets": state.take_stats().packets}
         reference = _train(torch, DDP(_model(torch)), rank)  # gloo's own all-reduce
-        np.savez(Path(out) / f"rank{rank}.npz", *with_dlcp)
         np.savez(Path(out) / f"ref{rank}.npz", *reference)
-        (Path(out) / f"rank{rank}.json").write_text(json.dumps({
-            "steps": state.step, "tensor_ids": state.tensor_ids,
-            "packets": sum(s.packets for s in state.sends),
-        }))
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps(info))
     finally:
         dist.destroy_process_group()
 
@@ -66,15 +67,16 @@ def _arrays(path: Path) -> list[np.ndarray]:
 
 def test_ddp_hook_all_reduces_buckets_over_dlcp(tmp_path: Path) -> None:
     mp.start_processes(_rank, args=(free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
-    info = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    hooked = [_arrays(tmp_path / f"rank{r}.npz") for r in range(2)]
     reference = _arrays(tmp_path / "ref0.npz")
-    for a, b, ref in zip(hooked[0], hooked[1], reference):
-        assert np.array_equal(a, b)  # both ranks applied the same reduced gradients
-        np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)  # and they are DDP's mean
-    for r in range(2):
-        assert info[r]["steps"] == STEPS
-        assert info[r]["packets"] > 0
-        # More than one bucket per step, each tagged with its front-most layer; layer 0 included.
-        assert len(info[r]["tensor_ids"]) > STEPS
-        assert 0 in info[r]["tensor_ids"] and max(info[r]["tensor_ids"]) > 0
+    for collective in ("ring", "star"):  # buckets in flight at once, two collectives
+        info = [json.loads((tmp_path / f"rank{r}.json").read_text())[collective] for r in range(2)]
+        hooked = [_arrays(tmp_path / f"{collective}{r}.npz") for r in range(2)]
+        for a, b, ref in zip(hooked[0], hooked[1], reference):
+            assert np.array_equal(a, b)  # both ranks applied the same reduced gradients
+            np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)  # and they are DDP's mean
+        for r in range(2):
+            assert info[r]["steps"] == STEPS
+            assert info[r]["packets"] > 0
+            # More than one bucket per step, each tagged with its front-most layer; layer 0 included.
+            assert len(info[r]["tensor_ids"]) > STEPS
+            assert 0 in info[r]["tensor_ids"] and max(info[r]["tensor_ids"]) > 0

@@ -1,15 +1,16 @@
-"""A DLCP message through one embedded switch running ``p4src/dlcp.p4`` on a congested port.
+"""A DLCP message through one switch running ``p4src/dlcp.p4`` on a congested port, on the
+embedded target and on BMv2 (``simple_switch_grpc`` with p4c's build, marked ``bmv2``).
 
 Three namespace hosts on one switch: a sender, a background UDP blaster and a receiver whose
 port is rate-limited (``--queue-rate``, ``--queue-depth``, BMv2's meaning: each priority queue
 has its own rate and ``enq_qdepth`` is the depth of the packet's own queue). The controller
 library installs routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude
-class 118 are dropped when that queue holds more than 16 packets). Queue 3 drains slower than
+class 118 are dropped in ingress when that queue holds 16 packets or more; ECN marks from 16). Queue 3 drains slower than
 the job sends, so the job congests its own queue while the blast fills queue 0 beside it; the
 message completes within its loss bound without retransmission; only the
 drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
-``egress_drops[1]`` counted; important packets arrive ECN-marked and the sender's echo cuts
-its AIMD rate.
+``ingress_drops[6]`` counted; important packets arrive ECN-marked and the sender's echo cuts
+its congestion window.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +33,7 @@ from controller.pipeline import Pipeline
 from controller.policy import POLICY_TABLES, parse_policy, policy_entries
 from controller.routing import ROUTE_TABLES, route_entries
 from gradfabric import fabric as fabric_mod
-from gradfabric.p4build import compile_embedded
+from gradfabric.p4build import Artifacts, compile_embedded, compile_p4c
 from gradfabric.paths import ROOT
 from tests import netns
 from tests.test_switch_process import switch_process
@@ -47,6 +50,7 @@ QUEUE_THRESHOLD = 16
 PORT_RATE_PPS = 1000
 JOB_QUEUE_RATE_PPS = 300  # queue 3: below the sender's starting rate
 SENDER_PPS = 400
+BLAST_PPS = 1500  # keeps queue 0 of the receiver's port full
 HOSTS = {"sender": (1, "10.0.1.1"), "blaster": (2, "10.0.2.1"), "receiver": (3, "10.0.3.1")}
 
 POLICY = {
@@ -55,7 +59,8 @@ POLICY = {
     "jobs": [{
         "id": 1, "name": "e2e", "spraying": "off",
         "layers": [{"tensors": "0..65535", "priority": 3}],
-        "thresholds": [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": QUEUE_THRESHOLD}],
+        "dropping": {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": QUEUE_THRESHOLD}]},
+        "ecn": {"queue_threshold": QUEUE_THRESHOLD},
     }],
 }
 
@@ -97,17 +102,17 @@ from hosts.wire import MsgType
 dest = (sys.argv[1], int(sys.argv[2]))
 bound, count, messages, pps = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 values = np.load(sys.argv[7])
-aimd = Aimd(rate=pps, min_rate=50, increase=50)
-rates = [aimd.rate]
+aimd = Aimd(rate=pps)  # the pacing ceiling
 with Endpoint(worker_id=1, host=sys.argv[8], bounds={MsgType.GRADIENT: bound, MsgType.PARAMETER: 0.002},
               count=count, aimd=aimd) as ep:
     reports = []
+    cuts = [ep.window.decreases]
     for i in range(messages):
         r = ep.send(dest, values, iteration=i)
-        rates.append(aimd.rate)
+        cuts.append(ep.window.decreases)
         reports.append({"missing": r.missing, "retransmitted": r.retransmitted, "rounds": r.rounds,
                         "eligible": r.eligible, "echoes": r.ecn_echoes, "seconds": r.seconds})
-print("result", json.dumps({"reports": reports, "rates": rates}), flush=True)
+print("result", json.dumps({"reports": reports, "cuts": cuts}), flush=True)
 """
 
 
@@ -126,9 +131,8 @@ class Bed:
     pipeline: Pipeline
 
 
-def _build(hosts: dict[str, netns.Host], ports: dict[str, str], tmp: Path, grpc_addr: str) -> Bed:
+def _build(hosts: dict[str, netns.Host], ports: dict[str, str], out: Artifacts, grpc_addr: str) -> Bed:
     """The one-switch fabric description, its compiled program, and host routes via the switch."""
-    out = compile_embedded(ROOT / "p4src" / "dlcp.p4", tmp / "build")
     hosts_desc, links, switch_ports = [], [], []
     for name, (port, ip) in HOSTS.items():
         host = hosts[name]
@@ -161,6 +165,41 @@ def _line(proc: subprocess.Popen[str], prefix: str, timeout: float = 30) -> str:
     raise AssertionError(f"no {prefix!r} line (exit {proc.wait(timeout)}):\n{''.join(said)}")
 
 
+@contextmanager
+def embedded_switch(ports: dict[str, str], tmp: Path) -> Iterator[tuple[str, Artifacts]]:
+    """``p4switch run`` with the receiver's port (3) limited as BMv2's CLI would limit it."""
+    args = ["--no-p4", "--device-id", "1", "--cpu-port", "510", "--priority-queues", "8",
+            "--log-level", "warn", "--queue-rate", f"3={PORT_RATE_PPS}pps",
+            "--queue-rate", f"3:3={JOB_QUEUE_RATE_PPS}pps", "--queue-depth", "3=64"]
+    for name, (port, _) in HOSTS.items():
+        args += ["-i", f"{port}@{ports[name]}"]
+    with switch_process(args, tmp / "s1.log") as (_, address):
+        yield address, compile_embedded(ROOT / "p4src" / "dlcp.p4", tmp / "build")
+
+
+@contextmanager
+def bmv2_switch(ports: dict[str, str], tmp: Path) -> Iterator[tuple[str, Artifacts]]:
+    """``simple_switch_grpc`` as the launcher starts it; the same queue settings via its CLI."""
+    from controller.bmv2_queues import QueueSetting, apply_queue_settings
+    from gradfabric.p4ref import require_tool
+    from mininet_topos.switches import SwitchConfig, SwitchProcess, bmv2_command
+
+    out = compile_p4c(ROOT / "p4src" / "dlcp.p4", tmp / "build" / "bmv2", str(require_tool("p4c")))
+    cfg = SwitchConfig(name="s1", device_id=1, grpc_port=netns.free_port(), log_file=tmp / "s1.txt",
+                       p4runtime_log=tmp / "s1-p4runtime.log", log_level="warn", thrift_port=netns.free_port(),
+                       ports=tuple(sorted((port, ports[name]) for name, (port, _) in HOSTS.items())))
+    proc = SwitchProcess(cfg, bmv2_command(cfg))
+    proc.start()
+    try:
+        proc.wait_ready(time.monotonic() + 60)
+        apply_queue_settings(cfg.thrift_port, [
+            QueueSetting(port=3, rate_pps=PORT_RATE_PPS, depth_packets=64),
+            QueueSetting(port=3, rate_pps=JOB_QUEUE_RATE_PPS, priority=3)])
+        yield cfg.grpc_addr, out
+    finally:
+        proc.stop()
+
+
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
@@ -175,21 +214,18 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
                 proc.stdout.close()
 
 
+@pytest.mark.parametrize("target", ["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
-        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+        tmp_path: Path, procs: list[subprocess.Popen[str]], target: str) -> None:
     values = gradients()
     np.save(tmp_path / "values.npy", values)
+    start = bmv2_switch if target == "bmv2" else embedded_switch
     with netns.lab() as lab:
         lab_hosts, ports = {}, {}
         for name, (port, ip) in HOSTS.items():
             lab_hosts[name], ports[name] = lab.add_host(port, ip)
-        args = ["--no-p4", "--device-id", "1", "--cpu-port", "510", "--priority-queues", "8",
-                "--log-level", "warn", "--queue-rate", f"3={PORT_RATE_PPS}pps", "--queue-rate", f"3:3={JOB_QUEUE_RATE_PPS}pps",
-                "--queue-depth", "3=64"]
-        for name, (port, _) in HOSTS.items():
-            args += ["-i", f"{port}@{ports[name]}"]
-        with switch_process(args, tmp_path / "s1.log") as (_, address):
-            bed = _build(lab_hosts, ports, tmp_path, address)
+        with start(ports, tmp_path) as (address, artifacts):
+            bed = _build(lab_hosts, ports, artifacts, address)
             with FabricController.for_fabric(bed.fabric, bed.pipeline, request_logs=False) as controller:
                 controller.apply(route_entries(bed.fabric, bed.pipeline.schema), ROUTE_TABLES)
                 entries = policy_entries(parse_policy(POLICY), bed.pipeline.schema)
@@ -201,7 +237,7 @@ def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
                 receiver = _run(bed.hosts["receiver"], RECEIVER, receiver_ip, str(BOUND), str(COUNT), "2")
                 procs.append(receiver)
                 port = _line(receiver, "port ")
-                blaster = _run(bed.hosts["blaster"], BLASTER, receiver_ip, str(2 * PORT_RATE_PPS), "60")
+                blaster = _run(bed.hosts["blaster"], BLASTER, receiver_ip, str(BLAST_PPS), "60")
                 procs.append(blaster)
                 _line(blaster, "blasting")
                 sender = _run(bed.hosts["sender"], SENDER, receiver_ip, port, str(BOUND), str(COUNT), "2",
@@ -232,4 +268,4 @@ def test_congested_port_drops_only_eligible_packets_and_marks_the_rest(
     # Important packets were ECN-marked, the receiver echoed it and the sender slowed down.
     assert marks > 0 and 0 < got["ce_marked"] <= marks
     assert got["echoes"] >= 1 and any(r["echoes"] for r in sent["reports"])
-    assert sent["rates"][-1] < sent["rates"][0]
+    assert sent["cuts"][-1] > sent["cuts"][0]  # the echoes cut the congestion window

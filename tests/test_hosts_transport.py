@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hosts.endpoint import Endpoint
-from hosts.errors import TransportError
+from hosts.errors import PeerGoneError, TransportError
 from hosts.messages import MessageKey
 from hosts.packetize import packetize
 from hosts.receiver import Reassembler
@@ -124,11 +124,14 @@ def test_losing_every_drop_eligible_packet_needs_no_retransmission() -> None:
     assert np.abs(values[lost]).max() < 1e-4  # the smallest gradients went first
 
 
-def test_probe_without_receiver_raises() -> None:
-    sender = Endpoint(worker_id=1, bounds=BOUNDS, probe_timeout=0.01, max_probes=3)
+def test_a_peer_that_never_answers_is_named_once_silent_for_peer_timeout() -> None:
+    sender = Endpoint(worker_id=1, bounds=BOUNDS, probe_timeout=0.01, peer_timeout=0.5)
     with sender, Endpoint(worker_id=9, job_id=99) as other_job:
-        with pytest.raises(TransportError, match="no bitmap"):
+        host, port = other_job.address
+        with pytest.raises(PeerGoneError, match=f"peer {host}:{port} is gone: never heard from it") as caught:
             sender.send(other_job.address, tensor(1000))
+    assert caught.value.peer == (host, port)
+    assert "listening" not in str(caught.value)
     assert other_job.reassembler.stats.drops["wrong_job"] > 0
 
 

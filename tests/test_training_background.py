@@ -45,7 +45,7 @@ def test_udp_and_tcp_flows_carry_traffic_and_stop(lab) -> None:  # noqa: ANN001
 def test_a_flow_with_an_unknown_protocol_is_refused() -> None:
     from experiments.errors import ExperimentError
 
-    with pytest.raises(ExperimentError, match="protocol must be udp or tcp"):
+    with pytest.raises(ExperimentError, match="protocol must be one of udp, tcp, rr"):
         BackgroundTraffic(NamespaceHosts({}), [Flow("a", "b", "sctp")])
 
 
@@ -55,7 +55,7 @@ def test_a_job_runs_between_mininet_hosts_beside_background_traffic(tmp_path) ->
     roles started with host.popen on the DLCP port, background traffic from another host."""
     import uuid
 
-    from experiments.runner import FabricHosts
+    from experiments.sites import FabricSite
     from experiments.training.loop import TrainConfig
     from experiments.training.options import TransportOptions
     from experiments.training.processes import Placement, run_job
@@ -66,7 +66,7 @@ def test_a_job_runs_between_mininet_hosts_beside_background_traffic(tmp_path) ->
     options = LaunchOptions(topo="dumbbell", workdir=tmp_path, prefix=prefix, switch_kind="bridge")
     config = TrainConfig(iterations=10, eval_every=5)
     with Fabric(options) as fabric:
-        hosts = FabricHosts(fabric)
+        hosts = FabricSite(fabric)
         placement = Placement(ps=(hosts.spawner("h1"), hosts.ip("h1")), workers=[(hosts.spawner("h2"), hosts.ip("h2"))],
                               ps_port=DLCP_PORT, worker_port=DLCP_PORT)
         # Bridges forward within a subnet only: the job and the traffic stay behind s1.

@@ -23,23 +23,26 @@ from hosts.schedulers import Transfer, covered_numel
 
 def test_each_configuration_is_a_valid_policy_with_its_mechanisms(tmp_path: Path) -> None:
     for config in CONFIGURATIONS:
-        policy = load_policy(config.write_policy(tmp_path))
-        (job,) = policy.jobs
-        priorities = {rule.priority for rule in job.layers}
-        assert (priorities != {0}) == config.priority
-        assert bool(job.thresholds) == config.dropping
-        if config.dropping:
-            # With priority queues the threshold sits above a full background queue (32).
-            (rule,) = job.thresholds
-            assert (rule.queue_threshold > 32) == config.priority
-        assert (job.spraying == "random") == config.spraying
-        options = config.transport(timeout_s=5.0)
-        assert options.job_id == job.id
-        assert (options.grad_bound > 0) == config.dropping
-        assert options.scheduler == ("dlcp" if config.priority else "wfbp")
-    baseline = select("baseline")[0]
-    assert not (baseline.priority or baseline.dropping or baseline.spraying)
-    assert [c.name for c in select("dlcp, baseline")] == ["dlcp", "baseline"]
+        policy = load_policy(config.write_policy(tmp_path, [1, 2]))
+        assert [job.id for job in policy.jobs] == [1, 2]
+        for job in policy.jobs:
+            priorities = {rule.priority for rule in job.layers}
+            expected = {"fifo": {0}, "job": {5}, "layer": {7, 6, 5}}[config.queues]
+            assert priorities == expected
+            if config.queues == "layer":  # front layers (low tensor ids) most urgent
+                first = next(r for r in job.layers if r.tensors[0] == 0)
+                assert first.priority == max(priorities)
+            assert job.dropping == config.dropping and job.ecn == config.ecn
+            if config.dropping:   # the job's own queue, half of the fabric's 32 packets
+                (rule,) = job.drop_classes
+                assert rule.queue_threshold == 16 and rule.mag_class[1] < 128
+            assert (job.spraying == "random") == config.spraying
+        assert (config.grad_bound > 0) == config.dropping
+        assert (config.comm == "gloo") == (config.name == "gloo")
+    reference = select("gloo")[0]
+    assert reference.queues == "fifo" and not (reference.dropping or reference.spraying)
+    assert [c.name for c in select("dlcp, gloo")] == ["dlcp", "gloo"]
+    assert [c.name for c in select(["qos"])] == ["qos"]
     with pytest.raises(ExperimentError, match="unknown configuration"):
         select("fastest")
 

@@ -1,0 +1,332 @@
+"""Sending one message under the endpoint's congestion window (used by :mod:`hosts.endpoint`).
+
+A message's packets go out in *chunks* as the shared window has room; each chunk ends with
+a probe asking about exactly its packets (same priority as the data, so it queues behind
+them), and the bitmap answering it acknowledges them: their window credit is returned, the
+window grows (slow start, then additive increase), and the round trip since that probe is
+a sample for the RTT estimator (a nonce tells which of several probes was answered). An
+unanswered probe is re-sent after the peer's RTO, doubled per attempt up to a cap, for as
+long as the peer is heard from; the credit stays taken, so a stalled receiver stops the
+sender without a window cut. The last chunk's probe carries the *last* flag: the receiver
+may then complete the message within its bound and says so in its answer.
+
+When every chunk is answered and the message is not complete: within the bound, a
+last-flagged probe over the message asks the receiver to complete it; over the bound, the
+missing packets are first confirmed (on a sprayed fabric a probe may overtake data still
+queued on another path: wait ``reorder_grace``, probe again, repeat while the bitmaps
+improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo,
+or loss beyond the bound among the answered chunks, cuts the window (at most once per
+round trip, :class:`hosts.pacing.Window`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hosts.messages import MessageKey, within_bound
+from hosts.packetize import PacketBatch
+from hosts.receiver import Address
+from hosts.wire import BITMAP_BITS_PER_PACKET, HEADER_STRUCT, VERSION, Flags, MsgType, probe_capacity, probe_length
+
+if TYPE_CHECKING:
+    from hosts.endpoint import Endpoint
+
+#: Most packets in one chunk (one probe per chunk).
+MAX_CHUNK = 128
+
+
+@dataclass
+class SendReport:
+    """What sending one message took."""
+
+    key: MessageKey
+    packets: int
+    payload_bytes: int
+    retransmitted: int
+    rounds: int
+    probes: int
+    missing: int  # elements the receiver still lacks (within the bound)
+    eligible: int  # packets marked drop-eligible
+    seconds: float
+    ecn_echoes: int = 0  # bitmap answers that echoed CE marks
+    timeouts: int = 0  # probes re-sent because their answer did not come within the RTO
+    chunks: int = 0
+
+    @property
+    def loss_rate(self) -> float:
+        return self.missing / (self.payload_bytes // 4) if self.payload_bytes else 0.0
+
+
+class ChunkWait:
+    """The answer to a chunk's probe, filled in by the receive thread."""
+
+    __slots__ = ("first", "nbits", "bits", "answered", "complete", "empty", "echo", "nonce")
+
+    def __init__(self, first: int, nbits: int) -> None:
+        self.first = first  # sequence number
+        self.nbits = nbits
+        self.bits: np.ndarray | None = None
+        self.answered = 0.0  # monotonic time of the answer, 0 while unanswered
+        self.complete = False
+        self.empty = False
+        self.echo = False
+        self.nonce = -1
+
+    def fill(self, start: int, nbits: int, payload: memoryview, flags: int, nonce: int, now: float) -> bool:
+        """Take a bitmap answer; False when it does not fit this chunk."""
+        if self.answered or start != self.first:
+            return False
+        if nbits:
+            if nbits != self.nbits or len(payload) * 8 < nbits:
+                return False
+            self.bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little").astype(bool)
+        else:
+            self.empty = True
+        self.complete = bool(flags & Flags.LAST)
+        self.echo = bool(flags & Flags.ECN_ECHO)
+        self.nonce = nonce
+        self.answered = now
+        return True
+
+
+@dataclass
+class _Chunk:
+    first: int  # index into the batch of the first packet covered
+    nbits: int
+    packets: np.ndarray  # batch indices sent in this chunk (empty: a probe only)
+    last: bool
+    wait: ChunkWait
+    sent: dict[int, float] = field(default_factory=dict)  # nonce -> when the probe left
+    attempts: int = 0
+    deadline: float = 0.0
+
+
+class MessageSender:
+    """Sends one packetised message for an endpoint (see the module doc)."""
+
+    def __init__(self, endpoint: Endpoint, dest: Address, batch: PacketBatch, key: MessageKey, *,
+                 seq_base: int, tensor_len: int, bound: float, elements: int, is_part: bool,
+                 prio: int) -> None:
+        self.ep = endpoint
+        self.dest = dest
+        self.batch = batch
+        self.key = key
+        self.seq_base = seq_base
+        self.tensor_len = tensor_len
+        self.bound = bound
+        self.elements = elements
+        self.is_part = is_part
+        self.prio = prio
+        self.n = len(batch)
+        self.counts = batch.counts
+        self.received = np.zeros(self.n, dtype=bool)
+        self.pending: deque[int] = deque(range(self.n))
+        self.chunks: list[_Chunk] = []
+        self.complete = False
+        self.last_answered = False  # a last-flagged probe of this round was answered
+        self.finals = 0
+        self.confirms = 0
+        self.confirm_missing = 0
+        self.round_lost = 0
+        self.cut_this_round = False
+        self.rounds = self.retransmitted = self.probes = self.echoes = self.timeouts = self.chunk_count = 0
+        self.started = time.monotonic()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> SendReport:
+        started = time.perf_counter()
+        try:
+            while True:
+                self._fill()
+                self._collect()
+                if self.complete:
+                    break
+                if not self.pending and not self.chunks:
+                    if self._decide():
+                        break
+                    continue
+                self._sleep()
+        finally:
+            self._release_all()
+        missing = int(self.counts[~self.received].sum()) if not self.complete or not self.received.all() else 0
+        if self.complete and not self.is_part:
+            missing = min(missing, int(self.bound * self.elements))
+        return SendReport(
+            key=self.key, packets=self.n, payload_bytes=self.elements * 4, retransmitted=self.retransmitted,
+            rounds=self.rounds, probes=self.probes, missing=missing, eligible=int(self.batch.eligible.sum()),
+            seconds=time.perf_counter() - started, ecn_echoes=self.echoes, timeouts=self.timeouts,
+            chunks=self.chunk_count,
+        )
+
+    def _fill(self) -> None:
+        ep = self.ep
+        while self.pending:
+            with ep._cond:
+                room = int(ep.window.cwnd) - ep.in_flight
+                target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.cwnd) // 2))
+                if room >= target:
+                    grant = target
+                elif room >= 1 and not self.chunks:
+                    grant = room
+                else:
+                    return
+                first = self.pending[0]
+                take: list[int] = []
+                while self.pending and len(take) < grant and self.pending[0] - first < BITMAP_BITS_PER_PACKET:
+                    take.append(self.pending.popleft())
+                ep.in_flight += len(take)
+            packets = np.asarray(take, dtype=np.int64)
+            if self.rounds:
+                self.batch.headers["flags"][packets] |= np.uint8(Flags.RETRANSMIT)
+            ep._transmit(self.batch, packets, self.dest)
+            self._open(first, int(packets[-1]) - first + 1, packets, last=not self.pending)
+
+    def _open(self, first: int, nbits: int, packets: np.ndarray, last: bool) -> None:
+        wait = ChunkWait(self.seq_base + first, nbits)
+        chunk = _Chunk(first=first, nbits=nbits, packets=packets, last=last, wait=wait)
+        self.ep._register(self.dest, self.key, wait)
+        self.chunks.append(chunk)
+        self.chunk_count += 1
+        self._probe(chunk)
+
+    def _probe(self, chunk: _Chunk) -> None:
+        ep = self.ep
+        nonce = ep._next_nonce()
+        probe = HEADER_STRUCT.pack(
+            (VERSION << 4) | MsgType.PROBE, Flags.LAST if chunk.last else 0, self.key.job_id,
+            self.key.worker_id, self.key.tensor_id, self.key.iteration, self.seq_base + chunk.first,
+            self.tensor_len, nonce, int(self.key.kind), self.prio, chunk.nbits,
+        )
+        length = probe_length(chunk.nbits)
+        if length > len(probe):
+            probe += bytes(length - len(probe))
+        assert probe_capacity(len(probe)) >= chunk.nbits
+        now = time.monotonic()
+        chunk.sent[nonce] = now
+        chunk.attempts += 1
+        chunk.deadline = now + ep._rtt(self.dest).backed_off(chunk.attempts)
+        self.probes += 1
+        ep._send_control(probe, self.dest)
+
+    def _collect(self) -> None:
+        ep = self.ep
+        now = time.monotonic()
+        for chunk in list(self.chunks):
+            wait = chunk.wait
+            if wait.answered:
+                self.chunks.remove(chunk)
+                ep._unregister(self.dest, self.key, wait)
+                self._answered(chunk, wait)
+            elif now >= chunk.deadline:
+                ep.liveness.check(self.dest, since=min(chunk.sent.values()),
+                                  waiting_for=f"a bitmap for {_name(self.key)}", limit=ep.peer_timeout)
+                self.timeouts += 1
+                self._probe(chunk)
+
+    def _answered(self, chunk: _Chunk, wait: ChunkWait) -> None:
+        ep = self.ep
+        sent_at = chunk.sent.get(wait.nonce)
+        if sent_at is not None:
+            ep._rtt_sample(self.dest, wait.answered - sent_at)
+        lo, hi = chunk.first, chunk.first + chunk.nbits
+        if wait.empty:
+            self.received[:] = False  # the receiver holds nothing of the message
+        elif wait.bits is not None:
+            self.received[lo:hi] |= wait.bits
+        if wait.complete:
+            self.complete = True
+        if chunk.last:
+            self.last_answered = True
+        delivered = int(self.received[chunk.packets].sum()) if chunk.packets.size else 0
+        lost = int(self.counts[chunk.packets][~self.received[chunk.packets]].sum()) if chunk.packets.size else 0
+        self.round_lost += lost
+        congested = False
+        if wait.echo:
+            self.echoes += 1
+            congested = True
+        if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
+            self.cut_this_round = congested = True
+        with ep._cond:
+            limited = ep.in_flight >= ep.window.cwnd / 2  # grow only a window that is in use (RFC 7661)
+            ep.in_flight -= chunk.packets.size
+            if congested:
+                ep.window.on_congestion()
+            elif limited:
+                ep.window.on_ack(delivered)
+            ep._cond.notify_all()
+
+    def _decide(self) -> bool:
+        """Every chunk is answered and the message is not complete: True when done."""
+        missing = int(self.counts[~self.received].sum())
+        if within_bound(missing, self.elements, self.bound):
+            if self.is_part and self.last_answered:
+                return True  # a later part (or the late data) completes the tensor
+            if self.finals >= 3:
+                return True  # the receiver keeps what it has; nothing more to ask
+            self.finals += 1
+            self._probe_missing(np.arange(self.n))
+            return False
+        if self.confirms < self.ep.max_confirms and (self.confirms == 0 or missing < self.confirm_missing):
+            self.confirms += 1
+            self.confirm_missing = missing
+            time.sleep(self.ep.reorder_grace)
+            self._probe_missing(np.flatnonzero(~self.received))
+            return False
+        if not self.cut_this_round:
+            with self.ep._cond:
+                self.ep.window.on_congestion()
+        self.rounds += 1
+        if self.ep.max_rounds is not None and self.rounds > self.ep.max_rounds:
+            from hosts.errors import TransportError
+
+            raise TransportError(f"{_name(self.key)} to {self.dest[0]}:{self.dest[1]} still misses {missing} of "
+                                 f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
+        missing_idx = np.flatnonzero(~self.received)
+        self.pending.extend(int(i) for i in missing_idx)
+        self.retransmitted += missing_idx.size
+        self.confirms = self.finals = self.round_lost = 0
+        self.cut_this_round = self.last_answered = False
+        return False
+
+    def _probe_missing(self, indices: np.ndarray) -> None:
+        """Last-flagged probes (no data) over the range of `indices`, in pieces of one answer."""
+        lo, hi = int(indices.min()), int(indices.max()) + 1
+        starts = list(range(lo, hi, BITMAP_BITS_PER_PACKET))
+        for i, start in enumerate(starts):
+            end = min(hi, start + BITMAP_BITS_PER_PACKET)
+            self._open(start, end - start, np.zeros(0, dtype=np.int64), last=i == len(starts) - 1)
+
+    def _sleep(self) -> None:
+        ep = self.ep
+        now = time.monotonic()
+        timeout = min((c.deadline for c in self.chunks), default=now + 0.05) - now
+        with ep._cond:
+            if any(c.wait.answered for c in self.chunks):
+                return
+            if self.pending and int(ep.window.cwnd) - ep.in_flight >= 1 and not self.chunks:
+                return
+            ep._cond.wait(min(max(timeout, 0.0), 0.05))
+
+    def _release_all(self) -> None:
+        ep = self.ep
+        held = 0
+        for chunk in self.chunks:
+            ep._unregister(self.dest, self.key, chunk.wait)
+            held += chunk.packets.size
+        self.chunks.clear()
+        if held:
+            with ep._cond:
+                ep.in_flight -= held
+                ep._cond.notify_all()
+
+
+def _name(key: MessageKey) -> str:
+    kind = "gradient" if key.kind == MsgType.GRADIENT else "parameter"
+    return f"{kind} message (worker {key.worker_id}, tensor {key.tensor_id}, iteration {key.iteration})"
+
