@@ -26,7 +26,10 @@ STF_FILES = sorted(PROGRAMS.glob("*.stf")) + sorted((ROOT / "tests" / "stf").glo
 #: only, and has no action-selector commands); strict: they must keep failing on BMv2 for the
 #: stated reason, so a fixed driver shows up.
 BMV2_DRIVER_CANNOT = {
-    "dlcp_priority": "Unexpected key type range",  # layer_priority keys tensor_id/mag_class by range
+    # layer_priority and drop_class key tensor_id and mag_class by range
+    "dlcp_priority": "Unexpected key type range",
+    "dlcp_threshold_calm": "Unexpected key type range",
+    "dlcp_drop_congested": "Unexpected key type range",
     "ecmp_selector": "Expected 1 packets on port 2 got 0",  # setdefault on an action-selector table
 }
 
