@@ -150,7 +150,7 @@ def _policy_apply(args: argparse.Namespace) -> int:
 
 
 def _policy_show(args: argparse.Namespace) -> int:
-    from controller.policy import LAYER_PRIORITY, POLICY_TABLES
+    from controller.policy import LAYER_PRIORITY, POLICY_TABLES, mechanisms_held
 
     def read(session) -> tuple[list, list] | str:
         try:
@@ -166,6 +166,9 @@ def _policy_show(args: argparse.Namespace) -> int:
             first_name = next(iter(answered))
             first, first_default = answered[first_name]
             schema = controller[first_name].schema
+            print(f"mechanisms on {first_name}, per job (each on or off by itself):")
+            for job_id, state in mechanisms_held(first).items():
+                print(f"  job {job_id}: " + "  ".join(f"{k}={v}" for k, v in state.items()))
             print(f"policy entries on {first_name} ({len(first)} entries and the default entry):")
             for e in first_default + first:
                 print(f"  {e.text(schema)}")

@@ -11,7 +11,6 @@ from controller.switch import SwitchSession
 
 PORT_TX = "DlcpEgress.port_tx"
 INGRESS_DROPS = "DlcpIngress.ingress_drops"
-EGRESS_DROPS = "DlcpEgress.egress_drops"
 ECN_MARKS = "DlcpEgress.ecn_marks"
 JOB_RX = "DlcpIngress.job_rx"
 ECMP_MEMBER_COUNTER = "DlcpIngress.ecmp_member_counter"
@@ -19,7 +18,7 @@ DROP_REASONS = {
     (INGRESS_DROPS, 1): "no_route",
     (INGRESS_DROPS, 2): "ttl_expired",
     (INGRESS_DROPS, 3): "parser_error",
-    (EGRESS_DROPS, 1): "magnitude_threshold",
+    (INGRESS_DROPS, 6): "magnitude_threshold",  # early drop of an eligible class (before the queue)
 }
 PRIORITIES = 8
 
@@ -102,7 +101,7 @@ def gather(
     for c in session.read_counter(PORT_TX, cells):
         if c.packets or c.bytes:
             out.port_prio[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
-    for name in (INGRESS_DROPS, EGRESS_DROPS):
+    for name in (INGRESS_DROPS,):
         for c in session.read_counter(name):
             reason = DROP_REASONS.get((name, c.index), f"{name.split('.')[-1]}[{c.index}]")
             if c.packets or c.bytes or (name, c.index) in DROP_REASONS:

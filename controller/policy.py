@@ -1,9 +1,16 @@
 """DLCP policies: the YAML model, its validation (errors carry key paths) and its table entries.
 
-A policy lists jobs. Each job maps its layers (tensor ids, 0 = the input-side layer) to a
-queue priority 0..7 (7 most urgent), either as explicit ranges (first matching rule wins)
-or derived from a model trace (front layers first), sets magnitude and queue thresholds
-per priority class, and turns per-packet spraying on or off. See policies/default.yaml.
+A policy lists jobs. Each job has four switch mechanisms, each on or off on its own:
+
+- ``priority``: its layers (tensor ids, 0 = the input-side layer) map to a queue priority
+  0..7 (7 most urgent), as explicit ranges (first matching rule wins) or derived from a
+  model trace (front layers first);
+- ``dropping``: drop-eligible classes (layer range x magnitude-class range), each with the
+  depth of its queue at which ingress drops its eligible packets before they are queued;
+- ``ecn``: the depth at which egress marks the job's ECN-capable packets CE;
+- ``spraying``: per-packet member choice (random or round-robin) instead of the flow hash.
+
+See policies/default.yaml and p4src/README.md.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from controller.schema import P4Schema
 
 SPRAY_MODE = "DlcpIngress.spray_mode"
 LAYER_PRIORITY = "DlcpIngress.layer_priority"
-DROP_THRESHOLD = "DlcpEgress.drop_threshold"
-POLICY_TABLES = frozenset({SPRAY_MODE, LAYER_PRIORITY, DROP_THRESHOLD})
+DROP_CLASS = "DlcpIngress.drop_class"
+ECN_THRESHOLD = "DlcpEgress.ecn_threshold"
+POLICY_TABLES = frozenset({SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD})
 SPRAY_ACTIONS = {"random": "DlcpIngress.spray_random", "round_robin": "DlcpIngress.spray_round_robin"}
 MAX_JOB_ID = 1023
 MAX_QUEUE_THRESHOLD = (1 << 19) - 1
@@ -35,9 +43,12 @@ class LayerRule:
 
 
 @dataclass(frozen=True)
-class ThresholdRule:
-    priority: int | None  # None: every priority of the job
-    mag_threshold: int
+class DropClass:
+    """Drop-eligible packets of these layers and magnitude classes are dropped in ingress
+    when the queue they would join holds ``queue_threshold`` packets or more."""
+
+    tensors: tuple[int, int]
+    mag_class: tuple[int, int]
     queue_threshold: int
 
 
@@ -48,7 +59,11 @@ class Job:
     workers: tuple[str, ...]
     spraying: str  # "random", "round_robin" or "off"
     layers: tuple[LayerRule, ...]
-    thresholds: tuple[ThresholdRule, ...]
+    priority: bool = True  # off: the layers are kept but not installed (default queue)
+    dropping: bool = False
+    drop_classes: tuple[DropClass, ...] = ()
+    ecn: bool = False
+    ecn_threshold: int = 0
 
 
 @dataclass(frozen=True)
@@ -183,33 +198,67 @@ def _parse_layers(v: _Validator, raw: dict, path: str, base: Path) -> tuple[Laye
     return tuple(layers)
 
 
-def _parse_thresholds(v: _Validator, raw: dict, path: str) -> tuple[ThresholdRule, ...]:
-    thresholds: list[ThresholdRule] = []
-    seen: dict[int | None, str] = {}
-    for j, rule in enumerate(_list(v, raw.get("thresholds"), f"{path}.thresholds", "threshold rules")):
-        tpath = f"{path}.thresholds[{j}]"
-        needed = {"mag_threshold", "queue_threshold"}
-        if not v.keys(rule, tpath, needed | {"priority"}, needed):
+def _switch(v: _Validator, raw: Any, path: str) -> bool | None:
+    """An on/off value (YAML on/off/true/false)."""
+    if isinstance(raw, bool):
+        return raw
+    if raw in ("on", "off"):
+        return raw == "on"
+    v.fail(path, f"must be on or off, got {raw!r}")
+    return None
+
+
+def _mechanism(v: _Validator, raw: Any, path: str, keys: set[str]) -> tuple[bool, dict]:
+    """A mechanism written ``off`` / ``on`` or as a mapping with ``enabled`` (default on)."""
+    if not isinstance(raw, dict):
+        return bool(_switch(v, raw, path)), {}
+    if not v.keys(raw, path, keys | {"enabled"}, set()):
+        return False, {}
+    enabled = _switch(v, raw.get("enabled", True), f"{path}.enabled")
+    return bool(enabled), raw
+
+
+def _parse_dropping(v: _Validator, raw: dict, path: str) -> tuple[bool, tuple[DropClass, ...]]:
+    if "dropping" not in raw:
+        return False, ()
+    dpath = f"{path}.dropping"
+    enabled, spec = _mechanism(v, raw["dropping"], dpath, {"classes"})
+    classes: list[DropClass] = []
+    for j, rule in enumerate(_list(v, spec.get("classes"), f"{dpath}.classes", "drop classes")):
+        cpath = f"{dpath}.classes[{j}]"
+        if not v.keys(rule, cpath, {"tensors", "mag_class", "queue_threshold"}, {"queue_threshold"}):
             continue
-        spec = rule.get("priority", "any")
-        prio = None if spec == "any" else v.int_in(spec, f"{tpath}.priority", 0, 7)
-        if prio is None and spec != "any":
+        if "queue_threshold" not in rule:
             continue
-        if prio in seen:
-            v.fail(f"{tpath}.priority", f"{spec} is already set by {seen[prio]}")
-        seen.setdefault(prio, tpath)
-        mag = queue = None
-        if "mag_threshold" in rule:
-            mag = v.int_in(rule["mag_threshold"], f"{tpath}.mag_threshold", 0, 255)
-        if "queue_threshold" in rule:
-            queue = v.int_in(rule["queue_threshold"], f"{tpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
-        if mag is not None and queue is not None:
-            thresholds.append(ThresholdRule(prio, mag, queue))
-    return tuple(thresholds)
+        tensors = v.range_in(rule.get("tensors", "0..65535"), f"{cpath}.tensors", 0, 0xFFFF)
+        mag = v.range_in(rule.get("mag_class", "0..255"), f"{cpath}.mag_class", 0, 255)
+        queue = v.int_in(rule["queue_threshold"], f"{cpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
+        if tensors and mag and queue is not None:
+            classes.append(DropClass(tensors, mag, queue))
+    if enabled and not classes and spec:
+        v.fail(f"{dpath}.classes", "dropping is on but lists no drop-eligible class")
+    return enabled and bool(classes), tuple(classes)
+
+
+def _parse_ecn(v: _Validator, raw: dict, path: str) -> tuple[bool, int]:
+    if "ecn" not in raw:
+        return False, 0
+    epath = f"{path}.ecn"
+    enabled, spec = _mechanism(v, raw["ecn"], epath, {"queue_threshold"})
+    if not spec:
+        if enabled:
+            v.fail(f"{epath}.queue_threshold", "is required when ecn is on")
+        return False, 0
+    if "queue_threshold" not in spec:
+        v.fail(f"{epath}.queue_threshold", "is required")
+        return False, 0
+    queue = v.int_in(spec["queue_threshold"], f"{epath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
+    return enabled and queue is not None, queue or 0
 
 
 def _parse_job(v: _Validator, raw: Any, path: str, base: Path, hosts: set[str] | None) -> Job | None:
-    allowed = {"id", "name", "workers", "spraying", "layers", "layers_from_trace", "thresholds"}
+    allowed = {"id", "name", "workers", "spraying", "priority", "layers", "layers_from_trace",
+               "dropping", "ecn"}
     if not v.keys(raw, path, allowed, {"id"}):
         return None
     job_id = v.int_in(raw["id"], f"{path}.id", 0, MAX_JOB_ID) if "id" in raw else None
@@ -229,10 +278,13 @@ def _parse_job(v: _Validator, raw: Any, path: str, base: Path, hosts: set[str] |
     if spraying not in ("random", "round_robin", "off"):
         v.fail(f"{path}.spraying", f"must be random, round_robin or off, got {spraying!r}")
     layers = _parse_layers(v, raw, path, base)
-    thresholds = _parse_thresholds(v, raw, path)
+    priority = _switch(v, raw.get("priority", True), f"{path}.priority")
+    dropping, drop_classes = _parse_dropping(v, raw, path)
+    ecn, ecn_threshold = _parse_ecn(v, raw, path)
     if job_id is None:
         return None
-    return Job(job_id, str(name), tuple(workers), str(spraying), layers, thresholds)
+    return Job(job_id, str(name), tuple(workers), str(spraying), layers, bool(priority),
+               dropping, drop_classes, ecn, ecn_threshold)
 
 
 def parse_policy(
@@ -274,7 +326,8 @@ def load_policy(path: str | Path, *, hosts: set[str] | None = None) -> Policy:
 
 # -- table entries ---------------------------------------------------------------------------
 def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
-    """The spray_mode, layer_priority and drop_threshold entries a policy means (same on every switch)."""
+    """The spray_mode, layer_priority, drop_class and ecn_threshold entries a policy means
+    (same on every switch); a mechanism that is off writes nothing."""
     entries: list[TableEntry] = []
     if policy.default_priority is not None:
         entries.append(
@@ -287,7 +340,7 @@ def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
         if job.spraying in SPRAY_ACTIONS:
             action = SPRAY_ACTIONS[job.spraying]
             entries.append(TableEntry.build(schema, SPRAY_MODE, {"hdr.dlcp.job_id": job.id}, action))
-        for index, rule in enumerate(job.layers):
+        for index, rule in enumerate(job.layers if job.priority else ()):
             entries.append(
                 TableEntry.build(
                     schema,
@@ -302,16 +355,47 @@ def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
                     priority=len(job.layers) - index,  # the first matching rule wins
                 )
             )
-        for rule in job.thresholds:
-            prio = "0&&&0" if rule.priority is None else f"{rule.priority}&&&7"
+        for index, cls in enumerate(job.drop_classes if job.dropping else ()):
             entries.append(
                 TableEntry.build(
                     schema,
-                    DROP_THRESHOLD,
-                    {"hdr.dlcp.job_id": job.id, "meta.dlcp_prio": prio},
-                    "DlcpEgress.set_thresholds",
-                    {"mag_threshold": rule.mag_threshold, "queue_threshold": rule.queue_threshold},
-                    priority=1 if rule.priority is None else 2,  # a class's own rule beats "any"
+                    DROP_CLASS,
+                    {
+                        "hdr.dlcp.job_id": job.id,
+                        "hdr.dlcp.tensor_id": f"{cls.tensors[0]}..{cls.tensors[1]}",
+                        "hdr.dlcp.mag_class": f"{cls.mag_class[0]}..{cls.mag_class[1]}",
+                    },
+                    "DlcpIngress.drop_above",
+                    {"queue_threshold": cls.queue_threshold},
+                    priority=len(job.drop_classes) - index,  # the first matching class wins
                 )
             )
+        if job.ecn:
+            entries.append(
+                TableEntry.build(schema, ECN_THRESHOLD, {"hdr.dlcp.job_id": job.id},
+                                 "DlcpEgress.mark_above", {"queue_threshold": job.ecn_threshold})
+            )
     return entries
+
+
+# -- what switches hold ----------------------------------------------------------------------
+def mechanisms_held(entries: list[TableEntry]) -> dict[int, dict[str, str]]:
+    """Per job id, each mechanism's state as read back from policy entries (for ``policy show``)."""
+    jobs: dict[int, dict[str, str]] = {}
+    counts: dict[tuple[int, str], int] = {}
+    for entry in entries:
+        job_ids = [m.value for name, m in entry.match if name == "hdr.dlcp.job_id"]  # type: ignore[union-attr]
+        if entry.is_default or entry.table not in POLICY_TABLES or not job_ids:
+            continue
+        job_id = int(job_ids[0])
+        state = jobs.setdefault(job_id, dict.fromkeys(("priority", "dropping", "ecn", "spraying"), "off"))
+        mode = (entry.action or "").rsplit(".", 1)[-1]
+        if entry.table == SPRAY_MODE:
+            state["spraying"] = {"spray_random": "random", "spray_round_robin": "round_robin"}.get(mode, "off")
+        elif entry.table == ECN_THRESHOLD:
+            state["ecn"] = f"on (depth >= {dict(entry.params).get('queue_threshold')})"
+        else:
+            knob, noun = ("priority", "layer rule") if entry.table == LAYER_PRIORITY else ("dropping", "class")
+            n = counts[(job_id, knob)] = counts.get((job_id, knob), 0) + 1
+            state[knob] = f"on ({n} {noun}{'es' if noun == 'class' and n > 1 else 's' if n > 1 else ''})"
+    return dict(sorted(jobs.items()))

@@ -24,7 +24,14 @@ IPV4_LPM = "DlcpIngress.ipv4_lpm"
 ECMP_MEMBER = "DlcpIngress.ecmp_member"
 SET_NHOP = "DlcpIngress.set_nhop"
 SET_ECMP_GROUP = "DlcpIngress.set_ecmp_group"
-ROUTE_TABLES = frozenset({IPV4_LPM, ECMP_MEMBER})
+SWITCH_SEED = "DlcpIngress.switch_seed"
+ROUTE_TABLES = frozenset({IPV4_LPM, ECMP_MEMBER, SWITCH_SEED})
+
+
+def switch_seed(device_id: int) -> int:
+    """The spraying seed of a switch: its device id spread over 32 bits (Knuth's multiplicative
+    hash), so switches with neighbouring ids start their choices far apart."""
+    return (device_id * 0x9E3779B1) & 0xFFFFFFFF
 
 
 @dataclass(frozen=True, order=True)
@@ -75,11 +82,14 @@ def next_hops(fabric: Fabric) -> dict[str, dict[str, tuple[NextHop, ...]]]:
 
 
 def route_entries(fabric: Fabric, schema: P4Schema) -> dict[str, list[TableEntry]]:
-    """The ipv4_lpm and ecmp_member entries of every switch."""
+    """The ipv4_lpm and ecmp_member entries of every switch, and its spraying seed."""
     hops = next_hops(fabric)
     result: dict[str, list[TableEntry]] = {}
     for sw in fabric.switches:
-        entries: list[TableEntry] = []
+        entries: list[TableEntry] = [
+            TableEntry.build(schema, SWITCH_SEED, action="DlcpIngress.set_seed",
+                             params={"seed": switch_seed(sw.device_id)}, is_default=True)
+        ]
         groups = {h: i + 1 for i, h in enumerate(sorted({v for v in hops[sw.name].values() if len(v) > 1}))}
         for members, group_id in groups.items():
             for index, hop in enumerate(members):

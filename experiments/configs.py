@@ -38,14 +38,12 @@ LAYER_PRIORITIES = [{"tensors": "0..1", "priority": 7}, {"tensors": "2..5", "pri
 #: QoS isolation: the whole job one class above the background, nothing else.
 JOB_CLASS = [{"tensors": "0..65535", "priority": 5}]
 ONE_QUEUE = [{"tensors": "0..65535", "priority": 0}]
-#: Drop drop-eligible packets of magnitude class below MAG_THRESHOLD (2^(t-128)) once the
-#: port's queues hold more than the queue threshold (packets) together; mark the others.
+#: Drop drop-eligible packets of magnitude class below MAG_THRESHOLD (2^(t-128)) in ingress
+#: once the queue they would join holds QUEUE_THRESHOLD packets: half of its 32 packets (the
+#: experiment fabric's queue depth). The depth is the packet's own priority queue (BMv2's
+#: model), so a full background queue beside it does not count. ECN marks from the same depth.
 MAG_THRESHOLD = 124
-#: One queue of 32 packets: drop-eligible packets go once it is half full.
-SHARED_QUEUE_THRESHOLD = 16
-#: The switch's queue depth counts every queue of the port (as BMv2's enq_qdepth), so with
-#: the job above a full background queue (32) drop only once the job's queues hold 8 more.
-PRIORITY_QUEUE_THRESHOLD = 32 + 8
+QUEUE_THRESHOLD = 16
 #: DLCP's evaluation bound on lost gradient values (reduce stage); the gather stage carries
 #: averaged values and stays reliable.
 GRAD_BOUND = 0.10
@@ -59,6 +57,7 @@ class Configuration:
     queues: str  # "fifo", "job" (one class above background) or "layer"
     dropping: bool = False
     spraying: bool = False
+    ecn: bool = False  # ECN marks (the sender cuts its rate on the echo): a knob of its own
 
     @property
     def grad_bound(self) -> float:
@@ -73,8 +72,10 @@ class Configuration:
                                    "spraying": "random" if self.spraying else "off",
                                    "layers": copy.deepcopy(layers)}  # no YAML aliases
             if self.dropping:
-                depth = SHARED_QUEUE_THRESHOLD if self.queues == "fifo" else PRIORITY_QUEUE_THRESHOLD
-                job["thresholds"] = [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": depth}]
+                job["dropping"] = {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}",
+                                                "queue_threshold": QUEUE_THRESHOLD}]}
+            if self.ecn:
+                job["ecn"] = {"queue_threshold": QUEUE_THRESHOLD}
             jobs.append(job)
         return {"version": 1, "default_priority": 0, "jobs": jobs}
 
@@ -96,8 +97,8 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("dropping", "magnitude-threshold dropping with a 10% gradient loss bound only", "dlcp", "fifo",
                   dropping=True),
     Configuration("spraying", "per-packet ECMP spraying only, loss bound 0", "dlcp", "fifo", spraying=True),
-    Configuration("dlcp", "full DLCP: per-layer priority, bounded-loss dropping, per-packet spraying", "dlcp",
-                  "layer", dropping=True, spraying=True),
+    Configuration("dlcp", "full DLCP: per-layer priority, bounded-loss dropping, ECN marks, per-packet spraying",
+                  "dlcp", "layer", dropping=True, spraying=True, ecn=True),
 )
 
 

@@ -6,11 +6,16 @@
  *   - ECMP member choice: per-flow 5-tuple hash for ordinary traffic; per-packet spraying
  *     (random or round-robin) of DLCP packets, selected per job by the controller.
  *   - Layer-priority table: (job, tensor, magnitude class) -> queue priority and DSCP.
- *   - Magnitude-threshold dropping in egress, where the queue depth is visible: under
- *     congestion, drop-eligible packets below the job's magnitude threshold are dropped and
- *     the others are ECN-marked when ECN-capable.
+ *   - Early dropping in ingress, before the packet takes a slot in its queue: a drop-eligible
+ *     packet of a (job, layer, magnitude) class the controller lists is dropped when the
+ *     queue it would join (egress port and priority) is at least the class's depth
+ *     threshold. Ingress cannot see queues in v1model, so egress writes each queue's depth
+ *     into a register at every departure and ingress adds the packets it sends there since.
+ *   - ECN marking in egress, per job with its own depth threshold, on the depth the packet
+ *     met in its own queue.
+ * Each mechanism has its own table; none implies another.
  * The controller writes tables only and reads counters only (BMv2 does not expose registers
- * over P4Runtime); the single register below is private to the data plane.
+ * over P4Runtime); the registers below are private to the data plane.
  */
 
 #include <core.p4>
@@ -31,12 +36,12 @@ const bit<32> DROP_TTL_EXPIRED    = 2;
 const bit<32> DROP_PARSER_ERROR   = 3;
 const bit<32> DROP_NOT_IPV4       = 4;
 const bit<32> DROP_IPV4_CHECKSUM  = 5;
-/* Index of DlcpEgress.egress_drops. */
-const bit<32> DROP_MAGNITUDE      = 1;
+const bit<32> DROP_EARLY          = 6;   /* drop-eligible class over its depth threshold */
 
 const bit<32> DROP_REASONS   = 8;
 const bit<32> MAX_JOBS       = 1024;
 const bit<32> PORT_TX_SIZE   = 4096;   /* 512 ports x 8 priorities */
+const bit<32> QUEUES         = 4096;   /* queue_depth: index egress_port * 8 + priority */
 const bit<32> ECMP_GROUPS    = 1024;   /* round-robin state: group ids below this */
 
 /* Member selection modes (metadata only). */
@@ -123,10 +128,17 @@ struct metadata_t {
     bit<16> ecmp_group_size;
     bit<16> ecmp_member;
     bit<2>  lb_mode;
-    bit<3>  dlcp_prio;
-    bit<8>  mag_threshold;
-    bit<19> queue_threshold;
+    bit<3>  dlcp_prio;        /* queue priority of the packet (0 for non-DLCP traffic) */
+    bit<32> seed;             /* this switch's spraying seed (switch_seed) */
+    bit<19> drop_threshold;   /* early-drop depth threshold of the packet's class */
+    bit<1>  drop_class;       /* 1: the packet's class is listed in drop_class */
+    bit<19> ecn_threshold;
 }
+
+/* Estimated depth of each queue (index egress_port * 8 + priority), shared by ingress and
+ * egress: egress writes the real depth at each departure (deq_qdepth), ingress adds one for
+ * each packet it sends to the queue (p4src/README.md: how stale it can be). */
+register<bit<19>>(QUEUES) queue_depth;
 
 parser DlcpParser(packet_in packet,
                   out headers_t hdr,
@@ -196,6 +208,7 @@ control DlcpIngress(inout headers_t hdr,
     counter(DROP_REASONS, CounterType.packets_and_bytes) ingress_drops;
     counter(MAX_JOBS, CounterType.packets_and_bytes) job_rx;
     direct_counter(CounterType.packets_and_bytes) ecmp_member_counter;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) early_drops;
     /* Next round-robin position per ECMP group: internal state, never read by the controller. */
     register<bit<32>>(ECMP_GROUPS) rr_position;
 
@@ -236,6 +249,15 @@ control DlcpIngress(inout headers_t hdr,
 
     action flow_hash() {
         meta.lb_mode = LB_FLOW_HASH;
+    }
+
+    action set_seed(bit<32> seed) {
+        meta.seed = seed;
+    }
+
+    action drop_above(bit<19> queue_threshold) {
+        meta.drop_class = 1;
+        meta.drop_threshold = queue_threshold;
     }
 
     table ipv4_lpm {
@@ -291,12 +313,40 @@ control DlcpIngress(inout headers_t hdr,
         size = 4096;
     }
 
+    /* Keyless: the controller sets the default action per switch (from its device id). */
+    table switch_seed {
+        key = { }
+        actions = {
+            set_seed;
+        }
+        default_action = set_seed(0);
+        size = 1;
+    }
+
+    /* Drop-eligible classes of a job: (layers, magnitude classes) -> queue depth threshold. */
+    table drop_class {
+        key = {
+            hdr.dlcp.job_id: exact;
+            hdr.dlcp.tensor_id: range;
+            hdr.dlcp.mag_class: range;
+        }
+        actions = {
+            drop_above;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 4096;
+    }
+
     apply {
         meta.ecmp_group_id = 0;
         meta.ecmp_group_size = 0;
         meta.ecmp_member = 0;
         meta.lb_mode = LB_FLOW_HASH;
         meta.dlcp_prio = 0;
+        meta.drop_class = 0;
+        meta.drop_threshold = 0;
+        switch_seed.apply();
 
         if (standard_metadata.parser_error != error.NoError) {
             drop_with_reason(DROP_PARSER_ERROR);
@@ -321,6 +371,9 @@ control DlcpIngress(inout headers_t hdr,
             }
             layer_priority.apply();
             spray_mode.apply();
+            if (hdr.dlcp.drop_eligible == 1) {
+                drop_class.apply();
+            }
         }
 
         switch (ipv4_lpm.apply().action_run) {
@@ -336,13 +389,13 @@ control DlcpIngress(inout headers_t hdr,
                     bit<32> draw;
                     random(draw, (bit<32>)0, (bit<32>)0xFFFFFFFF);
                     hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
-                         { draw }, meta.ecmp_group_size);
+                         { draw + meta.seed }, meta.ecmp_group_size);
                 } else if (meta.lb_mode == LB_ROUND_ROBIN
                            && (bit<32>)meta.ecmp_group_id < ECMP_GROUPS) {
                     bit<32> position;
                     rr_position.read(position, (bit<32>)meta.ecmp_group_id);
                     hash(meta.ecmp_member, HashAlgorithm.identity, (bit<16>)0,
-                         { position }, meta.ecmp_group_size);
+                         { position + meta.seed }, meta.ecmp_group_size);
                     rr_position.write((bit<32>)meta.ecmp_group_id, position + 1);
                 } else {
                     hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
@@ -359,6 +412,23 @@ control DlcpIngress(inout headers_t hdr,
             }
         }
 
+        /* The queue this packet joins: drop it here if its class is over its threshold,
+         * else count it into the queue's depth estimate. */
+        bit<32> queue = (bit<32>)standard_metadata.egress_spec * 8 + (bit<32>)meta.dlcp_prio;
+        if (queue < QUEUES) {
+            bit<19> depth;
+            queue_depth.read(depth, queue);
+            if (meta.drop_class == 1 && depth >= meta.drop_threshold) {
+                ingress_drops.count(DROP_EARLY);
+                if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
+                    early_drops.count((bit<32>)hdr.dlcp.job_id);
+                }
+                mark_to_drop(standard_metadata);
+                return;
+            }
+            queue_depth.write(queue, depth + 1);
+        }
+
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
     }
 }
@@ -368,46 +438,40 @@ control DlcpEgress(inout headers_t hdr,
                    inout standard_metadata_t standard_metadata) {
 
     counter(PORT_TX_SIZE, CounterType.packets_and_bytes) port_tx;
-    counter(DROP_REASONS, CounterType.packets_and_bytes) egress_drops;
     counter(MAX_JOBS, CounterType.packets_and_bytes) ecn_marks;
 
-    action set_thresholds(bit<8> mag_threshold, bit<19> queue_threshold) {
-        meta.mag_threshold = mag_threshold;
-        meta.queue_threshold = queue_threshold;
+    action mark_above(bit<19> queue_threshold) {
+        meta.ecn_threshold = queue_threshold;
     }
 
-    table drop_threshold {
+    table ecn_threshold {
         key = {
             hdr.dlcp.job_id: exact;
-            meta.dlcp_prio: ternary;
         }
         actions = {
-            set_thresholds;
-            NoAction;
+            mark_above;
+            @defaultonly NoAction;
         }
         default_action = NoAction();
         size = 1024;
     }
 
     apply {
-        if (hdr.dlcp.isValid()) {
-            if (drop_threshold.apply().hit) {
-                if (standard_metadata.enq_qdepth > meta.queue_threshold) {
-                    if (hdr.dlcp.drop_eligible == 1 && hdr.dlcp.mag_class < meta.mag_threshold) {
-                        egress_drops.count(DROP_MAGNITUDE);
-                        mark_to_drop(standard_metadata);
-                        return;
-                    }
-                    if (hdr.ipv4.ecn != ECN_NOT_ECT) {
-                        hdr.ipv4.ecn = ECN_CE;
-                        if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
-                            ecn_marks.count((bit<32>)hdr.dlcp.job_id);
-                        }
+        bit<32> queue = (bit<32>)standard_metadata.egress_port * 8 + (bit<32>)meta.dlcp_prio;
+        if (queue < QUEUES) {
+            queue_depth.write(queue, standard_metadata.deq_qdepth);
+        }
+        if (hdr.dlcp.isValid() && hdr.ipv4.ecn != ECN_NOT_ECT) {
+            if (ecn_threshold.apply().hit) {
+                if (standard_metadata.enq_qdepth >= meta.ecn_threshold) {
+                    hdr.ipv4.ecn = ECN_CE;
+                    if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
+                        ecn_marks.count((bit<32>)hdr.dlcp.job_id);
                     }
                 }
             }
         }
-        port_tx.count((bit<32>)standard_metadata.egress_port * 8 + (bit<32>)meta.dlcp_prio);
+        port_tx.count(queue);
     }
 }
 

@@ -50,8 +50,9 @@ def program_from_device_config(data: bytes) -> Program:
     return program_from_preprocessed(source)
 
 
-def pipeline_from_device_config(data: bytes):
-    """A fresh Pipeline for the program in a device config."""
+def pipeline_from_device_config(data: bytes, seed: int = 0):
+    """A fresh Pipeline for the program in a device config; ``seed`` seeds its ``random``
+    extern (the switch passes its device id, so switches draw different sequences)."""
     from p4switch.pipeline import Pipeline
 
-    return Pipeline(program_from_device_config(data))
+    return Pipeline(program_from_device_config(data), seed=seed)

@@ -64,7 +64,8 @@ def xor16(data: bytes) -> int:
 
 
 def identity(data: bytes) -> int:
-    return int.from_bytes(data[-8:], "big") if data else 0
+    """The first (at most) 8 bytes as a big-endian number (BMv2 ``identity``)."""
+    return int.from_bytes(data[:8], "big")
 
 
 ALGORITHMS = {

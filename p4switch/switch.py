@@ -261,12 +261,12 @@ class Switch:
             else:
                 from p4switch.native.pipeline import try_native
 
-                native, reason = try_native(program)
+                native, reason = try_native(program, self.config.device_id)
                 if native is not None:
                     log.info("pipeline runs on the native datapath (%s)", native.path.name)
                     return native
             log.warning("pipeline runs on the Python datapath: %s", reason)
-        return Pipeline(program)
+        return Pipeline(program, seed=self.config.device_id)  # random() drawn per device
 
     def _on_install(self, pipeline: Any) -> None:
         from p4switch.native.pipeline import NativePipeline

@@ -67,15 +67,17 @@ def test_policy_apply_is_idempotent_and_show_reads_it_back(fabric, capsys) -> No
     code, out, _ = run(capsys, "policy", "show", "--fabric", str(path))
     assert code == 0
     assert "DlcpIngress.spray_mode hdr.dlcp.job_id=1 -> DlcpIngress.spray_random()" in out
-    assert "policy entries on s1 (6 entries and the default entry):" in out
-    assert "s4: 6 entries, same as s1" in out
+    assert "policy entries on s1 (7 entries and the default entry):" in out
+    assert "s4: 7 entries, same as s1" in out
+    assert ("job 1: priority=on (3 layer rules)  dropping=on (2 classes)  ecn=on (depth >= 32)  "
+            "spraying=random") in out
     assert "s1: " not in out  # the first switch is not compared with itself
 
 
 def test_dry_run_writes_nothing(fabric, capsys) -> None:
     fakes, path = fabric
     code, out, _ = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path), "--dry-run")
-    assert code == 0 and "would be written (dry run)" in out and "s2: INSERT DlcpEgress.drop_threshold" in out
+    assert code == 0 and "would be written (dry run)" in out and "s2: INSERT DlcpIngress.drop_class" in out
     assert all(f.servicer.write_requests == 0 for f in fakes)
 
 
@@ -90,7 +92,7 @@ def test_invalid_policy_is_exit_1_with_key_path(fabric, capsys, tmp_path: Path) 
 
 def test_refusal_rolls_back_and_exits_1(fabric, capsys) -> None:
     fakes, path = fabric
-    thresholds = S.tables["drop_threshold"].id
+    thresholds = S.tables["drop_class"].id
     fakes[1].servicer.refuse = lambda u: "RESOURCE_EXHAUSTED: full" if u.entity.table_entry.table_id == thresholds else None
     code, _, err = run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
     assert code == 1 and "s2 refused 2 update(s)" in err and "rolled back" in err
@@ -129,7 +131,7 @@ def test_counters_show_drops_and_spraying_balance(fabric, capsys) -> None:
     fakes, path = fabric
     run(capsys, "routes", "--fabric", str(path))
     servicer = fakes[0].servicer
-    servicer.counters[(S.counters["egress_drops"].id, 1)] = (5, 500)
+    servicer.counters[(S.counters["ingress_drops"].id, 6)] = (5, 500)
     servicer.counters[(S.counters["port_tx"].id, 3 * 8 + 7)] = (42, 4200)
     members = [k for k, e in servicer.entries.items() if e.table_id == S.tables["ecmp_member"].id]
     for key, packets in zip(sorted(members), (30, 10)):
@@ -179,7 +181,7 @@ def test_status_policy_show_and_counters_report_every_switch(fabric, capsys) -> 
     code, out, _ = run(capsys, "policy", "show", "--fabric", str(path), "--timeout", "0.5")
     assert code == 1
     assert "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out
-    assert "policy entries on s2" in out and "s4: 6 entries, same as s2" in out
+    assert "policy entries on s2" in out and "s4: 7 entries, same as s2" in out
     code, out, _ = run(capsys, "counters", "--fabric", str(path), "--timeout", "0.5")
     assert code == 1 and "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out
 

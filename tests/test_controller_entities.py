@@ -7,7 +7,7 @@ import pytest
 from controller.entities import CounterEntry, MulticastGroupEntry, TableEntry
 from controller.errors import EncodingError, SchemaError
 from controller.schema import NameIndex
-from controller.values import Lpm, Range, Ternary
+from controller.values import Lpm, Range
 from tests.controller_helpers import schema
 
 S = schema()
@@ -45,8 +45,8 @@ def test_table_entry_round_trips_with_canonical_values() -> None:
 
 def test_wildcard_fields_are_left_out() -> None:
     entry = TableEntry.build(
-        S, "drop_threshold", {"job_id": 1, "dlcp_prio": "0&&&0"}, "set_thresholds",
-        {"mag_threshold": 1, "queue_threshold": 2}, priority=1,
+        S, "drop_class", {"job_id": 1, "tensor_id": "0..65535", "mag_class": "0..255"}, "drop_above",
+        {"queue_threshold": 2}, priority=1,
     )
     assert [name for name, _ in entry.match] == ["hdr.dlcp.job_id"]
     assert len(entry.encode(S).table_entry.match) == 1
@@ -76,14 +76,14 @@ def test_entry_errors_name_table_and_field() -> None:
 
 def test_entries_print_in_shell_syntax() -> None:
     entry = TableEntry.build(
-        S, "drop_threshold", {"job_id": 4, "dlcp_prio": "7&&&7"}, "set_thresholds",
-        {"mag_threshold": 118, "queue_threshold": 48}, priority=2,
+        S, "drop_class", {"job_id": 4, "mag_class": "0..117"}, "drop_above",
+        {"queue_threshold": 48}, priority=2,
     )
     assert entry.text(S) == (
-        "DlcpEgress.drop_threshold hdr.dlcp.job_id=4 meta.dlcp_prio=7&&&0x7 priority=2 "
-        "-> DlcpEgress.set_thresholds(mag_threshold=118, queue_threshold=48)"
+        "DlcpIngress.drop_class hdr.dlcp.job_id=4 hdr.dlcp.mag_class=0..117 priority=2 "
+        "-> DlcpIngress.drop_above(queue_threshold=48)"
     )
-    assert dict(entry.match)["meta.dlcp_prio"] == Ternary(7, 7)
+    assert dict(entry.match)["hdr.dlcp.mag_class"] == Range(0, 117)
 
 
 def test_default_entry_counter_and_multicast_encode() -> None:

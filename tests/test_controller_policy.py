@@ -9,16 +9,18 @@ import yaml
 
 from controller.errors import PolicyError
 from controller.policy import (
-    DROP_THRESHOLD,
+    DROP_CLASS,
+    ECN_THRESHOLD,
     LAYER_PRIORITY,
     SPRAY_MODE,
     LayerRule,
     layers_by_volume,
     load_policy,
+    mechanisms_held,
     parse_policy,
     policy_entries,
 )
-from controller.values import Range, Ternary
+from controller.values import Range
 from gradfabric.paths import ROOT
 from tests.controller_helpers import schema
 
@@ -44,7 +46,7 @@ def test_default_policy_is_valid_and_front_layers_come_first() -> None:
     layers = policy.jobs[0].layers
     assert layers[0].tensors[0] == 0 and layers[0].priority == max(r.priority for r in layers)
     entries = policy_entries(policy, S)
-    assert {e.table for e in entries} == {SPRAY_MODE, LAYER_PRIORITY, DROP_THRESHOLD}
+    assert {e.table for e in entries} == {SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD}
 
 
 @pytest.mark.parametrize(
@@ -57,11 +59,16 @@ def test_default_policy_is_valid_and_front_layers_come_first() -> None:
         ({"jobs": [job(spraying="sometimes")]}, "jobs[0].spraying: must be random, round_robin or off, got 'sometimes'"),
         ({"jobs": [job(layers=[{"tensors": "9..3", "priority": 1}])]}, "jobs[0].layers[0].tensors: must be lo..hi"),
         ({"jobs": [job(workers=["h1", "h7"])]}, "jobs[0].workers[1]: no host named 'h7' in the fabric"),
-        ({"jobs": [job(thresholds=[{"priority": 3, "mag_threshold": 300, "queue_threshold": 10}])]},
-         "jobs[0].thresholds[0].mag_threshold: must be 0..255, got 300"),
-        ({"jobs": [job(thresholds=[{"mag_threshold": 1, "queue_threshold": 1},
-                                   {"priority": "any", "mag_threshold": 2, "queue_threshold": 2}])]},
-         "jobs[0].thresholds[1].priority: any is already set by jobs[0].thresholds[0]"),
+        ({"jobs": [job(dropping={"classes": [{"mag_class": "0..300", "queue_threshold": 10}]})]},
+         "jobs[0].dropping.classes[0].mag_class: must be lo..hi with 0 <= lo <= hi <= 255"),
+        ({"jobs": [job(dropping={"classes": [{"mag_class": "0..100"}]})]},
+         "jobs[0].dropping.classes[0].queue_threshold: is required"),
+        ({"jobs": [job(dropping={"enabled": True, "classes": []})]},
+         "jobs[0].dropping.classes: dropping is on but lists no drop-eligible class"),
+        ({"jobs": [job(ecn="on")]}, "jobs[0].ecn.queue_threshold: is required when ecn is on"),
+        ({"jobs": [job(ecn={"queue_threshold": -1})]}, "jobs[0].ecn.queue_threshold: must be 0..524287"),
+        ({"jobs": [job(priority="maybe")]}, "jobs[0].priority: must be on or off"),
+        ({"jobs": [job(thresholds=[])]}, "jobs[0].thresholds: unknown key"),
         ({"jobs": [job(layer=[])]}, "jobs[0].layer: unknown key"),
         ({"jobs": [{"name": "x"}]}, "jobs[0].id: is required"),
         ({"jobs": [job()], "version": 2}, "version: must be 1, got 2"),
@@ -103,7 +110,7 @@ def test_layers_from_trace_file(tmp_path: Path) -> None:
         load_policy(policy_file)
 
 
-def test_entries_first_rule_wins_and_thresholds_per_class() -> None:
+def test_entries_first_rule_wins_and_classes_in_order() -> None:
     policy = parse_policy(
         {
             "default_priority": 1,
@@ -112,8 +119,9 @@ def test_entries_first_rule_wins_and_thresholds_per_class() -> None:
                     id=4,
                     spraying="off",
                     layers=[{"tensors": "0..3", "priority": 7, "mag_class": "0..100"}, {"tensors": "0..99", "priority": 2}],
-                    thresholds=[{"priority": 7, "mag_threshold": 120, "queue_threshold": 40},
-                                {"mag_threshold": 125, "queue_threshold": 20}],
+                    dropping={"classes": [{"tensors": "0..3", "queue_threshold": 40},
+                                          {"mag_class": "0..117", "queue_threshold": 20}]},
+                    ecn={"queue_threshold": 12},
                 )
             ],
         }
@@ -126,6 +134,42 @@ def test_entries_first_rule_wins_and_thresholds_per_class() -> None:
     assert dict(layer[0].params)["prio"] == 7
     default = [e for e in entries if e.is_default]
     assert dict(default[0].params)["prio"] == 1
-    drops = [e for e in entries if e.table == DROP_THRESHOLD]
-    assert dict(drops[0].match)["meta.dlcp_prio"] == Ternary(7, 7) and drops[0].priority > drops[1].priority
-    assert "meta.dlcp_prio" not in dict(drops[1].match)
+    drops = [e for e in entries if e.table == DROP_CLASS]
+    assert [dict(e.params)["queue_threshold"] for e in drops] == [40, 20]
+    assert drops[0].priority > drops[1].priority
+    assert dict(drops[0].match)["hdr.dlcp.tensor_id"] == Range(0, 3)
+    assert dict(drops[1].match)["hdr.dlcp.mag_class"] == Range(0, 117)
+    (ecn,) = [e for e in entries if e.table == ECN_THRESHOLD]
+    assert dict(ecn.params)["queue_threshold"] == 12
+
+
+DROPPING = {"classes": [{"mag_class": "0..117", "queue_threshold": 8}]}
+ECN = {"queue_threshold": 16}
+
+
+@pytest.mark.parametrize(
+    ("knobs", "tables"),
+    [
+        ({"priority": "off"}, {SPRAY_MODE}),
+        ({"priority": "off", "spraying": "off", "dropping": DROPPING}, {DROP_CLASS}),
+        ({"priority": "off", "spraying": "off", "ecn": ECN}, {ECN_THRESHOLD}),
+        ({"spraying": "off"}, {LAYER_PRIORITY}),
+        ({"dropping": DROPPING, "ecn": ECN}, {SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD}),
+        ({"dropping": {**DROPPING, "enabled": False}, "ecn": {**ECN, "enabled": "off"}}, {SPRAY_MODE, LAYER_PRIORITY}),
+    ],
+)
+def test_each_mechanism_writes_only_its_own_table(knobs: dict, tables: set[str]) -> None:
+    """A knob turned on writes its table and nothing else; off writes nothing (none implies another)."""
+    entries = policy_entries(parse_policy({"jobs": [job(**knobs)]}), S)
+    assert {e.table for e in entries} == tables
+    held = mechanisms_held(entries)[1]
+    assert (held["dropping"] != "off") == (DROP_CLASS in tables)
+    assert (held["ecn"] != "off") == (ECN_THRESHOLD in tables)
+    assert (held["priority"] != "off") == (LAYER_PRIORITY in tables)
+    assert (held["spraying"] == "random") == (SPRAY_MODE in tables)
+
+
+def test_mechanisms_held_reads_back_the_default_policy() -> None:
+    held = mechanisms_held(policy_entries(load_policy(DEFAULT), S))
+    assert held == {1: {"priority": "on (3 layer rules)", "dropping": "on (2 classes)",
+                        "ecn": "on (depth >= 32)", "spraying": "random"}}

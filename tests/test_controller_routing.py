@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.errors import FabricRoutingError
-from controller.routing import IPV4_LPM, ECMP_MEMBER, route_entries
+from controller.routing import ECMP_MEMBER, IPV4_LPM, SWITCH_SEED, route_entries
 from controller.values import Exact, Lpm
 from gradfabric import fabric as fabric_mod
 from gradfabric.fabric import Fabric
@@ -83,8 +83,19 @@ def test_leaf_uses_one_shared_group_and_spine_direct_hops() -> None:
     groups = {dict(e.params)["group_id"] for e in leaf if e.table == IPV4_LPM and e.action.endswith("set_ecmp_group")}
     assert groups == {1}
     assert sum(e.table == ECMP_MEMBER for e in leaf) == 2
-    assert all(e.action.endswith("set_nhop") for e in entries["s3"])
+    assert all(e.action.endswith("set_nhop") for e in entries["s3"] if e.table == IPV4_LPM)
     assert route_entries(fabric, S) == entries, "recomputing gives identical entries"
+
+
+def test_every_switch_gets_its_own_spraying_seed() -> None:
+    fabric = leaf_spine(2, 2)
+    entries = route_entries(fabric, S)
+    seeds = {}
+    for sw in fabric.switches:
+        (seed,) = [e for e in entries[sw.name] if e.table == SWITCH_SEED]
+        assert seed.is_default and seed.action == "DlcpIngress.set_seed"
+        seeds[sw.name] = dict(seed.params)["seed"]
+    assert len(set(seeds.values())) == len(seeds), seeds
 
 
 def test_disconnected_switch_is_reported() -> None:

@@ -27,8 +27,11 @@ TABLE_KEYS = {
     "DlcpIngress.layer_priority": [("hdr.dlcp.job_id", MF.EXACT, 16),
                                    ("hdr.dlcp.tensor_id", MF.RANGE, 16),
                                    ("hdr.dlcp.mag_class", MF.RANGE, 8)],
-    "DlcpEgress.drop_threshold": [("hdr.dlcp.job_id", MF.EXACT, 16),
-                                  ("meta.dlcp_prio", MF.TERNARY, 3)],
+    "DlcpIngress.drop_class": [("hdr.dlcp.job_id", MF.EXACT, 16),
+                               ("hdr.dlcp.tensor_id", MF.RANGE, 16),
+                               ("hdr.dlcp.mag_class", MF.RANGE, 8)],
+    "DlcpIngress.switch_seed": [],
+    "DlcpEgress.ecn_threshold": [("hdr.dlcp.job_id", MF.EXACT, 16)],
 }
 TABLE_ACTIONS = {
     "DlcpIngress.ipv4_lpm": {"DlcpIngress.set_nhop", "DlcpIngress.set_ecmp_group",
@@ -37,7 +40,9 @@ TABLE_ACTIONS = {
     "DlcpIngress.spray_mode": {"DlcpIngress.spray_random", "DlcpIngress.spray_round_robin",
                                "DlcpIngress.flow_hash"},
     "DlcpIngress.layer_priority": {"DlcpIngress.set_priority"},
-    "DlcpEgress.drop_threshold": {"DlcpEgress.set_thresholds"},
+    "DlcpIngress.drop_class": {"DlcpIngress.drop_above"},
+    "DlcpIngress.switch_seed": {"DlcpIngress.set_seed"},
+    "DlcpEgress.ecn_threshold": {"DlcpEgress.mark_above"},
 }
 ACTION_PARAMS = {
     "DlcpIngress.set_nhop": [("port", 9), ("smac", 48), ("dmac", 48)],
@@ -47,12 +52,14 @@ ACTION_PARAMS = {
     "DlcpIngress.spray_round_robin": [],
     "DlcpIngress.flow_hash": [],
     "DlcpIngress.set_priority": [("prio", 3), ("dscp", 6)],
-    "DlcpEgress.set_thresholds": [("mag_threshold", 8), ("queue_threshold", 19)],
+    "DlcpIngress.drop_above": [("queue_threshold", 19)],
+    "DlcpIngress.set_seed": [("seed", 32)],
+    "DlcpEgress.mark_above": [("queue_threshold", 19)],
 }
 COUNTERS = {
     "DlcpEgress.port_tx": 4096,
     "DlcpIngress.ingress_drops": 8,
-    "DlcpEgress.egress_drops": 8,
+    "DlcpIngress.early_drops": 1024,
     "DlcpEgress.ecn_marks": 1024,
     "DlcpIngress.job_rx": 1024,
 }
@@ -108,8 +115,7 @@ def test_counters_follow_the_contract(p4info: p4info_pb2.P4Info) -> None:
     member = direct["DlcpIngress.ecmp_member_counter"]
     assert tables[member.direct_table_id] == "DlcpIngress.ecmp_member"
     assert member.spec.unit == p4info_pb2.CounterSpec.BOTH
-    assert not p4info.registers or all(
-        r.preamble.name == "DlcpIngress.rr_position" for r in p4info.registers)
+    assert {r.preamble.name for r in p4info.registers} <= {"DlcpIngress.rr_position", "queue_depth"}
 
 
 def test_device_config_loads_into_a_pipeline(built) -> None:

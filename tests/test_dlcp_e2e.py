@@ -9,8 +9,9 @@ strict-priority queues: on BMv2 each priority queue would get its own rate), so 
 the bottleneck and priority decides who uses it; ``enq_qdepth`` is the depth of the packet's
 own priority queue, as on BMv2. Back-layer gradients arrive first, front-layer gradients right after
 (backpropagation's order). With the controller's policy installed the front layers leave
-first, drop-eligible small-magnitude packets are the only ones lost, the ones that stay are
-ECN-marked, and the counters tell the same story. Without the policy the same burst leaves
+first, drop-eligible small-magnitude packets are the only ones lost (dropped in ingress,
+before they take a queue slot), the ones that met a deep queue are ECN-marked, and the
+counters tell the same story. Without the policy the same burst leaves
 in arrival order and the front layers wait behind everything.
 """
 
@@ -80,12 +81,17 @@ def burst() -> list[Sent]:
     return packets
 
 
+#: Depth of the queue each packet would join, just before it arrived (filled by run()).
+queued_before: dict[int, int] = {}
+
+
 def run(switch: DlcpSwitch, packets: list[Sent]) -> tuple[list[Outcome], TrafficManager]:
     """Feed the burst through ingress, the traffic manager and egress, on a virtual clock."""
     tm = TrafficManager(priority_queues=8, default_depth=64)
     tm.set_port_rate(OUT_PORT, Rate(RATE_PPS))
     seq_of: dict[int, int] = {}
     outcomes: list[Outcome] = []
+    queued_before.clear()
 
     def drain(now_us: int) -> None:
         for departure in tm.dequeue(now_us):
@@ -99,6 +105,7 @@ def run(switch: DlcpSwitch, packets: list[Sent]) -> tuple[list[Outcome], Traffic
     for i, packet in enumerate(packets):
         now = i * ARRIVAL_GAP_US
         drain(now)
+        queued_before[packet.seq] = tm.depth(OUT_PORT, BACK_PRIO if packet.tensor == BACK_TENSOR else FRONT_PRIO)
         for job in switch.pipeline.ingress(packet.frame, IN_PORT, now):
             assert job.egress_port == OUT_PORT
             seq_of[id(job)] = packet.seq
@@ -111,7 +118,8 @@ def run(switch: DlcpSwitch, packets: list[Sent]) -> tuple[list[Outcome], Traffic
 def install_policy(switch: DlcpSwitch) -> None:
     switch.layer_priority(1, (0, 9), prio=FRONT_PRIO, dscp=46)
     switch.layer_priority(1, (10, 0xFFFF), prio=BACK_PRIO, dscp=10)
-    switch.thresholds(1, MAG_THRESHOLD, QUEUE_THRESHOLD)
+    switch.drop_class(1, QUEUE_THRESHOLD, mags=(0, MAG_THRESHOLD - 1))
+    switch.ecn(1, QUEUE_THRESHOLD)
 
 
 def test_front_layers_leave_first_and_small_eligible_packets_are_dropped(
@@ -124,7 +132,7 @@ def test_front_layers_leave_first_and_small_eligible_packets_are_dropped(
     outcomes, tm = run(switch, packets)
 
     assert not tm.drops  # the queue never overflowed: every loss below is the program's
-    assert sorted(o.seq for o in outcomes) == sorted(by_seq)
+    dropped = set(by_seq) - {o.seq for o in outcomes}
 
     # Priority: once the front layers are queued, they all leave before the back layers
     # still waiting (only back-layer packets already on the wire precede them).
@@ -135,24 +143,24 @@ def test_front_layers_leave_first_and_small_eligible_packets_are_dropped(
     front_done = max(o.time_us for o in outcomes if by_seq[o.seq].tensor == FRONT_TENSOR)
     back_waiting = [o for o in outcomes
                     if by_seq[o.seq].tensor == BACK_TENSOR and o.time_us > front_done]
-    assert len(back_waiting) >= BACK_PACKETS - 2
+    assert len(back_waiting) >= BACK_PACKETS - 2 - len(dropped)
 
-    # Dropping: exactly the drop-eligible small-magnitude packets that found the queue
-    # deeper than the threshold; every large-magnitude packet is delivered.
-    dropped = {o.seq for o in outcomes if not o.frames}
-    should_drop = {o.seq for o in outcomes
-                   if by_seq[o.seq].mag < MAG_THRESHOLD and o.enq_qdepth > QUEUE_THRESHOLD}
+    # Dropping, in ingress: exactly the drop-eligible small-magnitude packets that found their
+    # queue holding the threshold or more; they never reached the traffic manager.
+    should_drop = {s for s, p in by_seq.items()
+                   if p.mag < MAG_THRESHOLD and queued_before[s] >= QUEUE_THRESHOLD}
     assert dropped == should_drop
     assert dropped
-    assert not {s for s, p in by_seq.items() if p.mag >= MAG_THRESHOLD} & dropped
+    assert sum(tm.departed.values()) == len(packets) - len(dropped)
 
-    # ECN: delivered packets are CE exactly when they met congestion.
+    # ECN: delivered packets are CE exactly when their queue held the threshold on arrival.
     delivered = [o for o in outcomes if o.frames]
+    assert len(delivered) == len(outcomes)
     marked = 0
     for o in delivered:
         (frame,) = o.frames
         ip = Ether(frame)[IP]
-        congested = o.enq_qdepth > QUEUE_THRESHOLD
+        congested = o.enq_qdepth >= QUEUE_THRESHOLD
         assert (ip.tos & 3) == (3 if congested else ECT0), o
         assert Ether(frame)[DLCP].seq == o.seq
         marked += congested
@@ -160,7 +168,7 @@ def test_front_layers_leave_first_and_small_eligible_packets_are_dropped(
 
     # The counters tell the same story.
     c = switch.counter
-    assert c("DlcpEgress.egress_drops", 1)[0] == len(dropped)
+    assert c("DlcpIngress.ingress_drops", 6)[0] == len(dropped)
     assert c("DlcpEgress.ecn_marks", 1)[0] == marked
     assert c("DlcpEgress.port_tx", OUT_PORT * 8 + FRONT_PRIO)[0] == FRONT_PACKETS
     assert c("DlcpEgress.port_tx", OUT_PORT * 8 + BACK_PRIO)[0] == BACK_PACKETS - len(dropped)
@@ -174,7 +182,7 @@ def test_without_the_policy_the_burst_leaves_in_arrival_order(switch: DlcpSwitch
     outcomes, tm = run(switch, packets)
     assert [o.seq for o in outcomes] == [p.seq for p in packets]
     assert all(len(o.frames) == 1 for o in outcomes)
-    assert switch.counter("DlcpEgress.egress_drops", 1)[0] == 0
+    assert switch.counter("DlcpIngress.ingress_drops", 6)[0] == 0
     assert switch.counter("DlcpEgress.port_tx", OUT_PORT * 8)[0] == len(packets)
 
 
@@ -196,7 +204,8 @@ def test_the_switch_datapath_gives_the_same_result(switch: DlcpSwitch) -> None:
     for i, packet in enumerate(packets):
         clock.time_us = i * ARRIVAL_GAP_US
         datapath.transmit_due()
-        assert datapath.receive(packet.frame, IN_PORT) == 1
+        queued = datapath.receive(packet.frame, IN_PORT)
+        assert queued == 1 or packet.mag < MAG_THRESHOLD   # only small ones are dropped in ingress
     while (due := tm.next_departure_us()) is not None:
         clock.time_us = max(clock.time_us, math.ceil(due))
         datapath.transmit_due()
@@ -214,6 +223,6 @@ def test_the_switch_datapath_gives_the_same_result(switch: DlcpSwitch) -> None:
     assert times == sorted(times)
     assert max(t for (t, pkt) in left if pkt[DLCP].tensor_id == FRONT_TENSOR) <= 13 * 1000
     assert not tm.drops
-    assert switch.counter("DlcpEgress.egress_drops", 1)[0] == len(lost)
+    assert switch.counter("DlcpIngress.ingress_drops", 6)[0] == len(lost)
     assert switch.counter("DlcpEgress.port_tx", OUT_PORT * 8 + BACK_PRIO)[0] == (
         BACK_PACKETS - len(lost))

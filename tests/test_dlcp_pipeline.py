@@ -1,8 +1,9 @@
 """The DLCP program (p4src/dlcp.p4) on the embedded pipeline, one mechanism per test.
 
 Packets go through ``Pipeline.ingress``/``egress`` directly; congestion is emulated by
-choosing the queue depth the egress pipeline sees (``QueueMeta.enq_qdepth``), so every
-case is deterministic. Expected frames are built independently with Scapy.
+choosing the queue depth each stage sees: the ``queue_depth`` register ingress reads (the
+estimate egress keeps), and the depth the egress pipeline sees (``QueueMeta.enq_qdepth``),
+so every case is deterministic. Expected frames are built independently with Scapy.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gradfabric.paths import P4SRC
 from hosts.wire import DLCP, DLCP_PORT
 from p4switch.frontend import load_program
 from p4switch.pipeline import Pipeline, QueueMeta
-from p4switch.tables import Exact, FieldMatch, Lpm, Range, TableEntry, Ternary
+from p4switch.tables import Exact, FieldMatch, Lpm, Range, TableEntry
 
 PROGRAM = P4SRC / "dlcp.p4"
 
@@ -30,9 +31,8 @@ GW_MAC = "00:00:00:00:01:01"
 SRC_IP = "10.0.1.1"
 DST_IP = "10.0.2.2"
 
-# ingress_drops / egress_drops indices (p4src/README.md)
-NO_ROUTE, TTL_EXPIRED, PARSER_ERROR, NOT_IPV4, IPV4_CHECKSUM = 1, 2, 3, 4, 5
-MAGNITUDE = 1
+# ingress_drops indices (p4src/README.md)
+NO_ROUTE, TTL_EXPIRED, PARSER_ERROR, NOT_IPV4, IPV4_CHECKSUM, EARLY = 1, 2, 3, 4, 5, 6
 ECN_CE = 3
 
 
@@ -147,14 +147,28 @@ class DlcpSwitch:
                     [Exact(job), Range(*tensors), Range(*mags) if mags else None],
                     "DlcpIngress.set_priority", (prio, dscp), priority=priority)
 
-    def thresholds(self, job: int, mag_threshold: int, queue_threshold: int,
-                   prio: int | None = None) -> None:
-        self.insert("DlcpEgress.drop_threshold",
-                    [Exact(job), Ternary(prio, 0x7) if prio is not None else None],
-                    "DlcpEgress.set_thresholds", (mag_threshold, queue_threshold), priority=10)
+    def drop_class(self, job: int, queue_threshold: int, tensors: tuple[int, int] = (0, 0xFFFF),
+                   mags: tuple[int, int] = (0, 255), priority: int = 10) -> None:
+        self.insert("DlcpIngress.drop_class", [Exact(job), Range(*tensors), Range(*mags)],
+                    "DlcpIngress.drop_above", (queue_threshold,), priority=priority)
+
+    def ecn(self, job: int, queue_threshold: int) -> None:
+        self.insert("DlcpEgress.ecn_threshold", [Exact(job)], "DlcpEgress.mark_above",
+                    (queue_threshold,))
+
+    def seed(self, seed: int) -> None:
+        self.pipeline.tables["DlcpIngress.switch_seed"].set_default("DlcpIngress.set_seed", (seed,))
+
+    def queued(self, port: int, prio: int, depth: int) -> None:
+        """Make the depth estimate of queue (port, prio) read ``depth`` in ingress."""
+        self.pipeline.registers["queue_depth"].write(port * 8 + prio, depth)
+
+    def estimate(self, port: int, prio: int) -> int:
+        return self.pipeline.registers["queue_depth"].read(port * 8 + prio)
 
     def send(self, frame: bytes, depth: int = 0) -> list[tuple[int, bytes]]:
-        """Ingress, then egress with `depth` packets already queued on the port."""
+        """Ingress, then egress with `depth` packets ahead of it in its queue (and none left
+        behind it, so egress writes 0 into the depth estimate)."""
         out: list[tuple[int, bytes]] = []
         for job in self.pipeline.ingress(frame, IN_PORT, 0):
             out.extend(self.pipeline.egress(job, no_queue(depth)))
@@ -307,6 +321,25 @@ def test_round_robin_spraying_visits_members_in_turn(switch: DlcpSwitch) -> None
     assert ports == [MEMBERS[(start + i) % len(MEMBERS)] for i in range(len(ports))]
 
 
+def test_the_seed_shifts_round_robin_and_random_choices(program) -> None:
+    """Per-switch seeds: the same packets take other members on a switch with another seed
+    (the table the controller writes), and the embedded ``random`` is seeded per device."""
+
+    def members(seed: int, mode: str, device: int = 0) -> list[int]:
+        sw = DlcpSwitch(Pipeline(program, seed=device))
+        sw.group("10.0.2.0", 24, 7, MEMBERS)
+        sw.spray(1, mode)
+        sw.seed(seed)
+        return [sw.send(dlcp_frame(job=1, seq=s))[0][0] for s in range(32)]
+
+    # identity(position + seed) % 4: the first packet takes member seed % 4 (BMv2 identity).
+    assert members(0, "spray_round_robin")[0] == MEMBERS[0]
+    assert members(6, "spray_round_robin")[0] == MEMBERS[6 % 4]
+    assert members(0, "spray_random") != members(12345, "spray_random")
+    assert members(0, "spray_random", device=1) != members(0, "spray_random", device=2)
+    assert members(0, "spray_random", device=3) == members(0, "spray_random", device=3)
+
+
 def test_spraying_leaves_ordinary_traffic_on_its_flow(switch: DlcpSwitch) -> None:
     switch.group("10.0.2.0", 24, 7, MEMBERS)
     switch.spray(1, "spray_round_robin")
@@ -379,65 +412,122 @@ def test_unknown_job_gets_the_default_and_ordinary_traffic_keeps_its_dscp(
     assert priority_of(switch, unknown) == 1
 
 
-# -- magnitude-threshold dropping and ECN --------------------------------------------------
+# -- early dropping (ingress) and ECN (egress) ---------------------------------------------
 
-MAG_THRESHOLD = 120
+SMALL = (0, 119)           # magnitude classes of the drop-eligible class
 QUEUE_THRESHOLD = 10
+ECN_THRESHOLD = 6
 
 
 @pytest.mark.parametrize("eligible", [False, True])
-@pytest.mark.parametrize("mag", [MAG_THRESHOLD - 1, MAG_THRESHOLD])
-@pytest.mark.parametrize("depth", [QUEUE_THRESHOLD, QUEUE_THRESHOLD + 1])
-def test_drop_only_when_eligible_small_and_congested(
+@pytest.mark.parametrize("mag", [SMALL[1], SMALL[1] + 1])
+@pytest.mark.parametrize("depth", [QUEUE_THRESHOLD - 1, QUEUE_THRESHOLD])
+def test_ingress_drops_only_eligible_packets_of_a_listed_class_over_the_threshold(
     switch: DlcpSwitch, eligible: bool, mag: int, depth: int
 ) -> None:
     switch.route("10.0.2.0", 24, 2)
-    switch.thresholds(1, MAG_THRESHOLD, QUEUE_THRESHOLD)
+    switch.drop_class(1, QUEUE_THRESHOLD, mags=SMALL)
+    switch.queued(2, 0, depth)
     frame = dlcp_frame(mag=mag, eligible=eligible)
-    should_drop = eligible and mag < MAG_THRESHOLD and depth > QUEUE_THRESHOLD
-    out = switch.send(frame, depth=depth)
-    assert out == ([] if should_drop else [(2, forwarded(frame, 2))])
-    assert switch.counter("DlcpEgress.egress_drops", MAGNITUDE) == (
-        (1, len(frame)) if should_drop else (0, 0))
-    assert switch.counter("DlcpEgress.port_tx", 2 * 8)[0] == (0 if should_drop else 1)
+    should_drop = eligible and mag <= SMALL[1] and depth >= QUEUE_THRESHOLD
+    # The decision is made before the queue: a dropped packet never reaches the traffic manager.
+    jobs = switch.pipeline.ingress(frame, IN_PORT, 0)
+    assert len(jobs) == (0 if should_drop else 1)
+    assert switch.counter("DlcpIngress.ingress_drops", EARLY) == ((1, len(frame)) if should_drop else (0, 0))
+    assert switch.counter("DlcpIngress.early_drops", 1) == ((1, len(frame)) if should_drop else (0, 0))
+    # A packet that goes on is counted into its queue's estimate; a dropped one is not.
+    assert switch.estimate(2, 0) == depth + (0 if should_drop else 1)
+    if jobs:
+        assert switch.pipeline.egress(jobs[0], no_queue(depth)) == [(2, forwarded(frame, 2))]
 
 
-def test_no_threshold_entry_means_no_dropping(switch: DlcpSwitch) -> None:
+def test_the_depth_is_that_of_the_queue_the_packet_joins(switch: DlcpSwitch) -> None:
+    """Only the (port, priority) queue the packet is about to join counts."""
     switch.route("10.0.2.0", 24, 2)
-    switch.thresholds(2, 255, 0)  # another job
+    switch.route("10.0.3.0", 24, 3)
+    switch.layer_priority(1, (0, 9), prio=7, dscp=0)
+    switch.layer_priority(1, (10, 0xFFFF), prio=1, dscp=0)
+    switch.drop_class(1, QUEUE_THRESHOLD)
+    switch.queued(2, 1, QUEUE_THRESHOLD)          # port 2's priority-1 queue is deep
+    back, front = dlcp_frame(tensor=40, eligible=True), dlcp_frame(tensor=3, eligible=True)
+    elsewhere = dlcp_frame(tensor=40, eligible=True, dst="10.0.3.3")
+    assert switch.pipeline.ingress(back, IN_PORT, 0) == []
+    assert len(switch.pipeline.ingress(front, IN_PORT, 0)) == 1       # priority 7 queue is empty
+    assert len(switch.pipeline.ingress(elsewhere, IN_PORT, 0)) == 1   # port 3 is empty
+    assert switch.counter("DlcpIngress.ingress_drops", EARLY)[0] == 1
+
+
+def test_ingress_counts_packets_into_the_estimate_and_egress_resets_it(switch: DlcpSwitch) -> None:
+    """A burst faster than one departure still raises the estimate; each departure writes the
+    real depth left behind (deq_qdepth)."""
+    switch.route("10.0.2.0", 24, 2)
+    switch.drop_class(1, 3)
+    frames = [dlcp_frame(eligible=True, seq=s) for s in range(6)]
+    passed = [job for f in frames for job in switch.pipeline.ingress(f, IN_PORT, 0)]
+    assert len(passed) == 3 and switch.estimate(2, 0) == 3   # the 4th found 3 queued: dropped
+    left = QueueMeta(enq_timestamp=0, enq_qdepth=0, deq_timedelta=0, deq_qdepth=1, qid=0)
+    switch.pipeline.egress(passed[0], left)
+    assert switch.estimate(2, 0) == 1
+    assert len(switch.pipeline.ingress(frames[0], IN_PORT, 0)) == 1
+
+
+def test_front_layers_and_small_magnitudes_are_separate_classes(switch: DlcpSwitch) -> None:
+    switch.route("10.0.2.0", 24, 2)
+    switch.drop_class(1, 20, tensors=(0, 9), priority=20)                 # front layers, any magnitude
+    switch.drop_class(1, 5, tensors=(10, 0xFFFF), mags=SMALL, priority=10)  # small gradients elsewhere
+    switch.queued(2, 0, 12)
+    assert len(switch.pipeline.ingress(dlcp_frame(tensor=2, mag=200, eligible=True), IN_PORT, 0)) == 1
+    switch.queued(2, 0, 20)
+    assert switch.pipeline.ingress(dlcp_frame(tensor=2, mag=200, eligible=True), IN_PORT, 0) == []
+    switch.queued(2, 0, 12)
+    assert switch.pipeline.ingress(dlcp_frame(tensor=50, mag=100, eligible=True), IN_PORT, 0) == []
+    assert len(switch.pipeline.ingress(dlcp_frame(tensor=50, mag=150, eligible=True), IN_PORT, 0)) == 1
+
+
+def test_no_drop_class_means_no_dropping(switch: DlcpSwitch) -> None:
+    switch.route("10.0.2.0", 24, 2)
+    switch.drop_class(2, 0)  # another job
+    switch.queued(2, 0, 1000)
     frame = dlcp_frame(job=1, mag=1, eligible=True, ecn=1)
     assert switch.send(frame, depth=1000) == [(2, forwarded(frame, 2))]
-    assert switch.counter("DlcpEgress.egress_drops", MAGNITUDE)[0] == 0
-
-
-def test_threshold_entries_match_the_priority_chosen_in_ingress(switch: DlcpSwitch) -> None:
-    switch.route("10.0.2.0", 24, 2)
-    switch.layer_priority(1, (0, 9), prio=7, dscp=46)
-    switch.layer_priority(1, (10, 0xFFFF), prio=1, dscp=10)
-    switch.thresholds(1, MAG_THRESHOLD, QUEUE_THRESHOLD, prio=1)  # only back layers shed
-    front = dlcp_frame(tensor=0, mag=100, eligible=True)
-    back = dlcp_frame(tensor=50, mag=100, eligible=True)
-    assert len(switch.send(front, depth=50)) == 1
-    assert switch.send(back, depth=50) == []
+    assert switch.counter("DlcpIngress.ingress_drops", EARLY)[0] == 0
 
 
 @pytest.mark.parametrize("ecn", [1, 2])
-def test_congested_important_ect_packets_are_marked_ce(switch: DlcpSwitch, ecn: int) -> None:
+@pytest.mark.parametrize("depth", [ECN_THRESHOLD - 1, ECN_THRESHOLD])
+def test_ecn_marks_ect_packets_on_the_depth_they_met(switch: DlcpSwitch, ecn: int, depth: int) -> None:
     switch.route("10.0.2.0", 24, 2)
-    switch.thresholds(1, MAG_THRESHOLD, QUEUE_THRESHOLD)
-    frame = dlcp_frame(job=1, mag=200, eligible=True, ecn=ecn)
-    assert switch.send(frame, depth=QUEUE_THRESHOLD + 5) == [(2, forwarded(frame, 2, ecn=ECN_CE))]
-    assert switch.counter("DlcpEgress.ecn_marks", 1) == (1, len(frame))
+    switch.ecn(1, ECN_THRESHOLD)
+    frame = dlcp_frame(job=1, mag=200, ecn=ecn)
+    marked = depth >= ECN_THRESHOLD
+    assert switch.send(frame, depth=depth) == [(2, forwarded(frame, 2, ecn=ECN_CE if marked else None))]
+    assert switch.counter("DlcpEgress.ecn_marks", 1) == ((1, len(frame)) if marked else (0, 0))
 
 
-def test_ecn_marking_needs_congestion_and_ect(switch: DlcpSwitch) -> None:
+def test_ecn_needs_ect_and_an_entry_for_the_job(switch: DlcpSwitch) -> None:
     switch.route("10.0.2.0", 24, 2)
-    switch.thresholds(1, MAG_THRESHOLD, QUEUE_THRESHOLD)
-    not_ect = dlcp_frame(mag=200, ecn=0)
-    calm = dlcp_frame(mag=200, ecn=1)
-    assert switch.send(not_ect, depth=QUEUE_THRESHOLD + 5) == [(2, forwarded(not_ect, 2))]
-    assert switch.send(calm, depth=QUEUE_THRESHOLD) == [(2, forwarded(calm, 2))]
+    switch.ecn(2, 0)
+    not_ect, other_job = dlcp_frame(job=2, ecn=0), dlcp_frame(job=1, ecn=2)
+    assert switch.send(not_ect, depth=50) == [(2, forwarded(not_ect, 2))]
+    assert switch.send(other_job, depth=50) == [(2, forwarded(other_job, 2))]
+    assert switch.counter("DlcpEgress.ecn_marks", 2) == (0, 0)
+
+
+def test_dropping_does_not_mark_and_ecn_does_not_drop(switch: DlcpSwitch) -> None:
+    """The two knobs are separate: neither table implies the other's action."""
+    switch.route("10.0.2.0", 24, 2)
+    switch.drop_class(1, QUEUE_THRESHOLD, mags=SMALL)
+    important = dlcp_frame(job=1, mag=200, eligible=False, ecn=2)
+    switch.queued(2, 0, 50)
+    assert switch.send(important, depth=50) == [(2, forwarded(important, 2))]   # not marked
     assert switch.counter("DlcpEgress.ecn_marks", 1) == (0, 0)
+
+    switch.pipeline.tables["DlcpIngress.drop_class"].clear()
+    switch.ecn(1, ECN_THRESHOLD)
+    small = dlcp_frame(job=1, mag=5, eligible=True, ecn=2)
+    switch.queued(2, 0, 50)
+    assert switch.send(small, depth=50) == [(2, forwarded(small, 2, ecn=ECN_CE))]  # not dropped
+    assert switch.counter("DlcpIngress.ingress_drops", EARLY)[0] == 0
 
 
 # -- per-job counters ------------------------------------------------------------------------

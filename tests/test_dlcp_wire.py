@@ -51,7 +51,7 @@ def scapy_packet(fields: dict) -> bytes:
                  / UDP(sport=33333, dport=DLCP_PORT) / DLCP(**fields) / Raw(payload))
 
 
-def install(switch: DlcpSwitch, fields: dict, mag_threshold: int) -> None:
+def install(switch: DlcpSwitch, fields: dict, drop_mags: tuple[int, int]) -> None:
     """Entries that hit only when the program read job, tensor and magnitude exactly."""
     switch.route("10.0.2.0", 24, 2)
     job, tensor, mag = fields["job_id"], fields["tensor_id"], fields["mag_class"]
@@ -65,14 +65,14 @@ def install(switch: DlcpSwitch, fields: dict, mag_threshold: int) -> None:
         switch.layer_priority(job, (0, 0xFFFF), prio=3, dscp=3, mags=(0, mag - 1), priority=22)
     if mag < 0xFF:
         switch.layer_priority(job, (0, 0xFFFF), prio=4, dscp=4, mags=(mag + 1, 0xFF), priority=23)
-    switch.thresholds(job, mag_threshold, 0)
+    switch.drop_class(job, 1, tensors=(tensor, tensor), mags=drop_mags)
 
 
 @pytest.mark.parametrize("fields", CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_program_reads_every_field_scapy_wrote(switch: DlcpSwitch, fields: dict) -> None:
     frame = scapy_packet(fields)
-    # A threshold one above the packet's class: dropped under congestion iff drop-eligible.
-    install(switch, fields, mag_threshold=fields["mag_class"] + 1)
+    # A drop class of exactly the packet's magnitude: dropped under congestion iff drop-eligible.
+    install(switch, fields, drop_mags=(fields["mag_class"], fields["mag_class"]))
 
     jobs = switch.pipeline.ingress(frame, IN_PORT, 0)
     assert len(jobs) == 1
@@ -80,9 +80,11 @@ def test_program_reads_every_field_scapy_wrote(switch: DlcpSwitch, fields: dict)
     assert switch.counter("DlcpIngress.job_rx", fields["job_id"])[0] == 1
     assert switch.counter("DlcpIngress.ingress_drops", 3)[0] == 0  # version accepted
 
-    out = switch.pipeline.egress(jobs[0], no_queue(depth=1))
+    switch.pipeline.egress(jobs[0], no_queue(depth=0))   # its queue is empty again
+    switch.queued(2, 5, 1)                               # one packet ahead in queue (2, 5)
     eligible = bool(fields["flags"] & Flags.DROP_ELIGIBLE)
-    assert (out == []) == eligible
+    assert (switch.pipeline.ingress(frame, IN_PORT, 0) == []) == eligible
+    switch.queued(2, 5, 0)
 
     calm = switch.send(frame, depth=0)
     assert len(calm) == 1
@@ -93,7 +95,8 @@ def test_program_reads_every_field_scapy_wrote(switch: DlcpSwitch, fields: dict)
     assert bytes(sent[UDP]) == bytes(Ether(frame)[UDP])  # header and payload untouched
 
 
-def test_threshold_equal_to_the_class_does_not_drop(switch: DlcpSwitch) -> None:
+def test_a_class_just_above_the_packet_does_not_drop(switch: DlcpSwitch) -> None:
     fields = dict(CASES[0], mag_class=200)
-    install(switch, fields, mag_threshold=200)
+    install(switch, fields, drop_mags=(201, 255))
+    switch.queued(2, 5, 5)
     assert len(switch.send(scapy_packet(fields), depth=5)) == 1

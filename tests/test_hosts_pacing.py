@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from hosts.pacing import Aimd, Pacer
+from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 
 
 def test_aimd_adds_and_halves_within_limits() -> None:
@@ -31,3 +31,31 @@ def test_pacer_keeps_to_the_rate() -> None:
     started = time.perf_counter()
     slow.burst()
     assert time.perf_counter() - started >= 0.0015
+
+
+def test_rtt_estimator_follows_rfc_6298_and_backs_off_to_the_cap() -> None:
+    rtt = RttEstimator(initial_rto=0.2, min_rto=0.01, max_rto=1.0)
+    assert rtt.rto == 0.2  # no sample yet
+    rtt.sample(0.1)
+    assert (rtt.srtt, rtt.rttvar) == (0.1, 0.05) and abs(rtt.rto - 0.3) < 1e-12  # SRTT + 4 RTTVAR
+    rtt.sample(0.02)
+    assert abs(rtt.rttvar - (0.75 * 0.05 + 0.25 * 0.08)) < 1e-12
+    assert abs(rtt.srtt - (0.875 * 0.1 + 0.125 * 0.02)) < 1e-12
+    assert [round(rtt.backed_off(a) / rtt.rto) for a in (1, 2)] == [1, 2]  # doubled per attempt
+    assert rtt.backed_off(3) == rtt.backed_off(10) == 1.0  # 4 x 0.32 s: capped
+
+
+def test_window_slow_start_then_additive_increase_and_one_cut_per_round_trip() -> None:
+    window = Window(cwnd=10, rtt=RttEstimator())
+    window.rtt.sample(0.01)  # type: ignore[union-attr]
+    window.on_ack(10)
+    assert window.cwnd == 20 and window.slow_start
+    assert window.on_congestion(now=100.0) and window.cwnd == 10 and window.ssthresh == 10
+    assert not window.on_congestion(now=100.005)  # within one SRTT of the last cut
+    assert window.on_congestion(now=100.02) and window.cwnd == 5
+    window.on_ack(5)
+    assert window.cwnd == 6 and not window.slow_start  # one packet per window
+    for second in range(20):
+        window.on_congestion(now=200.0 + second)
+    assert window.cwnd == window.min_cwnd * 2  # the floor: a chunk of one packet can always go
+    assert window.rate <= window.max_rate

@@ -5,11 +5,11 @@ Three namespace hosts on one switch: a sender, a background UDP blaster and a re
 port is rate-limited (``--queue-rate``, ``--queue-depth``, BMv2's meaning: each priority queue
 has its own rate and ``enq_qdepth`` is the depth of the packet's own queue). The controller
 library installs routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude
-class 118 are dropped when that queue holds more than 16 packets). Queue 3 drains slower than
+class 118 are dropped in ingress when that queue holds 16 packets or more; ECN marks from 16). Queue 3 drains slower than
 the job sends, so the job congests its own queue while the blast fills queue 0 beside it; the
 message completes within its loss bound without retransmission; only the
 drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
-``egress_drops[1]`` counted; important packets arrive ECN-marked and the sender's echo cuts
+``ingress_drops[6]`` counted; important packets arrive ECN-marked and the sender's echo cuts
 its congestion window.
 """
 
@@ -59,7 +59,8 @@ POLICY = {
     "jobs": [{
         "id": 1, "name": "e2e", "spraying": "off",
         "layers": [{"tensors": "0..65535", "priority": 3}],
-        "thresholds": [{"priority": "any", "mag_threshold": MAG_THRESHOLD, "queue_threshold": QUEUE_THRESHOLD}],
+        "dropping": {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": QUEUE_THRESHOLD}]},
+        "ecn": {"queue_threshold": QUEUE_THRESHOLD},
     }],
 }
 

@@ -15,7 +15,7 @@ from p4switch.native.build import build, find_compiler
 from p4switch.native.pipeline import NativePipeline, try_native
 from p4switch.pipeline import Pipeline
 from p4switch.stf import run_stf
-from p4switch.tables import EntryExists, EntryNotFound, Exact, Lpm, Range, TableEntry, Ternary
+from p4switch.tables import EntryExists, EntryNotFound, Exact, Lpm, Range, TableEntry
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
 
@@ -122,10 +122,12 @@ def _install_dlcp(pipeline) -> None:
                                                       "DlcpIngress.set_priority", (5, 46)))
     t["DlcpIngress.layer_priority"].insert(TableEntry((Exact(1), None, None), 5,
                                                       "DlcpIngress.set_priority", (2, 10)))
-    t["DlcpEgress.drop_threshold"].insert(TableEntry((Exact(1), Ternary(0, 0)), 1, "DlcpEgress.set_thresholds",
-                                                     (100, 0)))
-    t["DlcpEgress.drop_threshold"].insert(TableEntry((Exact(7), Ternary(2, 7)), 3, "DlcpEgress.set_thresholds",
-                                                     (200, 0)))
+    t["DlcpIngress.drop_class"].insert(TableEntry((Exact(1), None, Range(0, 100)), 1, "DlcpIngress.drop_above",
+                                                  (0,)))
+    t["DlcpIngress.drop_class"].insert(TableEntry((Exact(7), Range(2, 9), None), 3, "DlcpIngress.drop_above",
+                                                  (1,)))
+    t["DlcpEgress.ecn_threshold"].insert(TableEntry((Exact(1),), 0, "DlcpEgress.mark_above", (0,)))
+    t["DlcpIngress.switch_seed"].set_default("DlcpIngress.set_seed", (0x9E3779B1,))
 
 
 def test_random_packets_give_the_same_bytes_and_counters(dlcp_program) -> None:

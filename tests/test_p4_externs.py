@@ -142,3 +142,13 @@ def test_csum16_of_a_number_equals_csum16_of_its_bytes():
     for n in [0, 1, 2, 3, 19, 20, 21] + [rng.randrange(1, 64) for _ in range(200)]:
         data = bytes(rng.choice([0, 0xFF, rng.randrange(256)]) for _ in range(n))
         assert hashes.csum16_value(int.from_bytes(data, "big"), n) == hashes.csum16(data), data
+
+
+def test_identity_hash_takes_the_first_eight_bytes_as_bmv2() -> None:
+    """BMv2's ``identity`` (calculations.cpp) folds the first min(8, len) bytes, big-endian."""
+    from p4switch.hashes import identity
+
+    data = bytes.fromhex("0102030405060708090a0b0c")
+    assert identity(data) == 0x0102030405060708
+    assert identity(bytes.fromhex("a1b2c3")) == 0xA1B2C3
+    assert identity(b"") == 0

@@ -32,11 +32,10 @@ def test_each_configuration_is_a_valid_policy_with_its_mechanisms(tmp_path: Path
             if config.queues == "layer":  # front layers (low tensor ids) most urgent
                 first = next(r for r in job.layers if r.tensors[0] == 0)
                 assert first.priority == max(priorities)
-            assert bool(job.thresholds) == config.dropping
-            if config.dropping:
-                # Above the background's queue the threshold sits above a full background queue (32).
-                (rule,) = job.thresholds
-                assert (rule.queue_threshold > 32) == (config.queues != "fifo")
+            assert job.dropping == config.dropping and job.ecn == config.ecn
+            if config.dropping:   # the job's own queue, half of the fabric's 32 packets
+                (rule,) = job.drop_classes
+                assert rule.queue_threshold == 16 and rule.mag_class[1] < 128
             assert (job.spraying == "random") == config.spraying
         assert (config.grad_bound > 0) == config.dropping
         assert (config.comm == "gloo") == (config.name == "gloo")
