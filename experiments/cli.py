@@ -88,7 +88,8 @@ def add_transport_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--back-loss-bound", type=float, default=d.back_loss_bound,
                    help="share of a back layer's gradient the network may lose")
     p.add_argument("--job", type=int, default=d.job_id, help="DLCP job id")
-    p.add_argument("--rate", type=float, default=d.rate_pps, help="initial sending rate (packets/s, AIMD)")
+    p.add_argument("--rate", type=float, default=d.rate_pps,
+                   help="ceiling of each host's pacing rate (packets/s); the congestion window finds the rate below it")
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds to wait for a message")
 
 

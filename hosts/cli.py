@@ -107,6 +107,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="seconds a peer may be silent (nothing at all heard from it) before the command gives "
                         "up naming it; recv: seconds to wait for each message (default 30)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON lines to this file")
+    p.add_argument("--key-file", type=Path, default=None,
+                   help="file holding the job's shared key (>= 16 bytes): sign every datagram and drop unsigned "
+                        "ones (default: no key)")
 
 
 def parse_address(text: str, *, default_port: int | None = None) -> tuple[str, int]:
@@ -161,9 +164,17 @@ def _endpoint(args: argparse.Namespace, bind: tuple[str, int], worker_id: int, *
     from hosts.pacing import Aimd
     from hosts.wire import MsgType
 
+    key = None
+    if getattr(args, "key_file", None) is not None:
+        try:
+            key = args.key_file.read_bytes()
+        except OSError as exc:
+            raise HostError(f"cannot read the job key {args.key_file}: {exc.strerror}") from None
+        if len(key) < 16:
+            raise HostError(f"the job key in {args.key_file} has {len(key)} bytes; it needs at least 16")
     return Endpoint(worker_id=worker_id, job_id=args.job, host=bind[0], port=bind[1],
                     bounds={MsgType.GRADIENT: args.grad_bound, MsgType.PARAMETER: args.param_bound},
-                    aimd=Aimd(rate=args.rate), **kw)
+                    aimd=Aimd(rate=args.rate), peer_timeout=args.timeout, key=key, **kw)
 
 
 def _with_lines(args: argparse.Namespace, body: Callable[[_Lines], int]) -> int:

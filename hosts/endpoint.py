@@ -31,12 +31,13 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from hosts.auth import TAG_LEN, Signer
 from hosts.errors import TransportError
 from hosts.liveness import Liveness
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
@@ -72,7 +73,8 @@ class Endpoint:
     first bitmap); `max_rounds` (None: no limit) caps retransmission rounds; `linger` is
     the quiet time `close()` waits for; `ecn=False` sends Not-ECT. `peers` (worker id ->
     address) is the job's membership: datagrams from anyone else are dropped and never
-    answered (see :class:`~hosts.receiver.Reassembler`)."""
+    answered (see :class:`~hosts.receiver.Reassembler`). `key`: the job's shared key; every
+    datagram is then signed and checked (:mod:`hosts.auth`)."""
 
     def __init__(
         self,
@@ -98,11 +100,13 @@ class Endpoint:
         ecn: bool = True,
         peers: Mapping[int, Address] | None = None,
         send_threads: int = 32,
+        key: bytes | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
         self.bounds = dict(DEFAULT_BOUNDS if bounds is None else bounds)
-        self.count = count
+        self.signer = Signer(key) if key is not None else None
+        self.count = min(count, MAX_COUNT_MTU_1500 - TAG_LEN // 4) if key is not None else count
         self.window = window or Window()
         if aimd is not None:
             self.window.max_rate = aimd.rate
@@ -135,7 +139,7 @@ class Endpoint:
         self._inbox_ready = threading.Condition()
         self._cond = threading.Condition()  # guards the window, in_flight and chunk answers
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
-        self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}
+        self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}  # (peer, message, probe nonce)
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
         self._rtts: dict[Address, RttEstimator] = {}
         self._nonces = itertools.count(1)
@@ -248,6 +252,7 @@ class Endpoint:
         buffers = [buf]
         handle = self.reassembler.handle
         heard = self.liveness.heard
+        signer = self.signer
         while not self._stop.is_set():
             if not poller.poll(50):
                 continue
@@ -258,8 +263,15 @@ class Endpoint:
                     break
                 except OSError:
                     break
-                now = self._last_rx = time.monotonic()
                 data = view[:n]
+                if signer is not None:
+                    checked = signer.verify(data)
+                    if checked is None:
+                        self.reassembler.stats.drops["bad_tag"] += 1
+                        continue
+                    data = checked
+                    n = len(data)
+                now = self._last_rx = time.monotonic()
                 heard(source, now, bytes(buf[:HEADER_LEN]))
                 if n >= HEADER_LEN and buf[0] & 0x0F == MsgType.BITMAP:
                     self._on_bitmap(data, source, now)
@@ -269,7 +281,7 @@ class Endpoint:
                 replies, delivered = handle(data, source, ce)
                 for reply in replies:
                     try:
-                        self._sock.sendto(reply, source)
+                        self._sock.sendto(reply if signer is None else signer.sign(reply), source)
                     except OSError:
                         self.reassembler.stats.drops["reply_failed"] += 1
                 if delivered:
@@ -279,13 +291,14 @@ class Endpoint:
                         self._inbox_ready.notify_all()
 
     def _on_bitmap(self, data: memoryview, source: Address, now: float) -> None:
-        vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = HEADER_STRUCT.unpack_from(data)
+        _vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = (
+            HEADER_STRUCT.unpack_from(data))
         if tlen == 0 and nbits == 0:
             return  # a keep-alive answer: liveness noted it
         wait = None
         if kind in (MsgType.GRADIENT, MsgType.PARAMETER) and job == self.job_id:
             key = MessageKey(job, worker, iteration, tensor, MsgType(kind))
-            wait = self._waits.get((source, key, start))
+            wait = self._waits.get((source, key, nonce))
         if wait is None:
             self.reassembler.stats.drops["unexpected_bitmap"] += 1
             return
@@ -345,7 +358,8 @@ class Endpoint:
         if self._executor is None:
             with self._cond:
                 if self._executor is None:
-                    self._executor = ThreadPoolExecutor(self.send_threads, thread_name_prefix=f"dlcp-tx-{self.worker_id}")
+                    self._executor = ThreadPoolExecutor(self.send_threads,
+                                                        thread_name_prefix=f"dlcp-tx-{self.worker_id}")
         values = as_float32(values).copy()  # the caller may reuse its buffer
         return self._executor.submit(self.send, dest, values, **options)
 
@@ -359,6 +373,9 @@ class Endpoint:
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None:
         sendto = self._sock.sendto
         views = batch.views()
+        if self.signer is not None:
+            sign = self.signer.sign
+            views = {j: sign(views[j]) for j in indices.tolist()}  # type: ignore[assignment]
         order = indices.tolist()
         i, total = 0, len(order)
         with self._tx_lock:
@@ -372,6 +389,8 @@ class Endpoint:
                 i += allowed
 
     def _send_control(self, data: bytes, dest: Address) -> None:
+        if self.signer is not None:
+            data = self.signer.sign(data)
         try:
             self._sock.sendto(data, dest)
         except OSError as exc:
@@ -392,14 +411,15 @@ class Endpoint:
             assert self.window.rtt is not None
             self.window.rtt.sample(seconds)
 
-    def _register(self, dest: Address, key: MessageKey, wait: ChunkWait) -> None:
+    def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None:
         with self._cond:
-            self._waits[(dest, key, wait.first)] = wait
+            self._waits[(dest, key, nonce)] = wait
 
-    def _unregister(self, dest: Address, key: MessageKey, wait: ChunkWait) -> None:
+    def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None:
         with self._cond:
-            if self._waits.get((dest, key, wait.first)) is wait:
-                del self._waits[(dest, key, wait.first)]
+            for nonce in nonces:
+                if self._waits.get((dest, key, nonce)) is wait:
+                    del self._waits[(dest, key, nonce)]
 
 
 def _describe_key(key: MessageKey) -> str:

@@ -2,11 +2,15 @@
 
 :class:`Reassembler` takes raw DLCP datagrams and returns the replies to send back and the
 messages that completed. Values are placed by offset in any order; duplicates are ignored;
-a probe is answered with bitmaps of the data packets it covers; a message completes when
-every element arrived, or at a probe once at least (1 - bound) of its elements arrived; a
-completed message answers every later probe with a full bitmap (it needs nothing more).
-Data that arrived with IP ECN = CE (``handle(..., ce=True)``) sets the ECN-echo flag of the
-message's next bitmap answer, so the sender's AIMD slows down before the switch has to drop.
+a probe is answered with one bitmap of the data packets it covers (never more than its size
+class allows, and without allocating anything: a message nothing arrived of gets a 28-byte
+answer with no bits); a message completes when every element arrived, or at a probe with
+the *last* flag once at least (1 - bound) of its elements arrived; a completed message
+answers every later probe with a full bitmap flagged *last* (it needs nothing more). Only
+the job's members (``peers``, else the first address each worker id sent data from) are
+heard. Data that arrived with IP ECN = CE (``handle(..., ce=True)``) sets the ECN-echo flag
+of the message's next bitmap answer, so the sender's window shrinks before the switch has
+to drop.
 A tensor may be sent in parts (each part its own probe); sequence numbers are unique per
 tensor, so the parts share one assembly. Lost gradient values are zero; lost parameter
 values keep what ``prior(key)`` returned (the previous iteration's values). Anything

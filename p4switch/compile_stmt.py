@@ -11,6 +11,7 @@ from p4switch.compiled import (
     E, ActionImpl, Const, ControlImpl, ExternInstance, Fn, FunctionImpl, PacketParam, Place,
     Scope, TableImpl, Var, _same_type, field_is_scalar, generate,
 )
+from p4switch.expr_text import expr_text
 from p4switch.frontend.types import BoolT, DeclT, HeaderT, P4Type, StackT, StructT, VoidT, slot_count
 from p4switch.runtime import ExitSignal, ReturnSignal
 
@@ -450,7 +451,6 @@ class StmtCompiler:
 
 
 def _callee_text(node: Any) -> str:
-    from p4switch.compile_expr import expr_text
     return expr_text(node)
 
 

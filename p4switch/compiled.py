@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from lark import Tree
 
+from p4switch.expr_text import expr_text
 from p4switch.frontend.program import DigestInfo, ProgramInfo, TableInfo
 from p4switch.frontend.types import (
     BitT, BoolT, EnumT, ErrorT, ExternT, HeaderT, IntLitT, ListT, MatchKindT, P4Type, StackT,
@@ -291,7 +292,6 @@ def _anno_arg_text(node: Any) -> str:
         return str(node.children[0])
     if isinstance(node, Tree) and node.data in ("true_lit", "false_lit"):
         return node.data[:-4]
-    from p4switch.compile_expr import expr_text
     return expr_text(node)
 
 

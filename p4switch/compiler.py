@@ -15,8 +15,11 @@ from lark import Token, Tree
 from p4switch.compile_blocks import BlockCompiler
 from p4switch.compile_expr import ExprCompiler
 from p4switch.compile_externs import ExternCompiler
+from p4switch.compile_operators import OperatorCompiler
 from p4switch.compile_packet import PacketCompiler
+from p4switch.compile_parsers import ParserCompiler
 from p4switch.compile_stmt import StmtCompiler
+from p4switch.compile_tables import TableCompiler
 from p4switch.compiled import (
     E, ActionImpl, Const, Place, Scope, _anno_map, _anno_string, _same_type, const,
     parse_int_literal, to_unsigned, wrapper, Fn,
@@ -31,7 +34,8 @@ from p4switch.frontend.types import (
 from p4switch.tables import Table
 
 
-class Compiler(ExprCompiler, StmtCompiler, ExternCompiler, PacketCompiler, BlockCompiler):
+class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, ExternCompiler, PacketCompiler,
+               ParserCompiler, TableCompiler, BlockCompiler):
     """One compilation of one program; see module docstring."""
 
     def __init__(self, tree: Tree, locate: Callable[[int, int], SourceLocation], seed: int = 0) -> None:

@@ -193,3 +193,33 @@ def test_cli_ring_workers(tmp_path: Path) -> None:
         assert all(r["collective"] == "ring" and r["transfers"] == 3 and r["loss_rate"] == 0 for r in its)
         # each rank sends half of every layer twice (reduce-scatter and all-gather)
         assert all(r["bytes"] == 4 * 16_700 for r in its)
+
+
+def test_cli_send_and_recv_say_what_was_lost_and_how_the_window_went(capsys: pytest.CaptureFixture[str]) -> None:
+    from hosts.relay import Relay
+    from hosts.wire import Flags, Header, MsgType
+
+    def lose_two(h: Header, data: bytes) -> int:  # 2 of 100 packets: within the 5 % bound
+        first = h.msg_type <= MsgType.PARAMETER and not h.flags & Flags.RETRANSMIT
+        return 0 if first and h.seq in (10, 60) else 1
+
+    cmd = [sys.executable, "-m", "gradfabric.cli", "agent"]
+    recv = subprocess.Popen([*cmd, "recv", "--bind", "127.0.0.1:0", "--messages", "1", "--grad-bound", "0.05",
+                             "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = _listening(recv)
+        with Relay(("127.0.0.1", int(port)), lose_two) as relay:
+            assert gradfabric_cli.main(["agent", "send", "--to", f"127.0.0.1:{relay.address[1]}", "--messages", "1",
+                                        "--elements", "36100", "--grad-bound", "0.05", "--timeout", "10"]) == 0
+            out, err = recv.communicate(timeout=30)
+        assert recv.returncode == 0, err
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+    sent = [json.loads(l) for l in capsys.readouterr().out.splitlines()][1]
+    received = next(json.loads(l) for l in out.splitlines() if '"received"' in l)
+    assert received["zero_filled"] == 2 * 361 and received["wrong"] == 0
+    assert "intact" not in received and "lost" not in received  # no "intact" next to a loss
+    assert sent["retransmissions"] == 0 and sent["missing"] == 2 * 361
+    assert sent["cwnd"] > 10 and sent["window_cuts"] == 0 and sent["srtt_ms"] > 0  # loss within the bound: no cut

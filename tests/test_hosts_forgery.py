@@ -138,3 +138,24 @@ def test_a_member_gets_answers_for_what_it_sent() -> None:
     bits = np.unpackbits(np.frombuffer(answers[0][HEADER_LEN:], np.uint8), count=len(packets), bitorder="little")
     assert bits.tolist() == [1] * (len(packets) - 1) + [0]
     assert unpack_header(answers[0]).seq == 77  # the probe's nonce comes back
+
+
+def test_with_a_job_key_only_signed_datagrams_count() -> None:
+    key = b"0123456789abcdef-job-1"
+    values = np.random.default_rng(1).normal(size=20_000).astype(np.float32)
+    forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with Endpoint(worker_id=1, key=key) as sender, Endpoint(worker_id=2, key=key) as receiver, \
+            Endpoint(worker_id=1, key=b"another key of 16+ bytes") as outsider:
+        try:
+            forger.sendto(_forged(tensor_len=20_000), receiver.address)  # unsigned, right shape
+            outsider.keepalive(receiver.address)  # signed with the wrong key
+            outsider_address = outsider.address
+            time.sleep(0.1)
+            report = sender.send(receiver.address, values, iteration=0)
+            got = receiver.receive(timeout=5)
+        finally:
+            forger.close()
+    np.testing.assert_array_equal(got.values, values)
+    assert report.retransmitted == 0 and sender.count == 361 - 4  # the tag takes 4 values' room
+    assert receiver.reassembler.stats.drops["bad_tag"] == 2
+    assert receiver.liveness.last(outsider_address) is None  # not even heard

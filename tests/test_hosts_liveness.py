@@ -54,6 +54,7 @@ def _stall(pid: int, stop: threading.Event, stalls: list[float]) -> None:
         stalls.append(0.2)
 
 
+@pytest.mark.slow
 def test_ps_job_through_loss_reordering_and_stalls_completes_within_bounds() -> None:
     ctx = mp.get_context("spawn")
     ports: mp.Queue = ctx.Queue()

@@ -39,7 +39,8 @@ def test_rtt_estimator_follows_rfc_6298_and_backs_off_to_the_cap() -> None:
     rtt.sample(0.1)
     assert (rtt.srtt, rtt.rttvar) == (0.1, 0.05) and abs(rtt.rto - 0.3) < 1e-12  # SRTT + 4 RTTVAR
     rtt.sample(0.02)
-    assert abs(rtt.rttvar - (0.75 * 0.05 + 0.25 * 0.08)) < 1e-12 and abs(rtt.srtt - (0.875 * 0.1 + 0.125 * 0.02)) < 1e-12
+    assert abs(rtt.rttvar - (0.75 * 0.05 + 0.25 * 0.08)) < 1e-12
+    assert abs(rtt.srtt - (0.875 * 0.1 + 0.125 * 0.02)) < 1e-12
     assert [round(rtt.backed_off(a) / rtt.rto) for a in (1, 2)] == [1, 2]  # doubled per attempt
     assert rtt.backed_off(3) == rtt.backed_off(10) == 1.0  # 4 x 0.32 s: capped
 

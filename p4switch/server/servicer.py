@@ -75,6 +75,29 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
     """A gRPC status with trailing metadata (for google.rpc.Status details)."""
 
 
+@dataclass(frozen=True)
+class MalformedRequest:
+    """A request whose bytes do not parse: its handler answers INVALID_ARGUMENT (gRPC itself
+    would answer INTERNAL for a deserializer that raises)."""
+
+    reason: str
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # noqa: BLE001 - any bytes a client sends must get a status
+            return MalformedRequest(f"{type(exc).__name__}: {exc}")
+    return deserialize
+
+
+def _parsed(request: Any) -> Any:
+    if isinstance(request, MalformedRequest):
+        raise invalid(f"the request does not parse: {request.reason}")
+    return request
+
+
 @dataclass
 class ForwardingConfig:
     p4info: p4info_pb2.P4Info
@@ -139,6 +162,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def SetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:
         with _AbortOnRpcError(context):
+            _parsed(request)
             self._check_device(request.device_id)
             if request.role:
                 raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only the default role is supported")
@@ -172,6 +196,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def GetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:
         with _AbortOnRpcError(context):
+            _parsed(request)
             self._check_device(request.device_id)
             response = p4runtime_pb2.GetForwardingPipelineConfigResponse()
             config = self.config
@@ -187,6 +212,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             return response
 
     def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with _AbortOnRpcError(context):
+            _parsed(request)
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
     # -- Write and Read ---------------------------------------------------------------------
@@ -204,6 +231,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def Write(self, request: Any, context: grpc.ServicerContext) -> Any:
         with _AbortOnRpcError(context):
+            _parsed(request)
             self._check_device(request.device_id)
             if request.role:
                 raise RpcError(grpc.StatusCode.UNIMPLEMENTED, "only the default role is supported")
@@ -234,6 +262,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         each built under the pipeline lock and sent before the next is built, so a large read
         neither holds the lock nor its whole answer in memory; it stops when the client goes."""
         with _AbortOnRpcError(context):
+            _parsed(request)
             self._check_device(request.device_id)
             store = self._store()
             if len(request.entities) > MAX_READ_ENTITIES:
@@ -295,6 +324,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         arbitrated = False
         try:
             for message in requests:
+                if isinstance(message, MalformedRequest):
+                    responses.put(invalid(f"a stream message does not parse: {message.reason}"))
+                    return
                 kind = message.WhichOneof("update")
                 try:
                     if kind == "arbitration":
@@ -447,23 +479,23 @@ def _service_handler(servicer: P4RuntimeServicer) -> grpc.GenericRpcHandler:
     pb = p4runtime_pb2
     handlers = {
         "Write": grpc.unary_unary_rpc_method_handler(
-            servicer.Write, request_deserializer=wire.parse_write_request,
+            servicer.Write, request_deserializer=_lenient(wire.parse_write_request),
             response_serializer=pb.WriteResponse.SerializeToString),
         "Read": grpc.unary_stream_rpc_method_handler(
-            servicer.Read, request_deserializer=pb.ReadRequest.FromString, response_serializer=wire.serialize),
+            servicer.Read, request_deserializer=_lenient(pb.ReadRequest.FromString), response_serializer=wire.serialize),
         "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
             servicer.SetForwardingPipelineConfig,
-            request_deserializer=pb.SetForwardingPipelineConfigRequest.FromString,
+            request_deserializer=_lenient(pb.SetForwardingPipelineConfigRequest.FromString),
             response_serializer=pb.SetForwardingPipelineConfigResponse.SerializeToString),
         "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
             servicer.GetForwardingPipelineConfig,
-            request_deserializer=pb.GetForwardingPipelineConfigRequest.FromString,
+            request_deserializer=_lenient(pb.GetForwardingPipelineConfigRequest.FromString),
             response_serializer=pb.GetForwardingPipelineConfigResponse.SerializeToString),
         "StreamChannel": grpc.stream_stream_rpc_method_handler(
-            servicer.StreamChannel, request_deserializer=pb.StreamMessageRequest.FromString,
+            servicer.StreamChannel, request_deserializer=_lenient(pb.StreamMessageRequest.FromString),
             response_serializer=pb.StreamMessageResponse.SerializeToString),
         "Capabilities": grpc.unary_unary_rpc_method_handler(
-            servicer.Capabilities, request_deserializer=pb.CapabilitiesRequest.FromString,
+            servicer.Capabilities, request_deserializer=_lenient(pb.CapabilitiesRequest.FromString),
             response_serializer=pb.CapabilitiesResponse.SerializeToString),
     }
     return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers)

@@ -9,8 +9,9 @@ over the same port in the same run:
 * goodput of one DLCP stream of 1 MB messages, loss bound 0, four in flight, against one
   iperf3 TCP flow;
 * completion time p50/p99 of 1 MB messages sent one after another with 1 % random loss
-  (DLCP through :mod:`hosts.relay`; TCP through ``tc netem`` on the sender, when the kernel
-  has it) at bound 0 and at bound 1 %;
+  (DLCP through :mod:`hosts.relay`; TCP through ``tc netem`` on the sender, or, on kernels
+  without netem, a ``tc`` classic-BPF random match steering 1 % of the sender's packets
+  into a class that drops them) at bound 0 and at bound 1 %;
 * two DLCP senders sharing the port (the slower one's goodput against the faster one's);
 * a DLCP stream and an iperf3 TCP flow sharing the port (DLCP's goodput against TCP's).
 
@@ -212,25 +213,75 @@ def _iperf_goodput(server: subprocess.Popen[str], proc: subprocess.Popen[str]) -
     return float(report["end"]["sum_received"]["bytes"]) / float(report["end"]["sum_received"]["seconds"])
 
 
-def _tcp_messages(hosts: dict, loss: float) -> list[float] | None:
+def _random_match(probability: float) -> str:
+    """Classic BPF for ``tc filter ... bpf``: match (return -1) when the kernel's random
+    number is below `probability` of its range (ld rand; jge threshold: no match)."""
+    threshold = int(probability * 2**32)
+    return f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {threshold},6 0 0 4294967295,6 0 0 0"
+
+
+@contextmanager
+def _lossy(host: object, loss: float) -> Iterator[str | None]:
+    """Random loss of `loss` on everything `host` sends: netem when the kernel has it, else
+    an htb class whose tbf leaf drops every full-size packet, chosen by a classic-BPF random
+    match. Yields how, or None when neither works."""
     from tests import netns
 
-    sender = hosts["sender"]
-    netem = netns.in_ns(sender.ns, "tc", "qdisc", "add", "dev", sender.iface, "root", "netem", "loss",
-                        f"{loss * 100:g}%", check=False)
-    if netem.returncode != 0:
-        return None
+    ns, dev = host.ns, host.iface  # type: ignore[attr-defined]
+    tc = ("tc", "qdisc", "del", "dev", dev, "root")
+    if netns.in_ns(ns, "tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", f"{loss * 100:g}%",
+                   check=False).returncode == 0:
+        how: str | None = "netem"
+    else:
+        # One packet per skb, so that a drop is one packet (no GSO batches).
+        netns.in_ns(ns, "ethtool", "-K", dev, "gso", "off", "tso", "off", "gro", "off", check=False)
+        steps = [
+            ("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"),
+            ("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit"),
+            ("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb", "rate", "10gbit"),
+            ("tc", "qdisc", "add", "dev", dev, "parent", "1:2", "tbf", "rate", "1mbit", "burst", "200",
+             "limit", "1000"),
+            ("tc", "filter", "add", "dev", dev, "parent", "1:", "bpf", "bytecode", _random_match(loss),
+             "classid", "1:2"),
+        ]
+        how = "random tc bpf drop"
+        for step in steps:
+            if netns.in_ns(ns, *step, check=False).returncode != 0:
+                how = None
+                break
     try:
+        yield how
+    finally:
+        netns.in_ns(ns, *tc, check=False)
+
+
+def _tcp_counters(ns: str) -> dict[str, int]:
+    """The namespace's TCP segment counters (nstat, absolute, without touching its history)."""
+    from tests import netns
+
+    out = netns.in_ns(ns, "nstat", "-asz", "TcpOutSegs", "TcpRetransSegs", check=False).stdout
+    return {f[0]: int(f[1]) for f in (line.split() for line in out.splitlines()) if len(f) >= 2 and f[1].isdigit()}
+
+
+def _tcp_messages(hosts: dict, loss: float) -> tuple[list[float], str] | None:
+    sender = hosts["sender"]
+    before = _tcp_counters(sender.ns)
+    with _lossy(sender, loss) as how:
+        if how is None:
+            return None
         server = _python(hosts["receiver"].ns, TCP_MESSAGES, "server", RECEIVER_IP, "5301", str(SERIAL),
                          str(MESSAGE * 4))
         _line(server, "ready")
         client = _python(sender.ns, TCP_MESSAGES, "client", RECEIVER_IP, "5301", str(SERIAL), str(MESSAGE * 4))
         try:
-            return list(json.loads(_line(client, "result "))["times"])
+            times = list(json.loads(_line(client, "result "))["times"])
         finally:
             _stop(client, server)
-    finally:
-        netns.in_ns(sender.ns, "tc", "qdisc", "del", "dev", sender.iface, "root", check=False)
+    after = _tcp_counters(sender.ns)
+    sent = after.get("TcpOutSegs", 0) - before.get("TcpOutSegs", 0)
+    resent = after.get("TcpRetransSegs", 0) - before.get("TcpRetransSegs", 0)
+    print(f"    TCP: {resent} of {sent} segments retransmitted", flush=True)
+    return times, f"{how}; {resent} of {sent} segments resent"
 
 
 def _goodput(result: dict) -> float:
@@ -251,8 +302,40 @@ def run() -> list[Figure]:
         return _measure()
 
 
+#: Where the run's plot and table go (linked from hosts/README.md).
+RESULTS = Path(__file__).resolve().parents[2] / "hosts" / "results"
+
+
+def _write_results(figures: list[Figure], times: dict[str, list[float]]) -> None:
+    """hosts/results/transport_fabric.{md,png}: the table and the completion-time CDFs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    lines = ["| benchmark | value | baseline | baseline value | ratio |", "|---|---:|---|---:|---:|"]
+    lines += [f"| {f.name} | {f.value:,.1f} {f.unit} | {f.baseline_name} | {f.baseline:,.1f} {f.unit} | "
+              f"{f.ratio:.3f}x |" for f in figures]
+    (RESULTS / "transport_fabric.md").write_text(
+        "Made by `make bench` (`python -m tests.benchmarks transport_fabric`): one embedded switch, "
+        f"receiver port {PORT_RATE_PPS} packets/s, {DEPTH}-packet queue.\n\n" + "\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, values in times.items():
+        ordered = np.sort(np.asarray(values) * 1e3)
+        ax.plot(ordered, np.arange(1, ordered.size + 1) / ordered.size, label=label)
+    ax.set_xlabel("1 MB message completion time (ms), 1 % random loss")
+    ax.set_ylabel("share of messages")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "transport_fabric.png", dpi=110)
+    plt.close(fig)
+
+
 def _measure() -> list[Figure]:
     figures: list[Figure] = []
+    times: dict[str, list[float]] = {}
     rate = f"{PORT_RATE_PPS} packets/s port"
     with _bed() as hosts:
         print("  one DLCP stream, bound 0 ...", flush=True)
@@ -262,19 +345,21 @@ def _measure() -> list[Figure]:
         figures.append(Figure(f"DLCP goodput, 1 stream, bound 0, {rate}", _goodput(dlcp) / 1e6,
                               "iperf3 TCP, same port", tcp / 1e6, "MB/s"))
         print(f"    DLCP {dlcp}", flush=True)
-        tcp_times = _tcp_messages(hosts, 0.01)
+        tcp = _tcp_messages(hosts, 0.01)
         for bound in (0.0, 0.01):
             print(f"  1 MB messages, 1% loss, bound {bound:g} ...", flush=True)
             serial = _dlcp_run(hosts, [("sender", 1, "serial")], bound=bound, seconds=SERIAL, relay_loss=0.01)[0]
             p50, p99 = _percentiles(serial["times"])
-            if tcp_times is None:
-                print(f"    DLCP p50 {p50:.1f} ms p99 {p99:.1f} ms; TCP baseline unavailable (no netem)")
+            times[f"DLCP, bound {bound:g}"] = serial["times"]
+            print(f"    DLCP {serial}", flush=True)
+            if tcp is None:
+                print(f"    DLCP p50 {p50:.1f} ms p99 {p99:.1f} ms; TCP baseline unavailable (no netem, no tc bpf)")
                 continue
-            t50, t99 = _percentiles(tcp_times)
+            t50, t99 = _percentiles(tcp[0])
             figures.append(Figure(f"1 MB completion p50, 1% loss, bound {bound:g}", p50,
-                                  "TCP, 1% loss (netem)", t50, "ms", higher_is_better=False))
+                                  f"TCP, 1% loss ({tcp[1]})", t50, "ms", higher_is_better=False))
             figures.append(Figure(f"1 MB completion p99, 1% loss, bound {bound:g}", p99,
-                                  "TCP, 1% loss (netem)", t99, "ms", higher_is_better=False))
+                                  f"TCP, 1% loss ({tcp[1]})", t99, "ms", higher_is_better=False))
         print("  two DLCP senders sharing the port ...", flush=True)
         pair = _dlcp_run(hosts, [("sender", 1, "stream"), ("blaster", 2, "stream")], bound=0.0)
         a, b = sorted(_goodput(r) for r in pair)
@@ -287,6 +372,9 @@ def _measure() -> list[Figure]:
             tcp_shared = _iperf_goodput(server, iperf)
         figures.append(Figure("DLCP goodput sharing the port with TCP", _goodput(shared) / 1e6,
                               "the TCP flow's goodput", tcp_shared / 1e6, "MB/s"))
+    if tcp is not None:
+        times[f"TCP ({tcp[1]})"] = tcp[0]
+    _write_results(figures, times)
     return figures
 
 
