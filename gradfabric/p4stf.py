@@ -103,7 +103,7 @@ def run_p4c_stf(program: Path, stf: Path, *, settle_scale: float = 3.0,
                str(Path(program).resolve()), "-tf", str(Path(stf).resolve()),
                "-bd", str(build), "-td", str(work), "-b"]
     for arg in switch_args:
-        command += ["--switch-arg", arg]
+        command.append(f"--switch-arg={arg}")
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     if include.is_dir():
         env["P4C_16_INCLUDE_PATH"] = str(include)
