@@ -28,6 +28,11 @@ DEB_PACKAGES := mininet iproute2 tcpdump ethtool iperf3 iputils-ping procps psmi
                 python3-venv python3-dev gcc
 DEB_STAMP    := $(VENV)/.debs-ok
 PIP_STAMP    := $(VENV)/.installed
+# p4c's STF driver (p4c-stf) runs in its own small venv: it needs ply and scapy 2.5.0 (p4c
+# 1.2.4.17's pin; the project itself uses a newer scapy). gradfabric/p4stf.py finds it, unless
+# P4C_STF_PYTHON names another python.
+STF_VENV     := .venv-stf
+STF_STAMP    := $(STF_VENV)/.installed
 
 .PHONY: help install run test bench soak stop clean p4
 
@@ -41,7 +46,14 @@ help:
 	@echo "make clean   stop, then remove .venv, build/, logs/, pcaps/ and caches"
 	@echo "make install Debian packages and the virtual environment only"
 
-install: $(PIP_STAMP)
+install: $(PIP_STAMP) $(STF_STAMP)
+
+$(STF_STAMP): $(DEB_STAMP)
+	@test -x $(STF_VENV)/bin/python || $(SYSTEM_PY) -m venv $(STF_VENV) \
+	  || { echo "install: could not create $(STF_VENV)" >&2; exit 1; }
+	@$(STF_VENV)/bin/python -m pip install -q "ply==3.11" "scapy==2.5.0" \
+	  || { echo "install: pip install ply scapy==2.5.0 into $(STF_VENV) failed" >&2; exit 1; }
+	@touch $@
 
 $(DEB_STAMP):
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -86,5 +98,5 @@ stop:
 	@if [ -x $(VENV)/bin/gradfabric ]; then $(VENV)/bin/gradfabric stop; else echo "stop: nothing installed, nothing running"; fi
 
 clean: stop
-	rm -rf $(VENV) build logs pcaps .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(STF_VENV) build logs pcaps .pytest_cache .hypothesis *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

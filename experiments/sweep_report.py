@@ -38,7 +38,10 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             f"`{p['command']}` started {p['started']}" for p in meta["pooled_from"]) + "."),
         f"Job: PyTorch DDP, CNN on scikit-learn digits, {job['iterations']} iterations, batch {job['batch_size']} "
         f"per rank, Adam lr {job['lr']}; target test accuracy {meta['target_accuracy']}; "
-        f"{meta['repetitions']} repetitions per configuration, interleaved, data-order seed per repetition.", "",
+        + (f"{meta['repetitions']} repetitions per configuration, interleaved, data-order seed per repetition."
+         if "pooled_from" not in meta else
+         f"{meta['repetitions']} runs per configuration from {len(meta['pooled_from'])} sweeps, each interleaved with "
+         "a data-order seed per repetition (sweeps run with the same seeds repeat those data orders)."), "",
         "Cells: median [95% bootstrap CI]. Time to target of a run that did not reach it is its training time "
         "(a lower bound; counted under *not reached*). *Same round vs gloo*: final accuracy minus gloo's in "
         "the same round (same data-order seed), median of those differences. Speed-up: median time to target of the reference over "

@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -139,7 +139,7 @@ class Endpoint:
         self._inbox_ready = threading.Condition()
         self._cond = threading.Condition()  # guards the window, in_flight and chunk answers
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
-        self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}
+        self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}  # (peer, message, probe nonce)
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
         self._rtts: dict[Address, RttEstimator] = {}
         self._nonces = itertools.count(1)
@@ -298,7 +298,7 @@ class Endpoint:
         wait = None
         if kind in (MsgType.GRADIENT, MsgType.PARAMETER) and job == self.job_id:
             key = MessageKey(job, worker, iteration, tensor, MsgType(kind))
-            wait = self._waits.get((source, key, start))
+            wait = self._waits.get((source, key, nonce))
         if wait is None:
             self.reassembler.stats.drops["unexpected_bitmap"] += 1
             return
@@ -411,14 +411,15 @@ class Endpoint:
             assert self.window.rtt is not None
             self.window.rtt.sample(seconds)
 
-    def _register(self, dest: Address, key: MessageKey, wait: ChunkWait) -> None:
+    def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None:
         with self._cond:
-            self._waits[(dest, key, wait.first)] = wait
+            self._waits[(dest, key, nonce)] = wait
 
-    def _unregister(self, dest: Address, key: MessageKey, wait: ChunkWait) -> None:
+    def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None:
         with self._cond:
-            if self._waits.get((dest, key, wait.first)) is wait:
-                del self._waits[(dest, key, wait.first)]
+            for nonce in nonces:
+                if self._waits.get((dest, key, nonce)) is wait:
+                    del self._waits[(dest, key, nonce)]
 
 
 def _describe_key(key: MessageKey) -> str:

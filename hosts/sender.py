@@ -10,7 +10,10 @@ long as the peer is heard from; the credit stays taken, so a stalled receiver st
 sender without a window cut. The last chunk's probe carries the *last* flag: the receiver
 may then complete the message within its bound and says so in its answer.
 
-When every chunk is answered and the message is not complete: within the bound, a
+Once the loss shown by answered chunks is sure to exceed the bound, the packets they showed
+missing are confirmed after ``reorder_grace`` (a probe over them) and resent right away,
+ahead of the rest of the message, as TCP resends on SACK information without waiting for
+the end of the window. When every chunk is answered and the message is not complete: within the bound, a
 last-flagged probe over the message asks the receiver to complete it; over the bound, the
 missing packets are first confirmed (on a sprayed fabric a probe may overtake data still
 queued on another path: wait ``reorder_grace``, probe again, repeat while the bitmaps
@@ -94,13 +97,14 @@ class ChunkWait:
         return True
 
 
-@dataclass
+@dataclass(eq=False)
 class _Chunk:
     first: int  # index into the batch of the first packet covered
     nbits: int
     packets: np.ndarray  # batch indices sent in this chunk (empty: a probe only)
     last: bool
     wait: ChunkWait
+    confirms: np.ndarray | None = None  # packets this probe-only chunk confirms as lost
     sent: dict[int, float] = field(default_factory=dict)  # nonce -> when the probe left
     attempts: int = 0
     deadline: float = 0.0
@@ -134,6 +138,9 @@ class MessageSender:
         self.confirm_missing = 0
         self.round_lost = 0
         self.cut_this_round = False
+        self.sent_once = np.zeros(self.n, dtype=bool)
+        self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
+        self.confirming: set[int] = set()
         self.rounds = self.retransmitted = self.probes = self.echoes = self.timeouts = self.chunk_count = 0
         self.started = time.monotonic()
 
@@ -147,6 +154,7 @@ class MessageSender:
                 self._collect()
                 if self.complete:
                     break
+                self._early()
                 if not self.pending and not self.chunks:
                     if self._decide():
                         break
@@ -176,21 +184,28 @@ class MessageSender:
                     grant = room
                 else:
                     return
-                first = self.pending[0]
+                lo = hi = self.pending[0]
                 take: list[int] = []
-                while self.pending and len(take) < grant and self.pending[0] - first < BITMAP_BITS_PER_PACKET:
+                while self.pending and len(take) < grant:
+                    nxt = self.pending[0]
+                    if max(hi, nxt) - min(lo, nxt) >= BITMAP_BITS_PER_PACKET:
+                        break  # one bitmap answer covers the chunk's range
+                    lo, hi = min(lo, nxt), max(hi, nxt)
                     take.append(self.pending.popleft())
                 ep.in_flight += len(take)
             packets = np.asarray(take, dtype=np.int64)
-            if self.rounds:
-                self.batch.headers["flags"][packets] |= np.uint8(Flags.RETRANSMIT)
+            again = packets[self.sent_once[packets]]
+            if again.size:
+                self.batch.headers["flags"][again] |= np.uint8(Flags.RETRANSMIT)
+                self.retransmitted += again.size  # counted when sent again, not when queued
+            self.sent_once[packets] = True
             ep._transmit(self.batch, packets, self.dest)
-            self._open(first, int(packets[-1]) - first + 1, packets, last=not self.pending)
+            self._open(lo, hi - lo + 1, packets, last=not self.pending)
 
-    def _open(self, first: int, nbits: int, packets: np.ndarray, last: bool) -> None:
+    def _open(self, first: int, nbits: int, packets: np.ndarray, last: bool,
+              confirms: np.ndarray | None = None) -> None:
         wait = ChunkWait(self.seq_base + first, nbits)
-        chunk = _Chunk(first=first, nbits=nbits, packets=packets, last=last, wait=wait)
-        self.ep._register(self.dest, self.key, wait)
+        chunk = _Chunk(first=first, nbits=nbits, packets=packets, last=last, wait=wait, confirms=confirms)
         self.chunks.append(chunk)
         self.chunk_count += 1
         self._probe(chunk)
@@ -209,6 +224,7 @@ class MessageSender:
         assert probe_capacity(len(probe)) >= chunk.nbits
         now = time.monotonic()
         chunk.sent[nonce] = now
+        ep._register(self.dest, self.key, nonce, chunk.wait)
         chunk.attempts += 1
         chunk.deadline = now + ep._rtt(self.dest).backed_off(chunk.attempts)
         self.probes += 1
@@ -221,7 +237,7 @@ class MessageSender:
             wait = chunk.wait
             if wait.answered:
                 self.chunks.remove(chunk)
-                ep._unregister(self.dest, self.key, wait)
+                ep._unregister(self.dest, self.key, chunk.sent, wait)
                 self._answered(chunk, wait)
             elif now >= chunk.deadline:
                 ep.liveness.check(self.dest, since=min(chunk.sent.values()),
@@ -244,8 +260,16 @@ class MessageSender:
         if chunk.last:
             self.last_answered = True
         delivered = int(self.received[chunk.packets].sum()) if chunk.packets.size else 0
-        lost = int(self.counts[chunk.packets][~self.received[chunk.packets]].sum()) if chunk.packets.size else 0
+        missing = chunk.packets[~self.received[chunk.packets]]
+        lost = int(self.counts[missing].sum())
         self.round_lost += lost
+        for packet in missing.tolist():
+            self.suspects.setdefault(packet, wait.answered)
+        if chunk.confirms is not None:  # an early confirmation: what is still missing is lost
+            self.confirming.difference_update(chunk.confirms.tolist())
+            lost_now = chunk.confirms[~self.received[chunk.confirms]]
+            if lost_now.size and not self.complete:
+                self._retransmit(lost_now)
         congested = False
         if wait.echo:
             self.echoes += 1
@@ -260,6 +284,33 @@ class MessageSender:
             elif limited:
                 ep.window.on_ack(delivered)
             ep._cond.notify_all()
+
+    def _early(self) -> None:
+        """Once the message is sure to exceed its bound, confirm (after `reorder_grace`)
+        and resend what answers showed missing, without waiting for the end of the round."""
+        if not self.suspects or within_bound(self.round_lost, self.elements, self.bound):
+            return
+        now = time.monotonic()
+        for packet in [p for p in self.suspects if self.received[p]]:
+            del self.suspects[packet]
+        ripe = np.asarray(sorted(p for p, t in self.suspects.items() if now - t >= self.ep.reorder_grace
+                                 or self.ep.max_confirms == 0), dtype=np.int64)
+        if not ripe.size:
+            return
+        for packet in ripe.tolist():
+            del self.suspects[packet]
+        if self.ep.max_confirms == 0:
+            self._retransmit(ripe)
+            return
+        lo = int(ripe[0])
+        ripe = ripe[ripe - lo < BITMAP_BITS_PER_PACKET]
+        for packet in ripe.tolist():
+            self.confirming.add(packet)
+        self._open(lo, int(ripe[-1]) - lo + 1, np.zeros(0, dtype=np.int64), last=False, confirms=ripe)
+
+    def _retransmit(self, packets: np.ndarray) -> None:
+        self.pending.extendleft(reversed(packets.tolist()))
+        self.rounds = max(self.rounds, 1)
 
     def _decide(self) -> bool:
         """Every chunk is answered and the message is not complete: True when done."""
@@ -289,7 +340,7 @@ class MessageSender:
                                  f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
         missing_idx = np.flatnonzero(~self.received)
         self.pending.extend(int(i) for i in missing_idx)
-        self.retransmitted += missing_idx.size
+        self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False
         return False
@@ -306,6 +357,8 @@ class MessageSender:
         ep = self.ep
         now = time.monotonic()
         timeout = min((c.deadline for c in self.chunks), default=now + 0.05) - now
+        if self.suspects and not within_bound(self.round_lost, self.elements, self.bound):
+            timeout = min(timeout, min(self.suspects.values()) + self.ep.reorder_grace - now)
         with ep._cond:
             if any(c.wait.answered for c in self.chunks):
                 return
@@ -317,7 +370,7 @@ class MessageSender:
         ep = self.ep
         held = 0
         for chunk in self.chunks:
-            ep._unregister(self.dest, self.key, chunk.wait)
+            ep._unregister(self.dest, self.key, chunk.sent, chunk.wait)
             held += chunk.packets.size
         self.chunks.clear()
         if held:

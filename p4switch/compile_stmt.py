@@ -280,6 +280,8 @@ class StmtCompiler:
         raise self.type_error(node, f"{_callee_text(callee)} cannot be called")
 
     def _call_action(self, node: Tree, action: ActionImpl, args: list, scope: Scope) -> E:
+        if not getattr(self, "action_depth", 0):  # called from an apply block: p4c lists it in P4Info
+            self.info.direct_actions.add(action.name)
         if len(args) != len(action.params):
             raise self.type_error(node, f"action {action.name} takes {len(action.params)} "
                                         f"argument(s), got {len(args)}")

@@ -67,10 +67,12 @@ def test_loss_above_bound_retransmits_until_within() -> None:
     with sender, receiver, Relay(receiver.address, lose_first_time(dropped)) as relay:
         report = sender.send(relay.address, values, iteration=2)
         got = receiver.receive(timeout=5)
-    assert report.rounds == 1 and report.retransmitted == len(dropped)
-    retx = [h for h in relay.stats.seen if h.flags & Flags.RETRANSMIT]
-    assert sorted(h.seq for h in retx) == sorted(dropped)
-    np.testing.assert_array_equal(got.values, values)
+    retx = {h.seq for h in relay.stats.seen if h.flags & Flags.RETRANSMIT}
+    # Only lost packets are resent, and only until the loss is within the 5 % bound (5 of 100).
+    assert report.rounds == 1 and retx <= dropped and len(dropped) - 5 <= report.retransmitted <= len(dropped)
+    differ = got.values != values
+    assert np.all(got.values[differ] == 0) and differ.sum() <= 0.05 * 36_000
+    assert report.missing <= 0.05 * 36_000
 
 
 def test_duplicates_and_reordering_are_harmless() -> None:

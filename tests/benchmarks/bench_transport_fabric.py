@@ -255,8 +255,17 @@ def _lossy(host: object, loss: float) -> Iterator[str | None]:
         netns.in_ns(ns, *tc, check=False)
 
 
+def _tcp_counters(ns: str) -> dict[str, int]:
+    """The namespace's TCP segment counters (nstat, absolute, without touching its history)."""
+    from tests import netns
+
+    out = netns.in_ns(ns, "nstat", "-asz", "TcpOutSegs", "TcpRetransSegs", check=False).stdout
+    return {f[0]: int(f[1]) for f in (line.split() for line in out.splitlines()) if len(f) >= 2 and f[1].isdigit()}
+
+
 def _tcp_messages(hosts: dict, loss: float) -> tuple[list[float], str] | None:
     sender = hosts["sender"]
+    before = _tcp_counters(sender.ns)
     with _lossy(sender, loss) as how:
         if how is None:
             return None
@@ -265,9 +274,14 @@ def _tcp_messages(hosts: dict, loss: float) -> tuple[list[float], str] | None:
         _line(server, "ready")
         client = _python(sender.ns, TCP_MESSAGES, "client", RECEIVER_IP, "5301", str(SERIAL), str(MESSAGE * 4))
         try:
-            return list(json.loads(_line(client, "result "))["times"]), how
+            times = list(json.loads(_line(client, "result "))["times"])
         finally:
             _stop(client, server)
+    after = _tcp_counters(sender.ns)
+    sent = after.get("TcpOutSegs", 0) - before.get("TcpOutSegs", 0)
+    resent = after.get("TcpRetransSegs", 0) - before.get("TcpRetransSegs", 0)
+    print(f"    TCP: {resent} of {sent} segments retransmitted", flush=True)
+    return times, f"{how}; {resent} of {sent} segments resent"
 
 
 def _goodput(result: dict) -> float:

@@ -1,4 +1,5 @@
-/* Ternary ACL with priorities in front of an exact L2 forwarding table. */
+/* Ternary ACL with priorities in front of an exact L2 forwarding table. Ternary keys only, so
+ * that p4c's BMv2 STF driver (which has no range or optional keys) can install its entries. */
 #include <core.p4>
 #include <v1model.p4>
 
@@ -37,8 +38,8 @@ control AclIngress(inout headers hdr, inout metadata meta, inout standard_metada
             hdr.ip.src: ternary;
             hdr.ip.dst: ternary;
             hdr.ip.protocol: ternary;
-            hdr.l4.dport: range;
-            hdr.l4.isValid(): optional @name("l4_valid");
+            hdr.l4.dport: ternary;
+            hdr.l4.isValid(): ternary @name("l4_valid");
         }
         actions = { deny; permit; }
         default_action = permit();
