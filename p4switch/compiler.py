@@ -49,6 +49,7 @@ class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, ExternCompiler, Pac
         self.next_slot = 1
         self.template: list = [None]
         self.info = ProgramInfo()
+        self.info.error_members = self.errors  # the same list, filled as errors are declared
         self.tables: dict[str, Table] = {}
         self.counters: dict[str, CounterArray] = {}
         self.meters: dict[str, MeterArray] = {}

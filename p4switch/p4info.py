@@ -175,6 +175,8 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
             t.has_initial_entries = True
         if table.idle_timeout:
             t.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
+    if any(getattr(k, "is_error", False) for tb in info.tables.values() for k in tb.keys):
+        p4info.type_info.error.members.extend(info.error_members)  # as p4c: for error-typed keys
     for name, c in info.counters.items():
         if c.direct_table is not None:
             d = p4info.direct_counters.add()

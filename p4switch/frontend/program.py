@@ -106,6 +106,7 @@ class ProgramInfo:
     value_sets: dict[str, ValueSetInfo] = field(default_factory=dict)
     fixed_ids: dict[str, int] = field(default_factory=dict)  # from @id annotations
     direct_actions: set[str] = field(default_factory=set)  # called from an apply block
+    error_members: list[str] = field(default_factory=list)  # `error` in declaration order
 
 
 @dataclass
