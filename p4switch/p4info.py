@@ -153,7 +153,8 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         t = p4info.tables.add()
         preamble(t, P.TABLE, name, table.annotations)
         for i, key in enumerate(table.keys, start=1):
-            t.match_fields.add(id=i, name=key.name, bitwidth=key.bitwidth, match_type=_MATCH[key.match_kind])
+            width = 0 if getattr(key, "is_error", False) else key.bitwidth  # p4c gives error keys no width
+            t.match_fields.add(id=i, name=key.name, bitwidth=width, match_type=_MATCH[key.match_kind])
         for aname, scope in table.actions:
             ref = t.action_refs.add(id=action_id[aname], scope=_SCOPE[scope])
             if scope == "DEFAULT_ONLY":
