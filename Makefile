@@ -34,12 +34,13 @@ PIP_STAMP    := $(VENV)/.installed
 STF_VENV     := .venv-stf
 STF_STAMP    := $(STF_VENV)/.installed
 
-.PHONY: help install run test bench soak stop clean p4
+.PHONY: help install run test bench soak fuzz-bmv2 stop clean p4
 
 help:
 	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET) PCAP=1 ARGS=...)"
 	@echo "make test    set up what is missing, then run the test suite"
 	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
+	@echo "make fuzz-bmv2  differential fuzzer p4switch vs BMv2 with FUZZ_PACKETS (default 3000) per program"
 	@echo "make soak    10^5 fuzzed P4Runtime RPCs and 10^6 malformed frames: crashes and memory"
 	@echo "make p4      compile p4src/ with the embedded front end into build/ (and p4c, from \$$GRADFABRIC_P4REF/bin or PATH, into build/bmv2/)"
 	@echo "make stop    stop the fabric: every switch process, namespace and interface it made"
@@ -87,6 +88,10 @@ test: install
 
 bench: install
 	@$(PY) -m tests.benchmarks
+
+FUZZ_PACKETS ?= 3000
+fuzz-bmv2: install
+	@GRADFABRIC_FUZZ_PACKETS=$(FUZZ_PACKETS) $(PY) -m pytest -s -p no:cacheprovider tests/test_bmv2_fuzz.py
 
 soak: install
 	@$(PY) -m tests.benchmarks.soak_p4runtime $(SOAK_ARGS)

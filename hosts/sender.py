@@ -197,6 +197,7 @@ class MessageSender:
             again = packets[self.sent_once[packets]]
             if again.size:
                 self.batch.headers["flags"][again] |= np.uint8(Flags.RETRANSMIT)
+                self.retransmitted += again.size  # counted when sent again, not when queued
             self.sent_once[packets] = True
             ep._transmit(self.batch, packets, self.dest)
             self._open(lo, hi - lo + 1, packets, last=not self.pending)
@@ -309,7 +310,6 @@ class MessageSender:
 
     def _retransmit(self, packets: np.ndarray) -> None:
         self.pending.extendleft(reversed(packets.tolist()))
-        self.retransmitted += packets.size
         self.rounds = max(self.rounds, 1)
 
     def _decide(self) -> bool:
@@ -340,7 +340,6 @@ class MessageSender:
                                  f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
         missing_idx = np.flatnonzero(~self.received)
         self.pending.extend(int(i) for i in missing_idx)
-        self.retransmitted += missing_idx.size
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False

@@ -77,7 +77,12 @@ class BlockCompiler:
                                                 "cannot be action data")
                 data_slots.append(place.base)
                 infos.append(ParamInfo(pname, scalar_width(ptype)))
-        impl = ActionImpl(qualified, params, self.block(body.children[1:], inner), data_slots)
+        self.action_depth = getattr(self, "action_depth", 0) + 1
+        try:
+            compiled_body = self.block(body.children[1:], inner)
+        finally:
+            self.action_depth -= 1
+        impl = ActionImpl(qualified, params, compiled_body, data_slots)
         impl.bool_slots = [p[3] for p in params if p[2] is None and isinstance(p[1], BoolT)]
         impl.may_return = _has_return(body)
         fast_runner(impl, impl.may_return)

@@ -247,10 +247,16 @@ class ExprCompiler:
         m = _mask(hi - lo + 1)
         if base.is_const:
             return const(t, (base.const >> lo) & m)
+        # A slice of a slice (`n[7:4][3:0]`) is one slice of the innermost value, so it stays
+        # assignable: bits lo..hi of base[h0:l0] are bits l0+lo..l0+hi of its base.
+        whole = ("slice", base, hi, lo)
+        if isinstance(base.extra, tuple) and base.extra and base.extra[0] == "slice":
+            _, root, _h0, l0 = base.extra
+            whole = ("slice", root, l0 + hi, l0 + lo)
         if base.code is not None:
-            return from_code(t, f"(({base.code} >> {lo}) & {m})", extra=("slice", base, hi, lo))
+            return from_code(t, f"(({base.code} >> {lo}) & {m})", extra=whole)
         fn = base.fn
-        return E(t, lambda s: (fn(s) >> lo) & m, extra=("slice", base, hi, lo))
+        return E(t, lambda s: (fn(s) >> lo) & m, extra=whole)
 
     # -- operators ---------------------------------------------------------------------------
 

@@ -280,6 +280,8 @@ class StmtCompiler:
         raise self.type_error(node, f"{_callee_text(callee)} cannot be called")
 
     def _call_action(self, node: Tree, action: ActionImpl, args: list, scope: Scope) -> E:
+        if not getattr(self, "action_depth", 0):  # called from an apply block: p4c lists it in P4Info
+            self.info.direct_actions.add(action.name)
         if len(args) != len(action.params):
             raise self.type_error(node, f"action {action.name} takes {len(action.params)} "
                                         f"argument(s), got {len(args)}")
@@ -297,6 +299,9 @@ class StmtCompiler:
                 body(s)
             except ReturnSignal:
                 pass
+            except ExitSignal:  # `exit` still copies the arguments back (P4-16, exit statement)
+                post(s)
+                raise
             post(s)
         return E(VoidT(), run_action)
 
@@ -304,6 +309,12 @@ class StmtCompiler:
                     place: Place, scope: Scope, copy_in: list, copy_out: list) -> None:
         if isinstance(arg, Tree) and arg.data == "named_arg":
             arg = arg.children[1]
+        if isinstance(arg, Tree) and arg.data == "dontcare_arg":
+            # `_`: the callee's out value is not wanted; the parameter keeps its own storage.
+            if direction != "out":
+                raise self.type_error(arg, f"_ (don't care) is only allowed for an out parameter, "
+                                           f"not for {direction or 'in'} parameter {pname}")
+            return
         if direction in ("out", "inout"):
             target = self.lvalue(arg, scope)
             if not _same_type(target.type, ptype):
@@ -339,6 +350,9 @@ class StmtCompiler:
                 result = None
             except ReturnSignal as ret:
                 result = ret.value
+            except ExitSignal:
+                post(s)
+                raise
             post(s)
             return result
         return E(fn_impl.ret, run_function)
@@ -445,7 +459,11 @@ class StmtCompiler:
 
         def apply(s: list) -> None:
             pre(s)
-            run(s)
+            try:
+                run(s)
+            except ExitSignal:
+                post(s)
+                raise
             post(s)
         return E(VoidT(), apply)
 

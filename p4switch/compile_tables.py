@@ -18,8 +18,8 @@ from p4switch.compiled import (
 from p4switch.expr_text import expr_text
 from p4switch.externs import Meter
 from p4switch.frontend.program import TableInfo
-from p4switch.frontend.types import BitT, BoolT, EnumT, IntLitT, scalar_width
-from p4switch.runtime import ReturnSignal
+from p4switch.frontend.types import BitT, BoolT, EnumT, ErrorT, IntLitT, scalar_width
+from p4switch.runtime import ExitSignal, ReturnSignal
 from p4switch.tables import (
     ActionSpec,
     Exact,
@@ -34,6 +34,8 @@ from p4switch.tables import (
 )
 
 
+#: Width the embedded tables give an ``error`` key internally (BMv2 keeps errors in 32 bits).
+ERROR_KEY_WIDTH = 32
 _LEGACY_PRIORITY_TOP = 1 << 24  # legacy @priority(N) becomes TOP - N (higher wins here)
 
 
@@ -85,6 +87,9 @@ class TableCompiler:
                             code = f"({code} & {(1 << width) - 1})"
                     elif isinstance(e.type, EnumT) and e.type.repr is not None:
                         width, keyfn = e.type.repr.width, fn
+                    elif isinstance(e.type, ErrorT):
+                        width, code = ERROR_KEY_WIDTH, None
+                        keyfn = (lambda f, errors=self.errors: (lambda s: errors.index(f(s))))(fn)
                     else:
                         raise self.type_error(expr_node, f"a key of type {e.type} is not supported")
                     keyfn.key_code = code  # type: ignore[attr-defined]
@@ -92,7 +97,7 @@ class TableCompiler:
                     if match_kind == "selector":
                         selector_keys.append((keyfn, width))
                         continue
-                    keys.append(KeyField(kname, match_kind, width))
+                    keys.append(KeyField(kname, match_kind, width, is_error=isinstance(e.type, ErrorT)))
                     key_fns.append(keyfn)
             elif kind == "table_actions":
                 for ref in prop.children[1:]:
@@ -207,6 +212,9 @@ class TableCompiler:
                 body(s)
             except ReturnSignal:
                 pass
+            except ExitSignal:  # `exit` still copies the arguments back
+                post(s)
+                raise
             post(s)
         wrapped = ActionImpl(impl.name, impl.params, run_bound, impl.data_slots)
         wrapped.bool_slots = getattr(impl, "bool_slots", [])
@@ -284,7 +292,11 @@ class TableCompiler:
             return Lpm(0, 0) if key.match_kind == "lpm" else None
 
         def value(node: Any) -> int:
-            e = self.expr(node, scope, t)
+            e = self.expr(node, scope, None if key.is_error else t)
+            if key.is_error:
+                if not isinstance(e.type, ErrorT) or not e.is_const:
+                    raise self.type_error(node, f"key {key.name} is an error: entries name error members")
+                return self.errors.index(e.const)
             if isinstance(e.type, BoolT):
                 return 1 if e.const else 0
             e = self.coerce(e, t, node) if isinstance(e.type, IntLitT) else e

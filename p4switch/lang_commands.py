@@ -71,6 +71,8 @@ def run_stf_command(args: argparse.Namespace) -> int:
         print(f"p4switch stf: error: cannot read {args.stf}: {exc.strerror}", file=sys.stderr)
         return 2
     result = run_stf(Pipeline(program), text)
+    for note in result.extensions:
+        print(f"p4switch stf: {args.stf}: p4switch extension, {note}", file=sys.stderr)
     if result.ok:
         if args.verbose:
             print(f"p4switch stf: {args.stf}: passed ({result.packets_sent} packet(s) in, "

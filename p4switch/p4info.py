@@ -76,6 +76,23 @@ def _aliases(names: list[str]) -> dict[str, str]:
     return result
 
 
+def _used_actions(info: ProgramInfo) -> set[str]:
+    """Actions p4c keeps: those of a table, and those a control's apply block calls directly."""
+    used = {a for t in info.tables.values() for a, _ in t.actions}
+    return used | info.direct_actions
+
+
+def _initial_default(t: p4info_pb2.Table, default: tuple[str, tuple[int, ...]],
+                     action_id: dict[str, int], info: ProgramInfo) -> None:
+    """p4c's ``initial_default_action``: the default action and its arguments, each argument
+    in the whole bytes of its parameter's width."""
+    name, args = default
+    t.initial_default_action.action_id = action_id[name]
+    for i, (param, value) in enumerate(zip(info.actions[name].params, args), start=1):
+        width = (param.bitwidth + 7) // 8
+        t.initial_default_action.arguments.add(param_id=i, value=int(value).to_bytes(width, "big"))
+
+
 def build_p4info(program: Program) -> p4info_pb2.P4Info:
     """The P4Info message of a loaded program."""
     return build_p4info_from(program.info)
@@ -84,9 +101,9 @@ def build_p4info(program: Program) -> p4info_pb2.P4Info:
 def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     p4info = p4info_pb2.P4Info()
     p4info.pkg_info.arch = "v1model"
-    used = {a for t in info.tables.values() for a, _ in t.actions}
+    table_actions = {a for t in info.tables.values() for a, _ in t.actions}
     info = ProgramInfo(**{**vars(info), "actions": {
-        n: a for n, a in info.actions.items() if n in used}})
+        n: a for n, a in info.actions.items() if n in _used_actions(info)}})
     ids = _Ids()
     resources: list[tuple[int, str]] = []
     resources += [(P.TABLE, n) for n in info.tables]
@@ -122,8 +139,9 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     for name, action in info.actions.items():
         a = p4info.actions.add()
         preamble(a, P.ACTION, name, action.annotations)
-        for i, param in enumerate(action.params, start=1):
-            a.params.add(id=i, name=param.name, bitwidth=param.bitwidth)
+        if name in table_actions:  # p4c binds the arguments of an action only called directly
+            for i, param in enumerate(action.params, start=1):
+                a.params.add(id=i, name=param.name, bitwidth=param.bitwidth)
     direct_ids: dict[str, list[int]] = {}
     for name, c in info.counters.items():
         if c.direct_table is not None:
@@ -135,7 +153,8 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
         t = p4info.tables.add()
         preamble(t, P.TABLE, name, table.annotations)
         for i, key in enumerate(table.keys, start=1):
-            t.match_fields.add(id=i, name=key.name, bitwidth=key.bitwidth, match_type=_MATCH[key.match_kind])
+            width = 0 if getattr(key, "is_error", False) else key.bitwidth  # p4c gives error keys no width
+            t.match_fields.add(id=i, name=key.name, bitwidth=width, match_type=_MATCH[key.match_kind])
         for aname, scope in table.actions:
             ref = t.action_refs.add(id=action_id[aname], scope=_SCOPE[scope])
             if scope == "DEFAULT_ONLY":
@@ -144,13 +163,15 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
                 ref.annotations.append("@tableonly")
         if table.const_default:
             t.const_default_action_id = action_id[table.default_action[0]]
+        if table.default_action and table.default_action[0] in action_id:
+            _initial_default(t, table.default_action, action_id, info)
         t.direct_resource_ids.extend(direct_ids.get(name, []))
         if table.implementation:
             t.implementation_id = id_of[(P.ACTION_PROFILE, table.implementation)]
         t.size = table.size
         if table.is_const:
             t.is_const_table = True
-        if table.initial_entries:
+        if table.initial_entries or table.is_const:  # p4c: `entries` of either kind
             t.has_initial_entries = True
         if table.idle_timeout:
             t.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
@@ -195,8 +216,10 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     for name, vs in info.value_sets.items():
         v = p4info.value_sets.add()
         preamble(v, P.VALUE_SET, name)
+        plain = len(vs.fields) == 1 and vs.fields[0][0] == name.rsplit(".", 1)[-1]
         for i, (fname, width, kind) in enumerate(vs.fields, start=1):
-            v.match.add(id=i, name=fname, bitwidth=width, match_type=_MATCH[kind])
+            # a value_set of bit<W> has one unnamed field in p4c's P4Info
+            v.match.add(id=i, name="" if plain else fname, bitwidth=width, match_type=_MATCH[kind])
         v.size = vs.size
     for name, digest in info.digests.items():
         d = p4info.digests.add()

@@ -34,6 +34,8 @@ class StfResult:
     failures: list[str] = field(default_factory=list)
     packets_sent: int = 0
     packets_received: int = 0
+    #: p4switch extensions the script used (forms p4c's STF grammar or its BMv2 driver lacks)
+    extensions: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -135,7 +137,15 @@ def _compare(expected: str, received: bytes, exact: bool) -> str | None:
 
 
 class StfRunner:
-    """Runs one STF script against one pipeline."""
+    """Runs one STF script against one pipeline.
+
+    p4c's format is accepted as is. Forms beyond it are p4switch extensions, reported in
+    ``StfResult.extensions`` (and by ``p4switch stf``): ``VALUE&&&MASK`` and ``LO..HI`` keys,
+    dotted counter names in ``check_counter``; and, where p4c's grammar has the form but its
+    BMv2 driver cannot run it, ``VALUE/LEN`` LPM keys, range or optional key fields and
+    ``no_packet``. p4c's BMv2 driver parses ``check_counter`` but does not evaluate it; this
+    runner does.
+    """
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
@@ -229,8 +239,19 @@ class StfRunner:
         if entry_id:
             self.entries[entry_id] = (table, entry)
 
+    def _extension(self, line: int, what: str) -> None:
+        self.result.extensions.append(f"line {line}: {what}")
+
     def _field_match(self, table: Table, i: int, text: str, line: int):
         key = table.keys[i]
+        if "&&&" in text:
+            self._extension(line, f"VALUE&&&MASK key {text!r} (p4c's STF writes ternaries with *)")
+        elif ".." in text:
+            self._extension(line, f"LO..HI range key {text!r} (not in p4c's STF grammar)")
+        elif "/" in text:
+            self._extension(line, f"VALUE/LEN key {text!r} (p4c's BMv2 driver fails on it; write 0x0A0002**)")
+        if key.match_kind in ("range", "optional"):
+            self._extension(line, f"{key.match_kind} key {key.name} (p4c's BMv2 driver has none)")
         top = (1 << key.bitwidth) - 1
         kind = key.match_kind
         if "&&&" in text:
@@ -316,6 +337,7 @@ class StfRunner:
         self.expected.setdefault(port, []).append(_Expect(data or None, exact, line))
 
     def _cmd_no_packet(self, rest: str, line: int) -> None:
+        self._extension(line, "no_packet (p4c's BMv2 driver fails on it)")
         self.strict_all = True
 
     def _cmd_wait(self, rest: str, line: int) -> None:
@@ -347,6 +369,8 @@ class StfRunner:
         if not m:
             raise StfError(f"line {line}: check_counter NAME(INDEX) [packets|bytes] OP VALUE expected")
         name, index_text, kind, op, value_text = m.groups()
+        if "." in name:
+            self._extension(line, f"dotted counter name {name!r} (p4c's grammar takes a plain name)")
         if index_text.startswith("$"):
             ref = self.entries.get(index_text[1:])
             if ref is None:

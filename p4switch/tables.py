@@ -76,6 +76,9 @@ class KeyField:
     name: str
     match_kind: str
     bitwidth: int
+    #: A key of type ``error``: matched on the error's code (its place in the program's error
+    #: declarations, as BMv2 numbers them); P4Info gives it no bitwidth, as p4c does.
+    is_error: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,37 @@
-"""Shared helpers of the controller tests: the hand-written DLCP P4Info and fabrics."""
+"""Shared helpers of the controller tests: the DLCP P4Info as the build makes it, and fabrics.
+
+The P4Info and device config are compiled from p4src/dlcp.p4 by the embedded front end (what
+``make p4`` writes), once per test process, so the controller's tests and the program cannot
+drift apart; tests/test_p4info_p4c.py checks that p4c's P4Info is the same.
+"""
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 
 from controller.pipeline import Pipeline
 from controller.schema import P4Schema
 from gradfabric import fabric as fabric_mod
 from gradfabric.fabric import Fabric
+from gradfabric.p4build import Artifacts, compile_embedded
+from gradfabric.paths import P4SRC
 
-DATA = Path(__file__).parent / "data"
-P4INFO = DATA / "dlcp_test.p4info.txtpb"
-DEVICE_CONFIG = DATA / "dlcp_test.device_config.json"
+
+@functools.cache
+def dlcp_build() -> Artifacts:
+    """p4src/dlcp.p4 compiled by the embedded front end into a folder of this process."""
+    return compile_embedded(P4SRC / "dlcp.p4", Path(tempfile.mkdtemp(prefix="dlcp-build.")))
 
 
 def schema() -> P4Schema:
-    return P4Schema.load(P4INFO)
+    return P4Schema.load(dlcp_build().p4info)
 
 
 def pipeline() -> Pipeline:
-    return Pipeline.load(P4INFO, DEVICE_CONFIG)
+    built = dlcp_build()
+    return Pipeline.load(built.p4info, built.device_config)
 
 
 def leaf_spine(
@@ -52,7 +64,9 @@ def leaf_spine(
         log = str(tmp / f"{n}-p4runtime.log") if tmp else ""
         switches.append({"name": n, "device_id": i + 1, "grpc_addr": addr, "cpu_port": 510,
                          "log": "", "request_log": log, "ports": ports[n]})
+    built = dlcp_build()
     data = {"name": "leafspine", "target": "embedded",
-            "program": {"source": "p4src/dlcp.p4", "p4info": str(P4INFO), "device_config": str(DEVICE_CONFIG)},
+            "program": {"source": "p4src/dlcp.p4", "p4info": str(built.p4info),
+                        "device_config": str(built.device_config)},
             "switches": switches, "hosts": hosts, "links": links}
     return fabric_mod.from_dict(data)

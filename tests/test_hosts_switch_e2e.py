@@ -5,7 +5,8 @@ Three namespace hosts on one switch: a sender, a background UDP blaster and a re
 port is rate-limited (``--queue-rate``, ``--queue-depth``, BMv2's meaning: each priority queue
 has its own rate and ``enq_qdepth`` is the depth of the packet's own queue). The controller
 library installs routes and a policy (job 1 in queue 3, drop-eligible packets below magnitude
-class 118 are dropped in ingress when that queue holds 16 packets or more; ECN marks from 16). Queue 3 drains slower than
+class 118 are dropped in ingress when that queue holds 8 packets or more; ECN marks from 16,
+so the eligible packets go before the sender is told to slow down). Queue 3 drains slower than
 the job sends, so the job congests its own queue while the blast fills queue 0 beside it; the
 message completes within its loss bound without retransmission; only the
 drop-eligible, small-magnitude packets are lost, exactly as many as the switch's
@@ -46,7 +47,8 @@ ELEMENTS = COUNT * PACKETS
 BOUND = 0.05  # 10 packets of 200 may be marked drop-eligible
 SMALL_EVERY = 20  # every 20th packet holds tiny gradients (magnitude class ~111)
 MAG_THRESHOLD = 118
-QUEUE_THRESHOLD = 16
+QUEUE_THRESHOLD = 8   # early drop of the drop-eligible class
+ECN_THRESHOLD = 16    # ECN marks for the rest, deeper
 PORT_RATE_PPS = 1000
 JOB_QUEUE_RATE_PPS = 300  # queue 3: below the sender's starting rate
 SENDER_PPS = 400
@@ -60,7 +62,7 @@ POLICY = {
         "id": 1, "name": "e2e", "spraying": "off",
         "layers": [{"tensors": "0..65535", "priority": 3}],
         "dropping": {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": QUEUE_THRESHOLD}]},
-        "ecn": {"queue_threshold": QUEUE_THRESHOLD},
+        "ecn": {"queue_threshold": ECN_THRESHOLD},
     }],
 }
 

@@ -41,6 +41,7 @@ def program_of(stf: Path) -> Path:
 
 def embedded_verdict(program: Path, stf_text: str) -> tuple[bool, list[str]]:
     result = run_stf(Pipeline(load_program(program)), stf_text)
+    assert not result.extensions, f"p4switch extensions used: {result.extensions}"
     return result.ok, result.failures
 
 
@@ -71,6 +72,17 @@ def test_every_stf_passes_on_p4switch() -> None:
     for stf in STF_FILES:
         ok, failures = embedded_verdict(program_of(stf), stf.read_text())
         assert ok, f"{stf.name}: " + "\n".join(failures)
+
+
+def test_extensions_are_reported_as_such() -> None:
+    program = load_program(PROGRAMS / "ipv4_router.p4")
+    text = ("add ipv4_lpm hdr.ipv4.dstAddr:0x0a000100/24 ipv4_forward(dstAddr:0x000000000102, port:2)\n"
+            "no_packet\n")
+    result = run_stf(Pipeline(program), text)
+    assert result.ok and len(result.extensions) == 2
+    assert "line 1: VALUE/LEN key" in result.extensions[0] and "line 2: no_packet" in result.extensions[1]
+    plain = "add ipv4_lpm hdr.ipv4.dstAddr:0x0a0001** ipv4_forward(dstAddr:0x000000000102, port:2)\n"
+    assert run_stf(Pipeline(program), plain).extensions == []
 
 
 @pytest.mark.bmv2

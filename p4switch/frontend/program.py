@@ -105,6 +105,7 @@ class ProgramInfo:
     action_profiles: dict[str, ActionProfileInfo] = field(default_factory=dict)
     value_sets: dict[str, ValueSetInfo] = field(default_factory=dict)
     fixed_ids: dict[str, int] = field(default_factory=dict)  # from @id annotations
+    direct_actions: set[str] = field(default_factory=set)  # called from an apply block
 
 
 @dataclass

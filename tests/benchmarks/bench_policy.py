@@ -137,8 +137,8 @@ def run() -> list[Figure]:
         where = "p4switch"
         switch = embedded_switch
         if pipeline is None:
-            data = ROOT / "tests" / "data"
-            pipeline = Pipeline.load(data / "dlcp_test.p4info.txtpb", data / "dlcp_test.device_config.json")
+            from tests.controller_helpers import pipeline as built_pipeline
+            pipeline = built_pipeline()
             where, switch = "fake P4Runtime server", fake_switch
         entries = policy_entries(parse_policy(big_policy()), pipeline.schema)
         with switch(workdir, "controller") as address:
