@@ -14,8 +14,10 @@ BMv2; the embedded target's port rate (``set_port_rate``) shows it in tests/test
   depth of its queue when it arrived is recorded;
 - BMv2: ``simple_switch --use-files`` (no interfaces, so no namespace lock), which injects
   the whole input pcap as fast as it can; entries and queue settings go through
-  ``simple_switch_CLI`` before the injection starts; a packet's delay is its output pcap time
-  minus its arrival time in simple_switch's debug log (millisecond resolution).
+  ``simple_switch_CLI`` before the injection starts; a packet's delay is its output time minus
+  the run's first output time (the whole burst is injected within a few milliseconds, against
+  10 ms per packet on the congested queue; BMv2's debug log would give arrival times, but
+  logging slows its ingress so much that the queue drains while the burst arrives).
 
 ``python -m tests.dlcp_burst [--target embedded|bmv2|both]`` prints the figures table of
 p4src/README.md.
@@ -55,9 +57,9 @@ from tests.test_dlcp_pipeline import (
 
 IN_PORT, OUT_PORT = 1, 2
 MEMBERS = (2, 3, 4, 5)
-RATE_PPS = 200                 # per priority queue of a congested port
+RATE_PPS = 100                 # per priority queue of a congested port
 DEPTH = 32                     # packets per priority queue
-ARRIVAL_GAP_US = 20            # embedded: the burst arrives 250 times faster than it drains
+ARRIVAL_GAP_US = 20            # embedded: the burst arrives 500 times faster than it drains
 JOB = 1
 FRONT_TENSOR, BACK_TENSOR = 1, 40
 SMALL_MAG, LARGE_MAG = 100, 140
@@ -350,7 +352,7 @@ def _run_bmv2_once(scenario: Scenario, json_path: Path, work: Path, wait_s: int)
             wrpcap(str(work / f"p{port}_in.pcap"), [])
     thrift = _free_port()
     args = [str(require_tool("simple_switch")), "--use-files", str(wait_s), "--thrift-port", str(thrift),
-            "--device-id", "1", "--log-file", str(work / "bmv2"), "--log-level", "debug", "--log-flush"]
+            "--device-id", "1"]
     for port in ports:
         args += ["-i", f"{port}@{work / f'p{port}'}"]
     args += [str(json_path), "--", "--priority-queues", "8"]
@@ -371,35 +373,14 @@ def _run_bmv2_once(scenario: Scenario, json_path: Path, work: Path, wait_s: int)
             switch.kill()
             switch.wait()
         log.close()
-    arrivals = _arrival_times(sorted(work.glob("bmv2*.txt")))   # the log rotates at 5 MB
     delivered: dict[int, Delivered] = {}
     outputs = [(port, pkt) for port in ports if port != IN_PORT for pkt in _read_pcap(work / f"p{port}_out.pcap")]
     first = min((when for _, (when, _) in outputs), default=0.0)
     for port, (when, pkt) in outputs:
         i = pkt[IP].id
-        if i not in arrivals:
-            raise Bmv2RunError(f"packet {i} left but its arrival is not in the log ({work})")
-        delivered[i] = Delivered(i, port, (when - first) * 1e6, max(0.0, (when - arrivals[i]) * 1e6),
-                                 pkt[IP].tos & 3)
+        t = (when - first) * 1e6
+        delivered[i] = Delivered(i, port, t, t, pkt[IP].tos & 3)
     return BurstResult(scenario, "bmv2", delivered, lambda name, index: counters.get((name, index), 0))
-
-
-_RECEIVED = re.compile(r"^\[(\d+):(\d+):(\d+)\.(\d+)\] \[bmv2\] \[D\] \[thread \d+\] \[(\d+)\.0\] "
-                       r"\[cxt \d+\] Processing packet received on port")
-
-
-def _arrival_times(logs: list[Path]) -> dict[int, float]:
-    """Arrival time (epoch seconds, millisecond resolution) of each packet by its number, from
-    simple_switch's debug log: packets are numbered in the order they arrive, which is the order
-    of the input pcap, so packet n is the scenario's packet n."""
-    day = time.time() // 86400 * 86400   # the log has the time of day (UTC on this machine)
-    out: dict[int, float] = {}
-    for line in (line for log in logs for line in log.read_text(errors="replace").splitlines()):
-        m = _RECEIVED.match(line)
-        if m:
-            h, mi, sec, ms, n = (int(g) for g in m.groups())
-            out[n] = day + h * 3600 + mi * 60 + sec + ms / 1000
-    return out
 
 
 def _read_pcap(path: Path) -> list[tuple[float, Ether]]:
