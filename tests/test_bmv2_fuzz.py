@@ -11,6 +11,7 @@ queue depth (which depends on BMv2's timing) decides anything; no program reads 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,7 @@ def test_bmv2_and_p4switch_agree(name: str, tmp_path: Path) -> None:
     diff = differences(case.outputs, run.out_pcaps())
     assert run.ok and not diff, (f"{name}: {len(diff)} difference(s) (work dir {run.work_dir}):\n"
                                  + "\n".join(diff) + "\n" + run.output[-1500:])
+    shutil.rmtree(run.work_dir, ignore_errors=True)  # kept only when a difference is shown
     print(f"{name}: {case.packets} packets, {case.forwarded} forwarded, identical on BMv2")
 
 
@@ -73,3 +75,4 @@ def test_a_planted_difference_is_caught(tmp_path: Path) -> None:
     outputs[port][0] = bytes(planted)
     diff = differences(outputs, run.out_pcaps())
     assert len(diff) == 1 and f"port {port} packet 0" in diff[0]
+    shutil.rmtree(run.work_dir, ignore_errors=True)
