@@ -31,10 +31,6 @@ BMV2_DRIVER_CANNOT = {
     "dlcp_threshold_calm": "Unexpected key type range",
     "dlcp_drop_congested": "Unexpected key type range",
     "ecmp_selector": "Expected 1 packets on port 2 got 0",  # setdefault on an action-selector table
-    # BMv2 departs from the P4 spec (exit: copy-out of inout/out arguments still happens):
-    # p4c/BMv2 drop the action's write to its inout argument on `exit`, p4switch keeps it
-    # (BMv2 sends 3D110A30 for the second packet, the spec 3D7703F3)
-    "lang_args_slices": "3D110A30",
 }
 
 

@@ -9,7 +9,9 @@ header h_t { bit<8> a; bit<8> b; bit<8> c; bit<8> d; }
 struct headers { h_t h; }
 struct meta_t { }
 
-register<bit<8>>(1) last_a;  // top level: written in ingress, read in egress
+// Top level: written in ingress, read in egress. Indexed by the packet's own `a`, so packets
+// in flight together never read each other's cell.
+register<bit<8>>(256) inverted_a;
 
 parser P(packet_in pk, out headers hd, inout meta_t m, inout standard_metadata_t sm) {
     state start { pk.extract(hd.h); transition accept; }
@@ -20,7 +22,7 @@ control I(inout headers hd, inout meta_t m, inout standard_metadata_t sm) {
     action set_and_exit(inout bit<8> v) { v = 0x77; exit; }
     apply {
         sm.egress_spec = 2;
-        last_a.write(0, hd.h.a);
+        inverted_a.write((bit<32>)hd.h.a, ~hd.h.a);
         bit<4> high;
         halves(hd.h.a, high, _);          // the low half is not wanted
         hd.h.c = (bit<8>)high;
@@ -32,7 +34,7 @@ control I(inout headers hd, inout meta_t m, inout standard_metadata_t sm) {
     }
 }
 control E(inout headers hd, inout meta_t m, inout standard_metadata_t sm) {
-    apply { last_a.read(hd.h.a, 0); hd.h.a = hd.h.a + 1; }
+    apply { inverted_a.read(hd.h.a, (bit<32>)hd.h.a); }
 }
 control CC(inout headers hd, inout meta_t m) { apply { } }
 control D(packet_out pk, in headers hd) { apply { pk.emit(hd.h); } }
