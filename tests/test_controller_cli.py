@@ -220,7 +220,7 @@ def test_policy_show_into_a_closed_pipe_ends_quietly(fabric, capsys, monkeypatch
 
 
 def test_make_run_passes_pcap_and_args_through() -> None:
-    proc = subprocess.run(["make", "-n", "run", "PCAP=1", "ARGS=--policy x.yaml"], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    line = proc.stdout.strip().splitlines()[-1]
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "run", "PCAP=1", "ARGS=--policy x.yaml"],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    line = next(l for l in proc.stdout.splitlines() if "gradfabric run" in l)
     assert line.endswith("gradfabric run --topo leafspine --target embedded --pcap --policy x.yaml"), line

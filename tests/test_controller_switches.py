@@ -155,7 +155,8 @@ def all_pairs(bed: LeafSpineBed) -> list[tuple[str, str]]:
 def test_routes_give_every_host_pair_a_path(testbed: LeafSpineBed) -> None:
     with FabricController.for_fabric(testbed.fabric, testbed.pipeline) as controller:
         result = controller.apply(route_entries(testbed.fabric, testbed.pipeline.schema), ROUTE_TABLES)
-        assert result.total == 20  # leaves: 4 routes + 2 members; spines: 4 routes
+        # leaves: 4 routes + 2 members; spines: 4 routes; every switch: its spraying seed (default entry)
+        assert result.total == 20 + 4
     failed = [pair for pair in all_pairs(testbed) if not ping(testbed, *pair)]
     assert failed == []
 
@@ -186,7 +187,9 @@ def test_restarted_switch_gets_its_state_back(testbed: LeafSpineBed) -> None:
         testbed.switches["s1"].stop()
         testbed.switches["s1"].start(fabric.switch("s1").grpc_addr)
         after = set(session.read_entries(sorted(ROUTE_TABLES)))  # reconnects, reloads, reconciles
-        assert after == before == set(routes["s1"])
+        assert after == before == {e for e in routes["s1"] if not e.is_default}
+        seed = next(e for e in routes["s1"] if e.is_default)  # the switch's own spraying seed
+        assert session.read_default(seed.table) == seed
         assert session.pipeline_pushes == 1
     assert ping(testbed, "h11", "h21") and ping(testbed, "h12", "h11")
 

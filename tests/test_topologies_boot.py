@@ -31,6 +31,9 @@ def test_topology_boots_and_every_pair_pings(tmp_path: Path, topo: str, switches
             assert len([p for p in fab.state.processes if p.what.startswith("switch ")]) == switches
             assert len(fab.net.hosts) == hosts
             program_fabric(fab.description_path, None)
-            assert fab.net.pingAll(timeout=3) == 0
+            # A missing route fails every round; a switch process starved of CPU on a loaded
+            # machine can miss one ping, so a second round is allowed.
+            loss = fab.net.pingAll(timeout=5)
+            assert loss == 0 or fab.net.pingAll(timeout=5) == 0, f"pingall lost {loss:g}%, then again"
     finally:
         cleanup.stop_fabric(tmp_path / "build")
