@@ -31,7 +31,6 @@ from tests.test_p4runtime_server import (
     U,
     Client,
     RecordingTarget,
-    Stream,
     lpm_entry,
     p4info,
     running_server,

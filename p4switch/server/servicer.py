@@ -160,6 +160,13 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             self.target.install(pipeline)
         log.info("pipeline installed (%d tables)", len(schema.tables))
 
+    def _commit_as_primary(self, election_id: p4runtime_pb2.Uint128, config: ForwardingConfig,
+                           schema: Schema, pipeline: Any) -> None:
+        """Commit if the client is still primary once the (slow) build is done."""
+        with self.target.lock:
+            self.arbiter.check_primary(election_id, "SetForwardingPipelineConfig")
+            self._commit(config, schema, pipeline)
+
     def SetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:
         with _AbortOnRpcError(context):
             _parsed(request)
@@ -174,7 +181,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "COMMIT without a saved config (VERIFY_AND_SAVE first)")
                 config, (schema, pipeline) = self.saved[0], self.saved[1]
                 self.saved = None
-                self._commit(config, schema, pipeline)
+                self._commit_as_primary(request.election_id, config, schema, pipeline)
                 return p4runtime_pb2.SetForwardingPipelineConfigResponse()
             if action not in (Action.VERIFY, Action.VERIFY_AND_SAVE, Action.VERIFY_AND_COMMIT,
                               Action.RECONCILE_AND_COMMIT):
@@ -191,7 +198,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     and self.config.device_config == config.device_config:
                 self.config.cookie = cookie  # same program: keep every entry and counter
                 return p4runtime_pb2.SetForwardingPipelineConfigResponse()
-            self._commit(config, schema, pipeline)
+            self._commit_as_primary(request.election_id, config, schema, pipeline)
             return p4runtime_pb2.SetForwardingPipelineConfigResponse()
 
     def GetForwardingPipelineConfig(self, request: Any, context: grpc.ServicerContext) -> Any:
