@@ -1,7 +1,7 @@
 """The contention scenarios of the training experiment: where the jobs run, what else runs.
 
 The fabric (``topologies/leafspine_training.yaml``): two leaves, two spines, three hosts per
-leaf (h1-h3 on l1, h4-h6 on l2); every switch port forwards 1,000 packets/s from a
+leaf (h1-h3 on l1, h4-h6 on l2); every switch port forwards 20,000 packets/s from a
 32-packet queue per priority (module doc of ``experiments/README.md`` explains the scale).
 
 * ``tcp``: a 2-rank ring (h1, h4) beside two long TCP flows into the job's host ports
@@ -22,10 +22,10 @@ from experiments.background import Flow
 from experiments.errors import ExperimentError
 
 #: The fabric's port rate and queue depth (topologies/leafspine_training.yaml).
-PORT_PPS = 1000
+PORT_PPS = 20_000
 QUEUE_PACKETS = 32
 UDP_DATAGRAM = 1200
-#: UDP background at half a port: 500 datagrams/s of 1,200 bytes.
+#: UDP background at half a port: 10,000 datagrams/s of 1,200 bytes.
 UDP_MBPS = PORT_PPS * 0.5 * UDP_DATAGRAM * 8 / 1e6
 RR_RESPONSE = 8000  # bytes: about 6 full packets
 RR_INTERVAL = 0.05  # s between requests

@@ -33,7 +33,7 @@ class TopologyError(GradfabricError):
 class LinkParams:
     """What a link emulates: bandwidth (Mbit/s), one-way delay (ms) and loss (percent)."""
 
-    bw_mbps: float = 100.0
+    bw_mbps: float = 1000.0
     delay_ms: float = 0.0
     loss_pct: float = 0.0
 
@@ -52,7 +52,7 @@ class SwitchParams:
     """
 
     priority_queues: int = 8
-    egress_rate_pps: int = 2000
+    egress_rate_pps: int = 40000
     queue_depth: int = 64
     rate_scope: str = "port"
 

@@ -47,7 +47,7 @@ class SwitchConfig:
     p4runtime_log: Path
     cpu_port: int = 510
     priority_queues: int = 8
-    egress_rate_pps: int = 2000
+    egress_rate_pps: int = 40000
     queue_depth: int = 64
     #: "port": egress_rate_pps is one rate shared by a port's priority queues (embedded only);
     #: "queue": each priority queue gets it (BMv2's set_queue_rate R PORT).

@@ -108,7 +108,7 @@ def test_topology_by_path_and_default_ip_from_device_and_port(tmp_path: Path) ->
     assert (hb.switch_port, ha.switch_port) == (1, 2)
     assert (ha.ip, ha.prefix_len) == ("10.0.7.2", 24)
     assert (hb.ip, hb.prefix_len, hb.mac) == ("192.168.5.9", 16, "00:00:c0:a8:05:09")
-    assert spec.links[1].params.bw_mbps == 10 and spec.links[0].params.bw_mbps == 100
+    assert spec.links[1].params.bw_mbps == 10 and spec.links[0].params.bw_mbps == 1000
     assert spec.switches[0].params.rate_scope == "port"  # the default: one rate per port
 
 
@@ -195,7 +195,7 @@ def test_mininet_topo_has_explicit_ports_addresses_and_shaping() -> None:
     assert topo.nodeInfo("h3") == {"ip": "10.0.2.1/24", "mac": "00:00:0a:00:02:01"}
     info = topo.linkInfo("s1", "s2")
     assert (info["port1"], info["port2"]) == (3, 3)  # the bottleneck: port 3 on both sides
-    assert info["bw"] == 20 and info["use_tbf"] is True
+    assert info["bw"] == 200 and info["use_tbf"] is True
     assert topo.port("s2", "h4") == (2, 0)
 
 
@@ -443,7 +443,7 @@ def test_bridge_fabric_boots_pings_shapes_and_leaves_nothing(tmp_path: Path, pre
         assert "tbf" in h1.cmd(f"tc qdisc show dev {h1.defaultIntf().name}")
         bottleneck = subprocess.run(["tc", "qdisc", "show", "dev", f"{prefix}s1-eth3"],
                                     capture_output=True, text=True).stdout
-        assert "rate 20Mbit" in bottleneck
+        assert "rate 200Mbit" in bottleneck
         assert "tx-checksumming: off" in h1.cmd(f"ethtool -k {h1.defaultIntf().name}")
         # `h1 gradfabric agent ...` in the CLI finds the command of the running environment
         assert h1.cmd("command -v gradfabric").strip() == str(Path(sys.executable).parent / "gradfabric")

@@ -52,8 +52,8 @@ class DdpJob:
     grad_bound: float = 0.0
     param_bound: float = 0.0
     job_id: int = 1
-    rate_pps: float = 1000.0  # DLCP sender's starting rate
-    max_rate_pps: float = 4000.0
+    rate_pps: float = 20_000.0  # DLCP sender's starting rate: the fabric's port rate
+    max_rate_pps: float = 80_000.0
     in_flight: int = 4
     timeout_s: float = 60.0
 
