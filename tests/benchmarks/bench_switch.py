@@ -1,11 +1,13 @@
 """Embedded switch benchmarks.
 
 - Forwarding: packets/s that reach a namespace through one switch (IPv4 router; DLCP
-  program): the embedded ``p4switch run`` and BMv2's ``simple_switch_grpc`` (p4c's build of
-  the same program, when p4c and BMv2 are found), each against a Linux bridge between the
-  same two namespaces, and the embedded target against BMv2 (same sender, same run). The
-  reference BMv2 is built with logging compiled in (not enabled here); a build without it
-  forwards about twice as fast.
+  program), counted by the receiving interface, while a C sender (``blaster.c``, sendmmsg)
+  offers 64-byte UDP frames flat out: the embedded ``p4switch run`` with its native datapath
+  and with its Python datapath, and BMv2's ``simple_switch_grpc`` (p4c's build of the same
+  program, when p4c and BMv2 are found), each against a Linux bridge between the same two
+  namespaces, and the embedded target against BMv2 and native against Python (same sender,
+  same run). The reference BMv2 is built with logging compiled in (not enabled here); a
+  build without it forwards about twice as fast.
 - P4Runtime writes: table entries/s written in batched Write requests, against one update
   per request.
 - P4Runtime reads: entries/s of one wildcard Read of 10,000 entries, against writing the
@@ -18,11 +20,11 @@ from __future__ import annotations
 import queue
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -43,23 +45,19 @@ WRITE_BATCH = 100
 READ_ENTRIES = 10_000
 READ_WRITE_BATCH = 1000
 
-BLASTER = r"""
-import socket, sys, time
-iface, frame_hex, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-frame = bytes.fromhex(frame_hex)
-sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-sock.bind((iface, 0))
-end = time.monotonic() + seconds
-sent = 0
-while time.monotonic() < end:
-    for _ in range(200):
-        try:
-            sock.send(frame)
-            sent += 1
-        except OSError:
-            pass
-print(sent)
-"""
+BLASTER_SOURCE = Path(__file__).with_name("blaster.c")
+
+
+def _build_blaster(workdir: Path) -> Path:
+    """The C sender (sendmmsg, batches of 64), so the sender is not what limits a figure."""
+    from p4switch.native.build import find_compiler
+
+    compiler = find_compiler()
+    if compiler is None:
+        raise RuntimeError("no C compiler found: the forwarding benchmark needs one for its sender")
+    binary = workdir / "blaster"
+    subprocess.run([compiler, "-O2", "-o", str(binary), str(BLASTER_SOURCE)], check=True)
+    return binary
 
 
 def _rx_packets(host: netns.Host) -> int:
@@ -81,19 +79,25 @@ def _dlcp_payload() -> bytes:
     return header + bytes(16)
 
 
-def _forwarded_pps(sender: netns.Host, receiver: netns.Host, frame: bytes) -> float:
+@dataclass(frozen=True)
+class Rate:
+    received_pps: float  # counted by the receiving interface
+    offered_pps: float  # what the sender's socket accepted
+
+
+def _forwarded_pps(blaster: Path, sender: netns.Host, receiver: netns.Host, frame: bytes) -> Rate:
     """Packets/s arriving at ``receiver`` while ``sender`` sends ``frame`` flat out."""
     before = _rx_packets(receiver)
-    netns.in_ns(sender.ns, sys.executable, "-c", BLASTER, sender.iface, frame.hex(), str(SEND_SECONDS),
-                timeout=SEND_SECONDS + 30)
+    out = netns.in_ns(sender.ns, str(blaster), sender.iface, frame.hex(), str(SEND_SECONDS),
+                      timeout=SEND_SECONDS + 30).stdout
     time.sleep(0.3)  # let the queues drain
-    return (_rx_packets(receiver) - before) / SEND_SECONDS
+    return Rate((_rx_packets(receiver) - before) / SEND_SECONDS, int(out.strip()) / SEND_SECONDS)
 
 
-def _bridge_pps(lab: netns.Lab, h1: netns.Host, h2: netns.Host, outers: list[str]) -> float:
+def _bridge_pps(blaster: Path, lab: netns.Lab, h1: netns.Host, h2: netns.Host, outers: list[str]) -> Rate:
     bridge = lab.add_bridge(outers)
     try:
-        return _forwarded_pps(h1, h2, _udp_frame(h1, h2, h2.mac, 5000, bytes(18)))
+        return _forwarded_pps(blaster, h1, h2, _udp_frame(h1, h2, h2.mac, 5000, bytes(18)))
     finally:
         for outer in outers:
             netns.sh("ip", "link", "set", outer, "nomaster", check=False)
@@ -152,11 +156,11 @@ class _Client:
 
 
 @contextmanager
-def _switch(program: Path, interfaces: list[str], workdir: Path) -> Iterator[_Client]:
-    args = [str(program), "--device-id", "1", "--log-level", "warn"]
+def _switch(program: Path, interfaces: list[str], workdir: Path, datapath: str = "native") -> Iterator[_Client]:
+    args = [str(program), "--device-id", "1", "--log-level", "warn", "--datapath", datapath]
     for i, iface in enumerate(interfaces, start=1):
         args += ["-i", f"{i}@{iface}"]
-    with switch_process(args, workdir / f"{program.stem}.log", ready_timeout=60) as (_, address):
+    with switch_process(args, workdir / f"{program.stem}-{datapath}.log", ready_timeout=60) as (_, address):
         client = _Client(address, 1)
         try:
             yield client
@@ -215,14 +219,22 @@ def _mac(text: str) -> int:
 BMV2_NAME = "BMv2 simple_switch_grpc 1.15.5 (logging compiled in, off)"
 
 
+TARGETS = {
+    "native": ("embedded, native datapath", lambda p, i, w: _switch(p, i, w, "native")),
+    "python": ("embedded, Python datapath", lambda p, i, w: _switch(p, i, w, "python")),
+    "bmv2": (BMV2_NAME, _bmv2_switch),
+}
+
+
 def _forwarding_figures(workdir: Path) -> list[Figure]:
-    """Bridge, then each program on the embedded target and on BMv2, one after the other."""
+    """Bridge, then each program on each target, one after the other, same sender and frames."""
     figures = []
-    targets = {"embedded": _switch}
+    targets = ["native", "python"]
     if _bmv2_available():
-        targets["bmv2"] = _bmv2_switch
+        targets.append("bmv2")
     else:
         print("bench: p4c or simple_switch_grpc not found: BMv2 figures skipped", flush=True)
+    blaster = _build_blaster(workdir)
     programs = [("IPv4 router", ROUTER, "MyIngress.ipv4_lpm", "MyIngress.ipv4_forward", 5000, bytes(18))]
     if DLCP.exists():
         programs.append(("DLCP program (gradient packets)", DLCP, "DlcpIngress.ipv4_lpm",
@@ -232,23 +244,28 @@ def _forwarding_figures(workdir: Path) -> list[Figure]:
         h2, out2 = lab.add_host(2, "10.0.2.1")
         # On-link route: the switch (or bridge) gets frames addressed to h2 or to the switch.
         netns.in_ns(h1.ns, "ip", "route", "add", "10.0.2.0/24", "dev", h1.iface)
-        bridge = _bridge_pps(lab, h1, h2, [out1, out2])
+        bridge = _bridge_pps(blaster, lab, h1, h2, [out1, out2])
+        print(f"bench: Linux bridge {bridge.received_pps:,.0f} pkt/s (offered {bridge.offered_pps:,.0f})", flush=True)
         for label, program, table, action, dport, payload in programs:
             params = ({"dstAddr": _mac(h2.mac), "port": 2} if program == ROUTER
                       else {"port": 2, "smac": _mac(SWITCH_MAC), "dmac": _mac(h2.mac)})
-            rates = {}
-            for target, start in targets.items():
-                print(f"bench: forwarding, {label}, {target} ...", flush=True)
+            rates: dict[str, Rate] = {}
+            for target in targets:
+                name, start = TARGETS[target]
                 with start(program, [out1, out2], workdir) as client:
                     client.write([client.lpm_update(table, 0x0A000200, 24, action, params)])
-                    rates[target] = _forwarded_pps(h1, h2, _udp_frame(h1, h2, SWITCH_MAC, dport, payload))
-            figures.append(Figure(f"switch forwarding, {label}, embedded", rates["embedded"],
-                                  "Linux bridge", bridge, "pkt/s"))
-            if "bmv2" in rates:
-                figures.append(Figure(f"switch forwarding, {label}, {BMV2_NAME}", rates["bmv2"],
-                                      "Linux bridge", bridge, "pkt/s"))
-                figures.append(Figure(f"switch forwarding, {label}, embedded", rates["embedded"],
-                                      BMV2_NAME, rates["bmv2"], "pkt/s"))
+                    rates[target] = _forwarded_pps(blaster, h1, h2, _udp_frame(h1, h2, SWITCH_MAC, dport, payload))
+                print(f"bench: {label}, {name}: {rates[target].received_pps:,.0f} pkt/s "
+                      f"(offered {rates[target].offered_pps:,.0f})", flush=True)
+            for target in targets:
+                figures.append(Figure(f"switch forwarding, {label}, {TARGETS[target][0]}",
+                                      rates[target].received_pps, "Linux bridge", bridge.received_pps, "pkt/s"))
+            for target in ("native", "python"):
+                if "bmv2" in rates:
+                    figures.append(Figure(f"switch forwarding, {label}, {TARGETS[target][0]}",
+                                          rates[target].received_pps, BMV2_NAME, rates["bmv2"].received_pps, "pkt/s"))
+            figures.append(Figure(f"switch forwarding, {label}, {TARGETS['native'][0]}", rates["native"].received_pps,
+                                  TARGETS["python"][0], rates["python"].received_pps, "pkt/s"))
     return figures
 
 
