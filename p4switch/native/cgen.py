@@ -34,7 +34,9 @@ class ProgramGen(StmtGen):
 
     def __init__(self, compiled: CompiledProgram, rec: Recorded) -> None:
         self.compiled, self.rec = compiled, rec
-        self.errors: list[str] = ["NoError"]
+        # Error codes in declaration order, as the Python pipeline and BMv2 number them (a table
+        # key of type error holds these codes); errors first named later are appended.
+        self.errors: list[str] = list(compiled.info.error_members) or ["NoError"]
         self.enums: dict[tuple[str, str], int] = {}
         self.std = compiled.std
         self.table_names = list(compiled.tables)
