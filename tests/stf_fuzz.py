@@ -30,6 +30,7 @@ class FuzzCase:
     text: str
     packets: int
     outputs: dict[int, list[bytes]]
+    inputs: list[tuple[bytes, int]]  # (frame, ingress port), in order
 
     @property
     def forwarded(self) -> int:
@@ -60,7 +61,7 @@ def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
 
 
 def generate(program: Path, stf_text: str, count: int, seed: int) -> FuzzCase:
-    """`count` packets through the embedded pipeline after the STF file's entries."""
+    """`count` packets through the embedded (Python) pipeline after the STF file's entries."""
     rng = random.Random(seed)
     controls = control_lines(stf_text)
     pipe = Pipeline(load_program(program))
@@ -68,13 +69,44 @@ def generate(program: Path, stf_text: str, count: int, seed: int) -> FuzzCase:
     seeds = seed_packets(stf_text)
     lines = [f"# generated: {count} packets, seed {seed}", *controls]
     outputs: dict[int, list[bytes]] = {}
+    inputs: list[tuple[bytes, int]] = []
     for i in range(count):
         frame, port = mutate(rng, seeds), rng.choice(PORTS)
+        inputs.append((frame, port))
         lines.append(f"packet {port} {frame.hex().upper()}")
         for out_port, data in pipe.process(frame, port, i + 1):
             outputs.setdefault(out_port, []).append(data)
             lines.append(f"expect {out_port} {data.hex().upper()} $")
-    return FuzzCase("\n".join(lines) + "\n", count, outputs)
+    return FuzzCase("\n".join(lines) + "\n", count, outputs, inputs)
+
+
+def replay_native(program: Path, stf_text: str, case: FuzzCase) -> dict[int, list[bytes]]:
+    """The case's packets, in order, through the native datapath after the same entries."""
+    from p4switch.native.pipeline import NativePipeline
+
+    pipe = NativePipeline(load_program(program))
+    run_stf(pipe, "\n".join(control_lines(stf_text)) + "\n")
+    outputs: dict[int, list[bytes]] = {}
+    for i, (frame, port) in enumerate(case.inputs):
+        for out_port, data in pipe.process(frame, port, i + 1):
+            outputs.setdefault(out_port, []).append(data)
+    return outputs
+
+
+def output_differences(python: dict[int, list[bytes]], native: dict[int, list[bytes]],
+                       limit: int = 5) -> list[str]:
+    """Readable differences between the Python pipeline's outputs and the native datapath's."""
+    found: list[str] = []
+    for port in sorted(set(python) | set(native)):
+        want, got = python.get(port, []), native.get(port, [])
+        if len(want) != len(got):
+            found.append(f"port {port}: Python sent {len(want)} packets, native {len(got)}")
+        for i, (a, b) in enumerate(zip(want, got)):
+            if a != b:
+                found.append(f"port {port} packet {i}:\n  python {a.hex()}\n  native {b.hex()}")
+            if len(found) >= limit:
+                return found
+    return found
 
 
 def read_pcap(path: Path) -> list[bytes]:
