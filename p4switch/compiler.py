@@ -15,6 +15,7 @@ from lark import Token, Tree
 from p4switch.compile_blocks import BlockCompiler
 from p4switch.compile_expr import ExprCompiler
 from p4switch.compile_externs import ExternCompiler
+from p4switch.compile_loops import LoopCompiler
 from p4switch.compile_operators import OperatorCompiler
 from p4switch.compile_packet import PacketCompiler
 from p4switch.compile_parsers import ParserCompiler
@@ -34,7 +35,7 @@ from p4switch.frontend.types import (
 from p4switch.tables import Table
 
 
-class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, ExternCompiler, PacketCompiler,
+class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, LoopCompiler, ExternCompiler, PacketCompiler,
                ParserCompiler, TableCompiler, BlockCompiler):
     """One compilation of one program; see module docstring."""
 

@@ -61,3 +61,11 @@ class PacketContext:
         self.digest = digest
         self.log = log
         self.payload = b""
+
+
+class BreakSignal(Exception):
+    """`break`: leave the innermost `for` loop."""
+
+
+class ContinueSignal(Exception):
+    """`continue`: go on with the innermost `for` loop's next iteration."""

@@ -61,6 +61,11 @@ def load_modified(old: str, new: str):
      r"router\.p4:112:9: type error: setInvalid on a read-only header"),
     ("state start {", "value_set<bool>(4) vs;\n    state start {", P4UnsupportedError,
      r"router\.p4:41:5: unsupported: value_set of bool: use bit<W> or a struct of bit<W>"),
+    (FORWARD, "break;", P4TypeError, r"router\.p4:73:9: type error: break outside a for loop"),
+    (FORWARD, "for (bit<8> i in 1 .. 3) { continue; } hdr.ipv4.ttl -= true;", P4TypeError,
+     r"router\.p4:73:48: type error: "),
+    (FORWARD, "for (bool b in 1 .. 3) { }", P4TypeError,
+     r"router\.p4:73:9: type error: for \.\.\. in a \.\. b needs a bit<W> or int<W> variable, not bool"),
 ])
 def test_error_messages_name_file_line_column(old, new, error, message):
     with pytest.raises(error, match=message):

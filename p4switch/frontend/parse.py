@@ -121,7 +121,7 @@ def parse_source(text: str, locate: LineMapper) -> Tree:
     for tok, nxt in zip(tokens, tokens[1:] + tokens[-1:]):
         if tok.type == "IDENTIFIER" and tok.value in types:
             tok.type = "TYPE_IDENTIFIER"
-        elif tok.value == ">" and nxt is not tok and nxt.value == ">" and nxt.start_pos == tok.end_pos:
+        elif tok.value == ">" and nxt is not tok and nxt.value in (">", ">=") and nxt.start_pos == tok.end_pos:
             tok.type = "_R_ANGLE_SHIFT"  # `>>`: a shift, or two closing angles (p4c's lexer does this)
     _mark_type_argument_lists(tokens)
     interactive = parser.parse_interactive()
