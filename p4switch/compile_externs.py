@@ -8,13 +8,13 @@ from typing import Any
 from lark import Tree
 
 from p4switch import hashes
-from p4switch.compiled import E, ExternInstance, Fn, Scope, _mask, field_is_scalar, generate
+from p4switch.compiled import E, ExternInstance, Fn, FunctionImpl, Scope, _mask, field_is_scalar, generate
 from p4switch.externs import GREEN
 from p4switch.frontend.program import DigestInfo, ParamInfo
 from p4switch.frontend.types import (
     BitT, BoolT, EnumT, ErrorT, HeaderT, ListT, StringT, StructT, VarbitT, VoidT, field_offset,
 )
-from p4switch.runtime import DROP_PORT, ParserError, PipelineAssertion
+from p4switch.runtime import DROP_PORT, ExternFunctionMissing, ParserError, PipelineAssertion
 
 
 class ExternCompiler:
@@ -118,9 +118,34 @@ class ExternCompiler:
         args = [a.children[1] if isinstance(a, Tree) and a.data == "named_arg" else a for a in args]
         handler = getattr(self, f"_v1_{name}", None)
         self.call_type_args = type_args
+        if handler is None and name in self.program_extern_functions:
+            return self._call_function(node, self._unimplemented_extern(name), args, scope)
         if handler is None:
             raise self.unsupported(node, f"extern function {name} is not supported")
         return handler(node, args, scope)
+
+    def _unimplemented_extern(self, name: str) -> FunctionImpl:
+        """A program-declared extern function: type-checked like a function; calling it fails
+        the packet with ExternFunctionMissing (BMv2 needs a plug-in for it, too)."""
+        cache = self.compiled_functions
+        key = f"$extern {name}"
+        if key in cache:
+            return cache[key]
+        decl = self.program_extern_functions[name]
+        ret_node, _fname, tparams, params_node = decl.children[1].children
+        if tparams is not None:
+            raise self.unsupported(decl, f"generic extern function {name} is not supported")
+        params = [(pname, ptype, direction, self.alloc(ptype))
+                  for pname, ptype, direction, _ in self.params(params_node)]
+        message = (f"extern function {name} (declared at {self.where(decl)}) has no implementation "
+                   "on this target: the program declares it, and neither p4switch nor BMv2 (without "
+                   "a plug-in) can run it")
+
+        def missing(s: list) -> None:
+            raise ExternFunctionMissing(message)
+        impl = FunctionImpl(name, self.resolve_type(ret_node), params, missing)
+        cache[key] = impl
+        return impl
 
     def _expect_args(self, node: Tree, name: str, args: list, *counts: int) -> None:
         if len(args) not in counts:

@@ -7,6 +7,8 @@ per packet. Type errors are raised as P4TypeError with the source location.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import random
 from typing import Any, Callable
 
@@ -64,6 +66,8 @@ class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, LoopCompiler, Exter
         self.compiled_global_actions: dict[str, ActionImpl] = {}
         self.functions: dict[str, Tree] = {}
         self.extern_functions: set[str] = set()
+        #: extern functions the program itself declares (not v1model's): name -> declaration
+        self.program_extern_functions: dict[str, Tree] = {}
         self.extern_objects: set[str] = set()
         self.type_params: dict[str, P4Type] = {}
         self.compiled_functions: dict[str, Any] = {}
@@ -278,7 +282,11 @@ class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, LoopCompiler, Exter
 
     def _decl_extern_function(self, node: Tree) -> None:
         proto = node.children[1]
-        self.extern_functions.add(str(proto.children[1].children[0]))
+        name = str(proto.children[1].children[0])
+        self.extern_functions.add(name)
+        where = self.where(node)
+        if where is None or Path(where.file).name not in ("core.p4", "v1model.p4"):
+            self.program_extern_functions[name] = node
 
     def _decl_action_decl(self, node: Tree) -> None:
         self.global_actions[str(node.children[1].children[0])] = node

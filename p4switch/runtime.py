@@ -41,6 +41,11 @@ class PipelineAssertion(P4SwitchError):
     """A P4 `assert`/`assume` failed while processing a packet."""
 
 
+class ExternFunctionMissing(P4SwitchError):
+    """A packet reached a call of an extern function the program declares but no target
+    implements (BMv2 needs a plug-in for it)."""
+
+
 class PacketContext:
     """What compiled code needs besides the slot list; lives in slot 0."""
 

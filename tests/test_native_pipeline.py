@@ -29,6 +29,7 @@ FALLS_BACK = {
     "ipv4_options": "varbit",
     "lang_args_slices": "dontcare_arg",
     "lang_loops": "for_stmt",
+    "lang_extern_fn": "extern scramble",
 }
 #: Every STF file of the project with its program: tests/stf/ against the DLCP program,
 #: tests/p4programs/NAME.stf against NAME.p4.

@@ -152,3 +152,23 @@ def test_identity_hash_takes_the_first_eight_bytes_as_bmv2() -> None:
     assert identity(data) == 0x0102030405060708
     assert identity(bytes.fromhex("a1b2c3")) == 0xA1B2C3
     assert identity(b"") == 0
+
+
+def test_a_program_declared_extern_function_fails_only_the_packets_that_call_it() -> None:
+    from pathlib import Path
+
+    from p4switch.frontend import P4TypeError, load_program
+    from p4switch.runtime import ExternFunctionMissing
+
+    path = Path(__file__).parent / "p4programs" / "lang_extern_fn.p4"
+    pipe = Pipeline(load_program(path))
+    assert pipe.process(bytes([0x01, 0x10]), 1) == [(2, bytes([0x01, 0x11]))]
+    with pytest.raises(ExternFunctionMissing, match=r"extern function scramble \(declared at .*lang_extern_fn\.p4:12"):
+        pipe.process(bytes([0xEE, 0x10]), 1)
+    assert pipe.process(bytes([0x02, 0x20]), 1) == [(2, bytes([0x02, 0x21]))]  # the next packet is fine
+    bad = path.read_text().replace("scramble(hdr.p.value, 7);", "scramble(hdr.p.value);")
+    with pytest.raises(P4TypeError, match="function scramble takes 2 argument"):
+        load_program_text(bad, "bad.p4")
+    bad = path.read_text().replace("scramble(hdr.p.value, 7);", "scramble(7, 7);")
+    with pytest.raises(P4TypeError, match="not assignable"):  # 7 for an inout parameter
+        load_program_text(bad, "bad.p4")

@@ -37,7 +37,9 @@ BMV2_DRIVER_CANNOT = {
 #: they run on p4switch only. Strict as above: a newer p4c that compiles one fails this test,
 #: which then asks for the file to run on BMv2 like the others.
 P4C_REFUSES = {
-    "lang_loops": "syntax error, unexpected +",  # `+=`; without compound assignment: "BMV2 does not support loops"
+    "lang_loops": "syntax error, unexpected +",
+    # without --emit-externs; with it, simple_switch refuses the JSON (test below)
+    "lang_extern_fn": "scramble: unknown extern function",  # `+=`; without compound assignment: "BMV2 does not support loops"
 }
 
 
@@ -140,3 +142,19 @@ def test_p4c_refuses_loops_for_bmv2(tmp_path: Path) -> None:
     assert proc.returncode != 0 and proc.stderr.count("BMV2 does not support loops") == 2, proc.stderr
     ok, failures = embedded_verdict(program, "packet 1 05 00 00\nexpect 2 05 00 00 000A 05 00000000000000000000 $\n")
     assert ok, failures
+
+
+@pytest.mark.bmv2
+def test_bmv2_refuses_a_program_declared_extern_function(tmp_path: Path) -> None:
+    """p4c compiles the call with --emit-externs; BMv2 without a plug-in refuses the program."""
+    from gradfabric.p4ref import require_tool
+
+    compiler = require_tool("p4c").parent / "p4c-bm2-ss"
+    include = require_tool("simple_switch").parent.parent / "share" / "p4c" / "p4include"
+    out = tmp_path / "ext.json"
+    proc = subprocess.run([str(compiler), "--arch", "v1model", "--emit-externs", "-I", str(include), "-o", str(out),
+                           str(PROGRAMS / "lang_extern_fn.p4")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and '"op" : "scramble"' in out.read_text(), proc.stderr
+    switch = subprocess.run([str(require_tool("simple_switch")), "--use-files", "0", "-i", f"1@{tmp_path}/p1",
+                             str(out)], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert "Unknown primitive action: scramble" in switch.stdout + switch.stderr
