@@ -21,7 +21,7 @@ from p4switch.frontend.program import (
     ActionInfo, ActionProfileInfo, CounterInfo, MeterInfo, ParamInfo, RegisterInfo, ValueSetInfo,
 )
 from p4switch.frontend.types import (
-    BitT, BoolT, DeclT, EnumT, ExternT, P4Type, StructT, field_offset, scalar_width,
+    BitT, BoolT, DeclT, EnumT, ExternT, IntLitT, P4Type, StructT, field_offset, scalar_width,
 )
 from p4switch.runtime import ReturnSignal
 
@@ -187,27 +187,69 @@ class BlockCompiler:
 
     # -- functions -----------------------------------------------------------------------------
 
-    def function(self, name: str) -> FunctionImpl:
-        cache = self.compiled_functions
-        if name in cache:
-            return cache[name]
+    def function(self, name: str, type_args: Any = None, args: list | None = None,
+                 scope: Scope | None = None) -> FunctionImpl:
+        """The compiled function `name`; a generic one is specialized for the call's type
+        arguments (given, or inferred from the arguments of parameters typed by a type
+        variable) and compiled once per specialization."""
         node = self.functions[name]
         _annos, proto, body = node.children
         ret_node, _fname, tparams, params_node = proto.children
+        bindings: dict[str, P4Type] = {}
         if tparams is not None:
-            raise self.unsupported(node, f"generic function {name} is not supported")
-        ret = self.resolve_type(ret_node)
-        inner = self.globals.child()
-        inner.names["$return"] = ret
-        params = []
-        for pname, ptype, direction, _ in self.params(params_node):
-            place = self.alloc(ptype)
-            inner.names[pname] = Var(place.read_only() if direction in (None, "in") else place)
-            params.append((pname, ptype, direction, place))
-        impl = FunctionImpl(name, ret, params, lambda s: None)
-        cache[name] = impl
-        impl.body = self.block(body.children[1:], inner)
+            bindings = self._type_bindings(node, name, [str(t) for t in tparams.children],
+                                           type_args, params_node, args or [], scope)
+        key = name if not bindings else f"{name}<{', '.join(str(t) for t in bindings.values())}>"
+        cache = self.compiled_functions
+        if key in cache:
+            return cache[key]
+        saved = {t: self.types.get(t) for t in bindings}
+        self.types.update(bindings)
+        try:
+            ret = self.resolve_type(ret_node)
+            inner = self.globals.child()
+            inner.names["$return"] = ret
+            params = []
+            for pname, ptype, direction, _ in self.params(params_node):
+                place = self.alloc(ptype)
+                inner.names[pname] = Var(place.read_only() if direction in (None, "in") else place)
+                params.append((pname, ptype, direction, place))
+            impl = FunctionImpl(key, ret, params, lambda s: None)
+            cache[key] = impl
+            impl.body = self.block(body.children[1:], inner)
+        finally:
+            for t, old in saved.items():
+                if old is None:
+                    self.types.pop(t, None)
+                else:
+                    self.types[t] = old
         return impl
+
+    def _type_bindings(self, node: Tree, name: str, tvars: list[str], type_args: Any,
+                       params_node: Any, args: list, scope: Scope | None) -> dict[str, P4Type]:
+        if type_args is not None:
+            given = [self.resolve_type(t) for t in type_args.children]
+            if len(given) != len(tvars):
+                raise self.type_error(node, f"function {name} takes {len(tvars)} type argument(s), got {len(given)}")
+            return dict(zip(tvars, given))
+        bindings: dict[str, P4Type] = {}
+        param_nodes = [] if params_node is None else [p for p in params_node.children if isinstance(p, Tree)]
+        for param, arg in zip(param_nodes, args):
+            type_node = param.children[2]
+            tname = str(type_node.children[-1]) if isinstance(type_node, Tree) and type_node.data == "named_type" else None
+            if tname not in tvars or tname in bindings or scope is None:
+                continue
+            if isinstance(arg, Tree) and arg.data == "named_arg":
+                arg = arg.children[1]
+            t = self.expr(arg, scope).type
+            if isinstance(t, IntLitT):
+                raise self.type_error(arg, f"cannot infer type {tname} of {name} from an integer literal: "
+                                           f"give it, {name}<bit<W>>(...)")
+            bindings[tname] = t
+        missing = [t for t in tvars if t not in bindings]
+        if missing:
+            raise self.type_error(node, f"cannot infer type argument(s) {', '.join(missing)} of function {name}")
+        return bindings
 
     # -- controls and parsers ------------------------------------------------------------------
 

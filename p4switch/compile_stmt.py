@@ -274,7 +274,7 @@ class StmtCompiler:
             if isinstance(extra, tuple) and extra[0] == "extern_function":
                 return self._extern_function(node, extra[1], args, type_args, scope)
             if isinstance(extra, tuple) and extra[0] == "function":
-                return self._call_function(node, self.function(extra[1]), args, scope)
+                return self._call_function(node, self.function(extra[1], type_args, args, scope), args, scope)
             if isinstance(extra, FunctionImpl):
                 return self._call_function(node, extra, args, scope)
         raise self.type_error(node, f"{_callee_text(callee)} cannot be called")

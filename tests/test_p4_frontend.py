@@ -179,3 +179,16 @@ def test_constructor_parameters_of_controls():
     assert out[0][1][15] == 43
     with pytest.raises(P4TypeError, match=r"c\.p4:\d+:\d+: type error: MyEgress takes 1 constructor argument"):
         load_program_text(src, "c.p4")
+
+
+def test_generic_function_type_arguments_are_inferred_or_asked_for():
+    source = (PROGRAMS / "lang_generics.p4").read_text()
+    bad = source.replace("swap<bit<16>>(hdr.g.c, hdr.g.d);", "hdr.g.c = choose(true, 1, 2);")
+    with pytest.raises(P4TypeError, match=r"cannot infer type T of choose from an integer literal"):
+        load_program_text(bad, "g.p4")
+    bad = source.replace("swap<bit<16>>(hdr.g.c, hdr.g.d);", "swap<bit<16>, bit<8>>(hdr.g.c, hdr.g.d);")
+    with pytest.raises(P4TypeError, match=r"function swap takes 1 type argument\(s\), got 2"):
+        load_program_text(bad, "g.p4")
+    bad = source.replace("swap<bit<16>>(hdr.g.c, hdr.g.d);", "swap<bit<8>>(hdr.g.c, hdr.g.d);")
+    with pytest.raises(P4TypeError, match=r"has type bit<16>, expected bit<8>"):
+        load_program_text(bad, "g.p4")
