@@ -206,16 +206,36 @@ class Compiler(ExprCompiler, OperatorCompiler, StmtCompiler, LoopCompiler, Exter
             annos[fname] = _anno_map(f.children[0])
         return fields, annos
 
+    def _struct_leaves(self, node: Tree, header: str, prefix: str, t: StructT) -> list[tuple[str, P4Type]]:
+        """The fixed-width leaves of a struct inside a header, named `prefix.field`, in order."""
+        leaves: list[tuple[str, P4Type]] = []
+        for fname, ft in t.fields:
+            if isinstance(ft, StructT) and not ft.is_union:
+                leaves += self._struct_leaves(node, header, f"{prefix}.{fname}", ft)
+            elif isinstance(ft, BitT | BoolT) or (isinstance(ft, EnumT) and ft.repr):
+                leaves.append((f"{prefix}.{fname}", ft))
+            else:
+                raise self.type_error(node, f"header {header}: field {prefix}.{fname} has type {ft}, "
+                                            "which cannot be in a header")
+        return leaves
+
     def _decl_header_decl(self, node: Tree) -> None:
         name = str(node.children[1])
-        fields, _ = self._fields(node.children[3:])
-        for i, (fname, ft) in enumerate(fields):
+        declared, _ = self._fields(node.children[3:])
+        fields: list[tuple[str, P4Type]] = []
+        groups: dict[str, StructT] = {}
+        for i, (fname, ft) in enumerate(declared):
+            if isinstance(ft, StructT) and not ft.is_union:
+                groups[fname] = ft
+                fields += self._struct_leaves(node, name, fname, ft)
+                continue
             if not isinstance(ft, BitT | BoolT | VarbitT) and not (isinstance(ft, EnumT) and ft.repr):
                 raise self.type_error(node, f"header {name}: field {fname} has type {ft}, "
                                             "which cannot be in a header")
-            if isinstance(ft, VarbitT) and i != len(fields) - 1:
+            if isinstance(ft, VarbitT) and i != len(declared) - 1:
                 raise self.unsupported(node, f"header {name}: a varbit field must be the last field")
-        header = HeaderT(name, fields, _anno_map(node.children[0]))
+            fields.append((fname, ft))
+        header = HeaderT(name, fields, _anno_map(node.children[0]), groups)
         self.types[name] = header
         annos = header.annotations
         ctrl = _anno_string(annos, "controller_header")

@@ -84,9 +84,14 @@ class EnumT(P4Type):
 
 @dataclass(eq=False)
 class HeaderT(P4Type):
+    """A header. A struct-typed field (P4-16 1.2.2) is stored flattened: `fields` lists its
+    leaves as `s.x` in order (what extract and emit see), and `groups` maps `s` to its struct
+    type, whose slots are those leaves in the same order."""
+
     name: str
     fields: list[tuple[str, P4Type]]
     annotations: dict = field(default_factory=dict)
+    groups: dict[str, "StructT"] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.name
@@ -194,6 +199,13 @@ def slot_count(t: P4Type) -> int:
 def field_offset(t: StructT | HeaderT, name: str) -> tuple[int, P4Type] | None:
     """Slot offset of a member inside a header (after the validity slot) or struct."""
     offset = 1 if isinstance(t, HeaderT) else 0
+    if isinstance(t, HeaderT) and name in t.groups:
+        prefix = name + "."
+        for fname, _ in t.fields:
+            if fname.startswith(prefix):
+                return offset, t.groups[name]
+            offset += 1
+        return None
     for fname, ftype in t.fields:
         if fname == name:
             return offset, ftype
