@@ -79,6 +79,21 @@ class PacketCompiler:
                 v = int.from_bytes(ctx.data[ctx.pos:ctx.pos + nbytes], "big")
                 return [True] + [conv((v >> sh) & m) for sh, m, conv in layout[1]]
             return E(t, peek_header)
+        if isinstance(t, StructT) and not t.is_union:
+            # the struct's leaves, in order, from the next bits (any width; the rest of the last byte unread)
+            leaves = self._struct_leaves(node, f"lookahead<{t}>", "", t)
+            bits = sum(scalar_width(ft) for _, ft in leaves)
+            nbytes = (bits + 7) // 8
+            pad = [("$pad", BitT(8 - bits % 8))] if bits % 8 else []  # low bits of the last byte
+            layout = self._header_layout(HeaderT(str(t), leaves + pad), node)[1][:len(leaves)]
+
+            def peek_struct(s: list) -> list:
+                ctx = s[0]
+                if ctx.pos + nbytes > ctx.length:
+                    raise ParserError("PacketTooShort")
+                v = int.from_bytes(ctx.data[ctx.pos:ctx.pos + nbytes], "big")
+                return [conv((v >> sh) & m) for sh, m, conv in layout]
+            return E(t, peek_struct)
         raise self.unsupported(node, f"lookahead<{t}> is not supported")
 
     def _header_layout(self, t: HeaderT, node: Any, allow_varbit: bool = False) -> tuple[int, list]:

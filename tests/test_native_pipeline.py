@@ -31,6 +31,7 @@ FALLS_BACK = {
     "lang_loops": "for_stmt",
     "lang_extern_fn": "extern scramble",
     "lang_generics": "call",
+    "lang_lookahead": "not an lvalue",
 }
 #: Every STF file of the project with its program: tests/stf/ against the DLCP program,
 #: tests/p4programs/NAME.stf against NAME.p4.
