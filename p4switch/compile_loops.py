@@ -1,10 +1,9 @@
 """Loops and compound assignment (P4-16 1.2.5): `for (init; cond; update)`, `for (T x in a .. b)`,
 `break`, `continue`, and `x op= e`.
 
-A compound assignment compiles as `x = x op e` (the operator's own typing and wrapping); the
-left side is an lvalue without calls in the project's programs, so evaluating its index twice
-changes nothing (an index with side effects is evaluated twice, which the spec forbids: the
-one known departure). Loop bodies are compiled once and run as closures; `break` and
+A compound assignment compiles as `x = x op e` (the operator's own typing and wrapping), with
+the left side's indices evaluated once, first, when calls are involved (see
+`StmtCompiler.hoist_indices`). Loop bodies are compiled once and run as closures; `break` and
 `continue` are exceptions caught by the innermost loop.
 """
 
@@ -15,6 +14,7 @@ from typing import Any
 from lark import Tree
 
 from p4switch.compiled import Fn, Scope
+from p4switch.compile_stmt import seq
 from p4switch.frontend.types import BitT
 from p4switch.runtime import BreakSignal, ContinueSignal
 
@@ -29,8 +29,10 @@ class LoopCompiler:
     """Mixin of the Compiler: loops, `break`/`continue`, compound assignment."""
 
     def _compound(self, node: Tree, lvalue: Any, op: str, value: Any, scope: Scope) -> Fn:
+        pre, lvalue, scope = self.hoist_indices(lvalue, value, scope)  # indices evaluated once
         target = self.lvalue(lvalue, scope)
-        return self._assign(node, target, Tree(op, [lvalue, value], meta=node.meta), scope)
+        assign = self._assign(node, target, Tree(op, [lvalue, value], meta=node.meta), scope)
+        return seq(pre + [assign]) if pre else assign
 
     def _s_compound_assignment(self, node: Tree, scope: Scope) -> Fn:
         lvalue, op, value = node.children

@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from lark import Tree
+from lark import Token, Tree
 
 from p4switch.compiled import (
     E, ActionImpl, Const, ControlImpl, ExternInstance, Fn, FunctionImpl, PacketParam, Place,
     Scope, TableImpl, Var, _same_type, field_is_scalar, generate,
 )
 from p4switch.expr_text import expr_text
-from p4switch.frontend.types import BoolT, DeclT, HeaderT, P4Type, StackT, StructT, VoidT, slot_count
+from p4switch.frontend.types import BitT, BoolT, DeclT, HeaderT, P4Type, StackT, StructT, VoidT, slot_count
 from p4switch.runtime import ExitSignal, ReturnSignal
 
 
@@ -51,6 +51,15 @@ def seq(fns: list[Fn]) -> Fn:
 
 def _indent(lines: list[str]) -> list[str]:
     return ["    " + line for line in lines] or ["    pass"]
+
+
+def _has_call(node: Any) -> bool:
+    return isinstance(node, Tree) and any(
+        sub.data in ("call", "call_generic") for sub in node.iter_subtrees())
+
+
+def _is_literal(node: Any) -> bool:
+    return isinstance(node, Tree) and node.data == "int_lit"
 
 
 def _args(node: Tree | None) -> list:
@@ -131,8 +140,39 @@ class StmtCompiler:
         raise self.unsupported(node, "instantiations inside blocks are not supported")
 
     def _s_assignment(self, node: Tree, scope: Scope) -> Fn:
-        target = self.lvalue(node.children[0], scope)
-        return self._assign(node, target, node.children[1], scope)
+        lvalue, value = node.children
+        pre, lvalue, scope = self.hoist_indices(lvalue, value, scope)
+        target = self.lvalue(lvalue, scope)
+        assign = self._assign(node, target, value, scope)
+        return seq(pre + [assign]) if pre else assign
+
+    def hoist_indices(self, lvalue: Any, value: Any, scope: Scope) -> tuple[list[Fn], Any, Scope]:
+        """Left-to-right evaluation (P4-16 8.1) as p4c orders it: when an index of `lvalue`
+        makes calls, each non-constant index of `lvalue` is evaluated first, into a temporary,
+        and the returned lvalue reads the temporaries. An index without calls is read when
+        the value is written, after the right side, as in p4c's output for BMv2
+        (tests/p4programs/lang_eval_order.p4 shows both)."""
+        if not _has_call(lvalue):
+            return [], lvalue, scope
+        inner = scope.child()
+        pre: list[Fn] = []
+
+        def walk(node: Any) -> Any:
+            if not isinstance(node, Tree) or node.data not in ("index", "member", "slice"):
+                return node
+            children = [walk(node.children[0])] + list(node.children[1:])
+            if node.data == "index" and not _is_literal(children[1]):
+                index = self.expr(children[1], inner)
+                t = index.type if isinstance(index.type, BitT) else BitT(32)
+                place = self.alloc(t)
+                name = f"$index{len(pre)}"
+                inner.names[name] = Var(place)
+                write, read = place.writer(), self.value_fn(self.coerce(index, t, children[1]))
+                pre.append(lambda s, write=write, read=read: write(s, read(s)))
+                children[1] = Tree("var", [Token("IDENTIFIER", name)], meta=children[1].meta)
+            return Tree(node.data, children, meta=node.meta)
+
+        return pre, walk(lvalue), inner
 
     def _assign(self, node: Tree, target: E, value_node: Any, scope: Scope) -> Fn:
         value = self.expr(value_node, scope, target.type)

@@ -32,6 +32,7 @@ FALLS_BACK = {
     "lang_extern_fn": "extern scramble",
     "lang_generics": "call",
     "lang_lookahead": "not an lvalue",
+    "lang_eval_order": "extract into a stack",
 }
 #: Every STF file of the project with its program: tests/stf/ against the DLCP program,
 #: tests/p4programs/NAME.stf against NAME.p4.
