@@ -161,7 +161,10 @@ class ExprCompiler:
                     if other != member:
                         o_off, _ = field_offset(t, other)  # type: ignore[misc]
                         siblings.append(self._clearer(base.place.at(o_off, other_t)))
-                return E(ftype, place.block_reader(), place=place, extra=("union_member", siblings))
+                # a member of `u.next` (a stack of unions): extracting it advances the stack
+                next_index = base.extra[1] if isinstance(base.extra, tuple) and base.extra and \
+                    base.extra[0] == "stack_next" else None
+                return E(ftype, place.block_reader(), place=place, extra=("union_member", siblings, next_index))
             if isinstance(ftype, HeaderT | StructT | StackT):
                 return E(ftype, place.block_reader(), place=place)
             return E(ftype, place.reader(), place=place)

@@ -131,8 +131,7 @@ class PacketCompiler:
         offsets = [(1 + i, sh, m) for i, (sh, m, _) in enumerate(layout)]
         convs = [conv for _, _, conv in layout]
         siblings = self._union_siblings(target)
-        stack_next = target.extra[1] if isinstance(target.extra, tuple) and target.extra and \
-            target.extra[0] == "stack_next" else None
+        stack_next = self._stack_next_of(target)
         if place.base is not None and plain and not siblings:
             lines = [
                 "def extract(s):",
@@ -172,19 +171,34 @@ class PacketCompiler:
                 bump(s, read_next(s) + 1)
         return extract
 
+    @staticmethod
+    def _stack_next_of(target: E) -> Any:
+        """The index slot to advance when `target` is `stack.next` or a member of `unions.next`."""
+        extra = target.extra
+        if isinstance(extra, tuple) and extra and extra[0] == "stack_next":
+            return extra[1]
+        if isinstance(extra, tuple) and len(extra) > 2 and extra[0] == "union_member":
+            return extra[2]
+        return None
+
     def _extract_varbit(self, target: E, length: Fn, node: Any) -> Fn:
         t = target.type
         if not isinstance(t, HeaderT) or t.varbit is None or target.place is None:
             raise self.type_error(node, "the two-argument extract needs a header with a varbit field")
-        if target.place.base is None:
-            raise self.unsupported(node, "two-argument extract into a stack element")
+        place = target.place
         _, layout = self._header_layout(t, node, allow_varbit=True)
-        b, fixed_bits, vmax = target.place.base, t.bit_width, t.varbit.max_width
-        fields = [(b + 1 + i, sh, m, conv) for i, (sh, m, conv) in enumerate(layout)]
-        vslot = b + len(t.fields)
+        fixed_bits, vmax = t.bit_width, t.varbit.max_width
+        fields = [(1 + i, sh, m, conv) for i, (sh, m, conv) in enumerate(layout)]
+        vfield = len(t.fields)
+        base_of = (lambda s: place.base) if place.base is not None else place.dyn  # a stack element
+        siblings = self._union_siblings(target)
+        stack_next = self._stack_next_of(target)
+        bump = stack_next.writer() if stack_next is not None else None
+        read_next = stack_next.reader() if stack_next is not None else None
 
         def extract_varbit(s: list) -> None:
             ctx = s[0]
+            b = base_of(s)
             n = length(s)
             if n > vmax:
                 raise ParserError("HeaderTooShort")
@@ -196,11 +210,15 @@ class PacketCompiler:
                 raise ParserError("PacketTooShort")
             v = int.from_bytes(ctx.data[p:end], "big")
             ctx.pos = end
-            s[vslot] = (n, v & ((1 << n) - 1))
+            s[b + vfield] = (n, v & ((1 << n) - 1))
             fixed = v >> n
-            for slot, sh, m, conv in fields:
-                s[slot] = conv((fixed >> sh) & m)
+            for offset, sh, m, conv in fields:
+                s[b + offset] = conv((fixed >> sh) & m)
+            for clear in siblings:
+                clear(s)
             s[b] = True
+            if bump is not None:
+                bump(s, read_next(s) + 1)
         return extract_varbit
 
     def _emit_varbit(self, t: HeaderT, place: Place, node: Any) -> Fn:

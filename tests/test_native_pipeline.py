@@ -33,6 +33,8 @@ FALLS_BACK = {
     "lang_generics": "call",
     "lang_lookahead": "not an lvalue",
     "lang_eval_order": "extract into a stack",
+    "lang_union_stack": "call_generic",
+    "lang_varbit_stack": "varbit",
 }
 #: Every STF file of the project with its program: tests/stf/ against the DLCP program,
 #: tests/p4programs/NAME.stf against NAME.p4.
