@@ -27,7 +27,6 @@ FALLS_BACK = {
     "ecmp_selector": "action profiles and selectors",
     "features": "digests",
     "ipv4_options": "varbit",
-    "lang_args_slices": "dontcare_arg",
     "lang_loops": "for_stmt",
     "lang_extern_fn": "extern scramble",
     "lang_generics": "call",

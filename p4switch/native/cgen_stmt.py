@@ -198,6 +198,10 @@ class StmtGen(ExprGen):
         fname = self.action_fn(impl, node)
         copy_out = []
         for arg, (pname, ptype, direction, slot) in zip(args, impl.params):
+            if isinstance(arg, Tree) and arg.data == "named_arg":
+                arg = arg.children[1]
+            if isinstance(arg, Tree) and arg.data == "dontcare_arg":
+                continue  # `_` for an out argument: the value is not wanted
             if direction in ("out", "inout"):
                 target = self.e(arg)
                 if target.place is None or target.place.base is None or isinstance(ptype, HeaderT | StructT):
