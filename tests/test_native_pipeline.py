@@ -27,11 +27,10 @@ FALLS_BACK = {
     "ecmp_selector": "action profiles and selectors",
     "features": "digests",
     "ipv4_options": "varbit",
-    "lang_loops": "for_stmt",
     "lang_extern_fn": "extern scramble",
     "lang_generics": "call",
     "lang_lookahead": "not an lvalue",
-    "lang_eval_order": "extract into a stack",
+    "lang_eval_order": "was not compiled",  # an index hoisted before the right side
     "lang_union_stack": "call_generic",
     "lang_varbit_stack": "varbit",
 }

@@ -14,7 +14,7 @@ from lark import Token, Tree
 
 from p4switch.compiled import ActionImpl, CompiledProgram
 from p4switch.native.cgen_expr import NativeUnsupported, lit
-from p4switch.native.cgen_stmt import StmtGen
+from p4switch.native.cgen_loops import LoopGen
 from p4switch.native.recorder import Recorded
 from p4switch.tables import MATCH_KINDS
 
@@ -29,7 +29,7 @@ def _name(node: Any) -> str:
     return str(node.children[0]) if isinstance(node, Tree) else str(node)
 
 
-class ProgramGen(StmtGen):
+class ProgramGen(LoopGen):
     """One C translation of one recorded compilation."""
 
     def __init__(self, compiled: CompiledProgram, rec: Recorded) -> None:
@@ -51,6 +51,8 @@ class ProgramGen(StmtGen):
         self.in_parser = False
         self.has_exit = False
         self.template_c: list[int] = []
+        self.loops: list[int] = []  # label numbers of the enclosing loops, innermost last
+        self.label_count = 0
 
     # -- checks -----------------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ from lark import Token, Tree
 
 from p4switch.compiled import E, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
-from p4switch.frontend.types import BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, P4Type, StructT, field_offset
+from p4switch.frontend.types import (BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, P4Type, StackT, StructT, field_offset,
+                                     slot_count)
 
 
 class NativeUnsupported(P4SwitchError):
@@ -248,7 +249,33 @@ class ExprGen:
                 return f"(t{tid}_apply(c), !c->hit)"
             if member == "action_run":
                 return f"t{tid}_apply(c)"
+        base = self.e(base_node)
+        if isinstance(base.type, StackT) and member == "lastIndex" and base.place is not None \
+                and base.place.base is not None:
+            return f"((S[{base.place.base}] - 1) & UINT64_C(0xFFFFFFFF))"
+        if isinstance(base_node, Tree) and base_node.data == "member" and \
+                str(base_node.children[1].children[0]) in ("next", "last"):
+            return self.stack_element_field(node, base_node, member)
         raise self.fail(node, f"member {member}")
+
+    def stack_element_field(self, node: Tree, element_node: Tree, member: str) -> str:
+        """A field of `s.next` or `s.last` in a parser: StackOutOfBounds when there is none."""
+        if not getattr(self, "in_parser", False):
+            raise self.fail(node, "a field of s.next or s.last outside a parser")
+        stack = self.e(element_node.children[0])
+        t = stack.type
+        if not isinstance(t, StackT) or not isinstance(t.elem, HeaderT) or stack.place is None \
+                or stack.place.base is None:
+            raise self.fail(node, f"member {member} of a stack element")
+        found = field_offset(t.elem, member)
+        if found is None or isinstance(found[1], HeaderT | StructT):
+            raise self.fail(node, f"member {member} of a stack element")
+        b, stride = stack.place.base, slot_count(t.elem)
+        last = str(element_node.children[1].children[0]) == "last"
+        index = f"S[{b}] - 1" if last else f"S[{b}]"
+        bad = f"S[{b}] == 0 || S[{b}] > {t.size}" if last else f"S[{b}] >= {t.size}"
+        err = self.error_index("StackOutOfBounds")
+        return f"({{ if ({bad}) {{ err_ = {err}; goto p_error; }} S[{b + 1 + found[0]} + ({index}) * {stride}]; }})"
 
     def table_of_call(self, call: Tree) -> int:
         callee = call.children[0]

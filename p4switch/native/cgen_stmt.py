@@ -9,11 +9,16 @@ from lark import Tree
 
 from p4switch.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
-from p4switch.native.cgen_expr import ExprGen, lit, width_of
+from p4switch.native.cgen_expr import lit, width_of
+from p4switch.native.cgen_stacks import StackGen
 
 _HASHES = {"crc16": "gf_crc16({b}, {n})", "crc32": "gf_crc32({b}, {n})",
            "csum16": "gf_csum16({b}, {n}, 0, 0)", "xor16": "gf_xor16({b}, {n})",
            "identity": "gf_identity({b}, {n})"}
+
+
+#: Statements after which an `exit` inside them may have to leave the block.
+_MAY_EXIT = ("method_call_stmt", "assignment", "if_stmt", "switch_stmt", "for_stmt", "for_in_stmt")
 
 
 def _args(node: Any) -> list:
@@ -23,7 +28,7 @@ def _args(node: Any) -> list:
     return [a.children[1] if isinstance(a, Tree) and a.data == "named_arg" else a for a in items]
 
 
-class StmtGen(ExprGen):
+class StmtGen(StackGen):
     """Mixin of the generator: statements. `self.exit_label` is where `return` goes in a
     control (None inside actions, where `return` returns)."""
 
@@ -41,7 +46,7 @@ class StmtGen(ExprGen):
         if handler is None:
             raise self.fail(node, f"statement {node.data}")
         handler(node, out, ind)
-        if self.has_exit and not self.in_parser and node.data in ("method_call_stmt", "assignment", "if_stmt", "switch_stmt"):
+        if self.has_exit and not self.in_parser and node.data in _MAY_EXIT:
             out.append(f"{ind}if (c->exit_flag) {self.leave()}")
 
     def leave(self) -> str:
@@ -168,6 +173,9 @@ class StmtGen(ExprGen):
                 return
             if isinstance(extra, PacketParam):
                 self.packet_method(node, extra, method, args, out, ind)
+                return
+            if isinstance(base.type, StackT) and method in ("push_front", "pop_front") and len(args) == 1:
+                self.stack_shift(node, base, method, args[0], out, ind)
                 return
             if isinstance(base.type, HeaderT) and base.place is not None and base.place.base is not None:
                 if isinstance(base.extra, tuple) and base.extra and base.extra[0] == "union_member":
@@ -337,6 +345,10 @@ class StmtGen(ExprGen):
             return
         if param.kind == "packet_in" and method == "extract" and len(args) == 1:
             target = self.e(args[0])
+            if isinstance(target.type, HeaderT) and isinstance(target.extra, tuple) and target.extra \
+                    and target.extra[0] == "stack_next":
+                self.extract_next(node, args[0], target, self.header_layout(target.type, node), out, ind)
+                return
             if not isinstance(target.type, HeaderT) or target.place is None or target.place.base is None:
                 raise self.fail(node, "extract into a stack or dynamic place")
             if isinstance(target.extra, tuple) and target.extra:
@@ -375,5 +387,10 @@ class StmtGen(ExprGen):
             for fname, ft in t.fields:
                 off, _ = field_offset(t, fname)  # type: ignore[misc]
                 self.emit(node, ft, place.at(off, ft), out, ind)
+            return
+        if isinstance(t, StackT):
+            stride = slot_count(t.elem)
+            for i in range(t.size):
+                self.emit(node, t.elem, place.at(1 + i * stride, t.elem), out, ind)
             return
         raise self.fail(node, f"emit of {t}")

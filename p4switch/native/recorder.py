@@ -24,7 +24,7 @@ class Recorded:
 
     exprs: dict[int, E] = field(default_factory=dict)
     conflicts: set[int] = field(default_factory=set)  # nodes compiled twice to different places
-    var_slots: dict[int, int] = field(default_factory=dict)  # var_decl node -> base slot
+    var_slots: dict[int, int] = field(default_factory=dict)  # var_decl or its name node -> base slot
     var_types: dict[int, Any] = field(default_factory=dict)  # var_decl node -> type
     actions: dict[int, ActionImpl] = field(default_factory=dict)  # action_decl node -> impl
     action_nodes: dict[str, Tree] = field(default_factory=dict)  # qualified name -> action_decl
@@ -62,11 +62,15 @@ class RecordingCompiler(Compiler):
         binding = scope.lookup(str(node.children[2].children[0]))
         place = getattr(binding, "place", None)
         if place is not None and place.base is not None:
-            if id(node) in self.recorded.var_slots and self.recorded.var_slots[id(node)] != place.base:
-                self.recorded.conflicts.add(id(node))
-            self.recorded.var_slots[id(node)] = place.base
-            self.recorded.var_types[id(node)] = place.type
-            self.recorded.keep.append(node)
+            # Keyed by the declaration and by its name node: a loop variable's declaration is
+            # made by the compiler, its name node is the program's.
+            for key_node in (node, node.children[2]):
+                key = id(key_node)
+                if key in self.recorded.var_slots and self.recorded.var_slots[key] != place.base:
+                    self.recorded.conflicts.add(key)
+                self.recorded.var_slots[key] = place.base
+                self.recorded.var_types[key] = place.type
+                self.recorded.keep.append(key_node)
         return fn
 
     def compile_action(self, node: Tree, prefix: str, scope: Scope) -> ActionImpl:
