@@ -30,6 +30,7 @@ CASES = {
     "ipv4_options": (PROGRAMS / "ipv4_options.p4", PROGRAMS / "ipv4_options.stf"),
     "ipv4_router": (PROGRAMS / "ipv4_router.p4", PROGRAMS / "ipv4_router.stf"),
     "stack_routing": (PROGRAMS / "stack_routing.p4", PROGRAMS / "stack_routing.stf"),
+    "mac_learning": (PROGRAMS / "mac_learning.p4", PROGRAMS / "mac_learning.stf"),
     "dlcp_forwarding": (P4SRC / "dlcp.p4", ROOT / "tests" / "stf" / "dlcp_forwarding.stf"),
     "dlcp_spray": (P4SRC / "dlcp.p4", ROOT / "tests" / "stf" / "dlcp_spray.stf"),
 }

@@ -25,7 +25,7 @@ PROGRAMS = ROOT / "tests" / "p4programs"
 #: fails test_uncovered_programs_fall_back_with_the_reason and moves to the native STF runs.
 FALLS_BACK = {
     "ecmp_selector": "action profiles and selectors",
-    "features": "digests",
+    "features": "parser or control instances inside blocks",
     "ipv4_options": "varbit",
     "lang_extern_fn": "extern scramble",
     "lang_generics": "call",
@@ -58,6 +58,18 @@ def test_a_wrong_expectation_fails_natively() -> None:
         "expect 2 000000000102", "expect 2 000000000103", 1)
     result = run_stf(NativePipeline(load_program(PROGRAMS / "ipv4_router.p4")), text)
     assert not result.ok
+
+
+def test_digests_reach_the_sink_in_order_with_their_values() -> None:
+    """mac_learning.p4 sends (source MAC, ingress port) for a source MAC smac does not know."""
+    program = load_program(PROGRAMS / "mac_learning.p4")
+    native = NativePipeline(program)
+    got: list[tuple[str, tuple[int, ...]]] = []
+    native.digest_sink = lambda name, values: got.append((name, values))
+    native.tables["LearnIngress.smac"].insert(TableEntry((Exact(0x0A0B0C0D0E0F),), 0, "LearnIngress.known", ()))
+    for src, port in ((0x000000000005, 3), (0x0A0B0C0D0E0F, 1), (0xFEDCBA987654, 511)):
+        native.process(bytes.fromhex("000000000002") + src.to_bytes(6, "big") + b"\x08\x00AA", port)
+    assert got == [("learn_t", (0x000000000005, 3)), ("learn_t", (0xFEDCBA987654, 511))]
 
 
 @pytest.mark.parametrize("name", sorted(FALLS_BACK))

@@ -118,3 +118,54 @@ def test_pcaps_fall_back_to_python_with_the_reason(lab: Lab, tmp_path: Path) -> 
         assert control.call(address, "Stats", {})["datapath"] == "python"
     text = log.read_text()
     assert "pipeline runs on the Python datapath: --pcap" in text
+
+
+def test_digests_reach_the_p4runtime_client_from_the_native_loops(lab: Lab, tmp_path: Path) -> None:
+    """mac_learning.p4 on the native datapath: a frame from an unknown MAC gives a DigestList
+    on the primary's stream with that MAC and the ingress port."""
+    import queue
+    import threading
+
+    import grpc
+    from p4.v1 import p4runtime_pb2
+
+    h1, out1, h2, out2 = _two_hosts(lab)
+    log = tmp_path / "s.log"
+    program = Path(__file__).parent / "p4programs" / "mac_learning.p4"
+    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "--datapath", "native"]
+    with switch_process(args, log, ready_timeout=60) as (_, address):
+        client = _Client(address, 1)
+        try:
+            assert control.call(address, "Stats", {})["datapath"] == "native"
+            digest_id = next(d.preamble.id for d in client.p4info.digests if d.preamble.name == "learn_t")
+            entry = p4runtime_pb2.DigestEntry(digest_id=digest_id)
+            entry.config.max_list_size = 1
+            client.write([p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT,
+                                               entity=p4runtime_pb2.Entity(digest_entry=entry))])
+            messages: queue.Queue = queue.Queue()
+            def read_stream() -> None:
+                try:
+                    for message in client._stream:
+                        messages.put(message)
+                except grpc.RpcError:
+                    pass  # the channel closed at the end of the test
+            threading.Thread(target=read_stream, daemon=True).start()
+            frame = bytes.fromhex("ffffffffffff" + h1.mac.replace(":", "")) + b"\x08\x00" + bytes(46)
+            _send(h1, frame, 1)
+            digest = None
+            deadline = time.monotonic() + 10
+            while digest is None and time.monotonic() < deadline:
+                try:
+                    message = messages.get(timeout=1)
+                except queue.Empty:
+                    continue
+                if message.HasField("digest"):
+                    digest = message.digest
+            assert digest is not None, "no digest within 10 s"
+            assert digest.digest_id == digest_id
+            members = [m.bitstring for m in digest.data[0].struct.members]
+            assert members[0] == bytes.fromhex(h1.mac.replace(":", ""))
+            assert int.from_bytes(members[1], "big") == 1
+            assert control.call(address, "Stats", {})["packets"]["digests"] >= 1
+        finally:
+            client.close()

@@ -100,7 +100,7 @@ def load(path: Path) -> ctypes.CDLL:
         "gf_mcast_set": (ctypes.c_int, [vp, ctypes.c_uint32, u32p, u32p, ctypes.c_uint32]),
         "gf_process": (ctypes.c_int, [vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64,
                                       ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint32, u32p, u32p,
-                                      ctypes.c_int]),
+                                      ctypes.c_int, u64p, u32p]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -21,7 +21,7 @@ from p4switch.tables import MATCH_KINDS
 _ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _UNSUPPORTED_EXTERNS = ("clone", "clone3", "clone_preserving_field_list", "resubmit",
                         "resubmit_preserving_field_list", "recirculate",
-                        "recirculate_preserving_field_list", "truncate", "digest", "log_msg",
+                        "recirculate_preserving_field_list", "truncate", "log_msg",
                         "assert", "assume")
 
 
@@ -62,8 +62,6 @@ class ProgramGen(LoopGen):
             raise NativeUnsupported("action profiles and selectors")
         if c.value_sets:
             raise NativeUnsupported("parser value sets")
-        if c.digests:
-            raise NativeUnsupported("digests")
         kinds = [k for k, _ in self.rec.blocks]
         if kinds != ["parser"] + ["control"] * 5:
             raise NativeUnsupported("parser or control instances inside blocks")
@@ -253,6 +251,7 @@ class ProgramGen(LoopGen):
             "    const uint8_t *data; uint32_t len, pos, payload_off;",
             "    uint64_t now_us, rng; int exit_flag, hit;",
             "    gf_prog *p; uint8_t *out; uint32_t out_len;",
+            "    uint32_t ndig; uint64_t dig[GF_DIGEST_WORDS];  /* digests: [id, n, values...] ... */",
             "} gf_ctx;",
             "#define S (c->s)",
             "#define P (c->p)",
@@ -287,6 +286,7 @@ class ProgramGen(LoopGen):
             "static void gf_ingress_run(gf_ctx *c, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now) {",
             "    memcpy(c->s, gf_template, sizeof c->s);",
             "    c->data = data; c->len = len; c->pos = 0; c->payload_off = 0; c->now_us = now; c->exit_flag = 0;",
+            "    c->ndig = 0;",
             f"    S[{std['ingress_port']}] = port; S[{std['instance_type']}] = 0; S[{std['packet_length']}] = len;",
             f"    S[{std['ingress_global_timestamp']}] = now;",
             "    ctl_parser(c); ctl_verify(c); c->exit_flag = 0; ctl_ingress(c);",

@@ -291,12 +291,35 @@ class StmtGen(StackGen):
                        f"uint64_t span_ = hi_ - lo_ + 1; S[{target.place.base}] = "
                        f"span_ ? lo_ + gf_rand(&c->rng) % span_ : lo_ + gf_rand(&c->rng); }}")
             return
+        if name == "digest":
+            self.digest(node, args, out, ind)
+            return
         if name == "verify":
             if not self.in_parser:
                 raise self.fail(node, "verify outside a parser")
             out.append(f"{ind}if (!({self.cx(args[0])})) {{ err_ = {self.cx(args[1])}; goto p_error; }}")
             return
         raise self.fail(node, f"extern {name}")
+
+    def digest(self, node: Tree, args: list, out: list[str], ind: str) -> None:
+        """`digest<T>(receiver, data)`: [id, n, values masked to T's fields] appended to the
+        packet's digest words, which the control plane reads after ingress; digests that do
+        not fit in one packet's words are left out."""
+        name = self.rec.digest_names.get(id(args[1]))
+        if name is None:
+            raise self.fail(node, "digest data that was not compiled")
+        fields = self.compiled.digests[name].fields
+        leaves = self.leaves(args[1])
+        if len(leaves) != len(fields) or any(f.bitwidth > 64 for f in fields):
+            raise self.fail(node, f"digest {name}: data that is not one value per field of at most 64 bits")
+        n = len(leaves)
+        out.append(f"{ind}if (c->ndig + {n + 2} <= GF_DIGEST_WORDS) {{")
+        out.append(f"{ind}    uint64_t *d_ = &c->dig[c->ndig];")
+        out.append(f"{ind}    d_[0] = {list(self.compiled.digests).index(name)}; d_[1] = {n};")
+        for k, ((code, _), f) in enumerate(zip(leaves, fields)):
+            out.append(f"{ind}    d_[{k + 2}] = ({code}) & {lit((1 << f.bitwidth) - 1)};")
+        out.append(f"{ind}    c->ndig += {n + 2};")
+        out.append(f"{ind}}}")
 
     def checksum(self, node: Tree, name: str, args: list, out: list[str], ind: str) -> None:
         update = name.startswith("update")

@@ -4,10 +4,12 @@
 #define GF_PROCESS_H
 
 /* Frames out: concatenated in `outbuf`, their ports and lengths in out_ports/out_lens;
- * returns how many (at most maxout). */
+ * returns how many (at most maxout). The digests of ingress go to `digests` ([id, n,
+ * values...] each, at most GF_DIGEST_WORDS words), their word count to *ndigest. */
 GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now,
                          uint64_t seed, uint8_t *outbuf, uint32_t outcap, uint32_t *out_ports,
-                         uint32_t *out_lens, int maxout) {
+                         uint32_t *out_lens, int maxout, uint64_t *digests, uint32_t *ndigest) {
+    *ndigest = 0;
     if (len > GF_MAXFRAME) return -1;
     gf_ctx *c = malloc(sizeof(gf_ctx)), *r = malloc(sizeof(gf_ctx));
     uint8_t *frame = malloc(GF_MAXFRAME);
@@ -15,6 +17,8 @@ GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t
     c->p = p; c->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
     pthread_rwlock_rdlock(&p->lock);
     gf_ingress_run(c, data, len, port, now);
+    memcpy(digests, c->dig, c->ndig * sizeof(uint64_t));
+    *ndigest = c->ndig;
     uint64_t grp = S[GF_STD_MCAST_GRP];
     uint32_t nrep = 0;
     if (grp) nrep = grp < p->ngroups ? p->groups[grp].n : 0;

@@ -14,6 +14,7 @@
 #define GF_MAXK 8          /* key fields per table */
 #define GF_MAXA 16         /* action data per entry */
 #define GF_MAXFRAME 10240  /* largest frame in or out */
+#define GF_DIGEST_WORDS 128  /* digests one packet may send: [id, n, values...] each */
 #define GF_DROP 511
 
 typedef unsigned __int128 gf_u128;

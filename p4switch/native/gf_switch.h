@@ -36,7 +36,7 @@ typedef struct {
     double rate; int per_bit; double free_at;
 } gf_port;
 
-enum { ST_RX, ST_TX, ST_QUEUE_FULL, ST_BAD_PRIO, ST_TO_CPU, ST_NO_PORT, ST_CPU_DROP, ST_NSTATS };
+enum { ST_RX, ST_TX, ST_QUEUE_FULL, ST_BAD_PRIO, ST_TO_CPU, ST_NO_PORT, ST_CPU_DROP, ST_DIGESTS, ST_NSTATS };
 
 typedef struct gf_switch {
     gf_prog *p;
@@ -47,7 +47,8 @@ typedef struct gf_switch {
     uint64_t stats[ST_NSTATS];
     uint64_t qdrops[GF_PORTS][GF_PRIOS];
     pthread_mutex_t cpu_lock; pthread_cond_t cpu_cond;
-    uint8_t *cpu_frames[GF_CPU_RING]; uint32_t cpu_lens[GF_CPU_RING]; uint32_t cpu_head, cpu_tail;
+    uint8_t *cpu_frames[GF_CPU_RING]; uint32_t cpu_lens[GF_CPU_RING]; uint8_t cpu_kinds[GF_CPU_RING];
+    uint32_t cpu_head, cpu_tail;
 } gf_switch;
 
 static inline double gf_now_us(void) {
@@ -59,13 +60,14 @@ static inline double gf_service_us(double rate, int per_bit, uint32_t size) {
     return per_bit ? (double)size * 8e6 / rate : 1e6 / rate;
 }
 
-static void gf_to_cpu(gf_switch *sw, const uint8_t *frame, uint32_t len) {
+/* A frame for the CPU port (kind 0) or a packet's digest words (kind 1) for the control plane. */
+static void gf_to_cpu(gf_switch *sw, const uint8_t *frame, uint32_t len, uint8_t kind) {
     pthread_mutex_lock(&sw->cpu_lock);
     if (sw->cpu_tail - sw->cpu_head < GF_CPU_RING) {
         uint32_t i = sw->cpu_tail % GF_CPU_RING;
         sw->cpu_frames[i] = malloc(len); memcpy(sw->cpu_frames[i], frame, len);
-        sw->cpu_lens[i] = len; sw->cpu_tail++;
-        sw->stats[ST_TO_CPU]++;
+        sw->cpu_lens[i] = len; sw->cpu_kinds[i] = kind; sw->cpu_tail++;
+        sw->stats[kind ? ST_DIGESTS : ST_TO_CPU]++;
         pthread_cond_signal(&sw->cpu_cond);
     } else sw->stats[ST_CPU_DROP]++;
     pthread_mutex_unlock(&sw->cpu_lock);
@@ -101,7 +103,7 @@ static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, 
     int k = tx->n;
     int len = gf_egress_run(c, port, enq_ts, enq_qdepth, deq_td, deq_qdepth, tx->frames[k]);
     if (len < 0) return;
-    if ((int)port == sw->cpu_port) { gf_to_cpu(sw, tx->frames[k], (uint32_t)len); return; }
+    if ((int)port == sw->cpu_port) { gf_to_cpu(sw, tx->frames[k], (uint32_t)len, 0); return; }
     if (port >= GF_PORTS || sw->ports[port].fd < 0) { __atomic_fetch_add(&sw->stats[ST_NO_PORT], 1, __ATOMIC_RELAXED); return; }
     tx->iov[k].iov_base = tx->frames[k]; tx->iov[k].iov_len = (size_t)len;
     memset(&tx->msgs[k], 0, sizeof(struct mmsghdr));
@@ -150,6 +152,7 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
     __atomic_fetch_add(&sw->stats[ST_RX], 1, __ATOMIC_RELAXED);
     if (len > GF_MAXFRAME) return;
     gf_ingress_run(c, frame, len, port, now);
+    if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);
     uint64_t grp = c->s[GF_STD_MCAST_GRP];
     if (!grp) {
         if (c->s[GF_STD_EGRESS_SPEC] != GF_DROP) gf_job(sw, c, (uint32_t)c->s[GF_STD_EGRESS_SPEC], now, tx);
@@ -304,7 +307,7 @@ GF_EXPORT void gf_sw_set_port_rate(gf_switch *sw, uint32_t port, double rate, in
     pthread_mutex_unlock(&sw->tm);
 }
 
-/* Counts: rx, tx, queue_full, bad_priority, to_cpu, no_such_port, cpu_drop; then the
+/* Counts: rx, tx, queue_full, bad_priority, to_cpu, no_such_port, cpu_drop, digests; then the
  * queue drops of `port` per priority. */
 GF_EXPORT void gf_sw_stats(gf_switch *sw, uint32_t port, uint64_t *out) {
     for (int i = 0; i < ST_NSTATS; i++) out[i] = __atomic_load_n(&sw->stats[i], __ATOMIC_RELAXED);
@@ -319,8 +322,9 @@ GF_EXPORT uint32_t gf_sw_queued(gf_switch *sw, uint32_t port, int prio) {
     return n;
 }
 
-/* A frame the pipeline sent to the CPU port, waiting up to timeout_ms; its length, or -1. */
-GF_EXPORT int gf_sw_packet_in(gf_switch *sw, uint8_t *buf, uint32_t cap, int timeout_ms) {
+/* A frame the pipeline sent to the CPU port or a packet's digest words (*kind 0 or 1),
+ * waiting up to timeout_ms; its length in bytes, or -1. */
+GF_EXPORT int gf_sw_packet_in(gf_switch *sw, uint8_t *buf, uint32_t cap, int timeout_ms, int *kind) {
     pthread_mutex_lock(&sw->cpu_lock);
     if (sw->cpu_head == sw->cpu_tail && !sw->stop) {
         struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);
@@ -333,6 +337,7 @@ GF_EXPORT int gf_sw_packet_in(gf_switch *sw, uint8_t *buf, uint32_t cap, int tim
         uint32_t i = sw->cpu_head % GF_CPU_RING;
         len = (int)(sw->cpu_lens[i] < cap ? sw->cpu_lens[i] : cap);
         memcpy(buf, sw->cpu_frames[i], (size_t)len);
+        *kind = sw->cpu_kinds[i];
         free(sw->cpu_frames[i]); sw->cpu_head++;
     }
     pthread_mutex_unlock(&sw->cpu_lock);

@@ -25,6 +25,7 @@ from p4switch.native.state import NativeCounter, NativeMeters, NativeRegister, N
 LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
 _OUT_BYTES = 10240 * 8
+DIGEST_WORDS = 128  # GF_DIGEST_WORDS of gf_runtime.h: the digest words one packet may send
 
 
 class NativePipeline:
@@ -51,6 +52,9 @@ class NativePipeline:
         self.value_sets: dict[str, Any] = {}
         self.pre = NativeReplication().bind(lib, prog)
         self.digest_sink = lambda name, values: None
+        self.digest_names = list(compiled.digests)
+        self._digests = (ctypes.c_uint64 * DIGEST_WORDS)()
+        self._ndigest = ctypes.c_uint32()
         self.log = LOG.info
         self._out = ctypes.create_string_buffer(_OUT_BYTES)
         self._ports = (ctypes.c_uint32 * _MAX_OUT)()
@@ -60,15 +64,25 @@ class NativePipeline:
         """Ingress then egress with empty queues: the (port, frame) pairs that leave."""
         self.seed = (self.seed * 6364136223846793005 + 1442695040888963407) & ((1 << 64) - 1)
         n = self.lib.gf_process(self.prog, packet, len(packet), port, now_us, self.seed, self._out,
-                                _OUT_BYTES, self._ports, self._lens, _MAX_OUT)
+                                _OUT_BYTES, self._ports, self._lens, _MAX_OUT, self._digests, self._ndigest)
         if n < 0:
             raise P4SwitchError(f"frame of {len(packet)} bytes is too long for the native datapath")
+        if self._ndigest.value:
+            self.deliver_digests(list(self._digests[:self._ndigest.value]))
         out, at, raw = [], 0, self._out.raw
         for i in range(n):
             length = self._lens[i]
             out.append((int(self._ports[i]), raw[at:at + length]))
             at += length
         return out
+
+    def deliver_digests(self, words: list[int]) -> None:
+        """Hand a packet's digest words ([id, n, values...] each) to `digest_sink`, in order."""
+        at = 0
+        while at + 2 <= len(words):
+            did, n = words[at], words[at + 1]
+            self.digest_sink(self.digest_names[did], tuple(words[at + 2:at + 2 + n]))
+            at += 2 + n
 
     def reset_state(self) -> None:
         """Forget counters and registers (tables are kept)."""

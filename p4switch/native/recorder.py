@@ -35,6 +35,7 @@ class Recorded:
     table_keys: dict[str, list[Any]] = field(default_factory=dict)  # name -> key expr nodes
     table_selectors: dict[str, int] = field(default_factory=dict)
     blocks: list[tuple[str, Tree]] = field(default_factory=list)  # (kind, node) in compile order
+    digest_names: dict[int, str] = field(default_factory=dict)  # digest data node -> struct name
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
 
 
@@ -107,6 +108,15 @@ class RecordingCompiler(Compiler):
         self.recorded.table_actions[table.name] = dict(impls)
         self.recorded.table_counted[table.name] = counted
         return super()._table_apply(table, key_fns, impls, counted, selector_keys)
+
+    def _v1_digest(self, node: Tree, args: list, scope: Scope) -> E:
+        type_args = self.call_type_args
+        e = super()._v1_digest(node, args, scope)
+        data = self.resolve_type(type_args.children[0]) if type_args is not None else \
+            self.recorded.exprs[id(args[1])].type
+        self.recorded.digest_names[id(args[1])] = data.name
+        self.recorded.keep.append(args[1])
+        return e
 
     def compile_control(self, node: Tree, prefix: str, bindings: dict[str, Any]) -> Fn:
         self.recorded.blocks.append(("control", node))

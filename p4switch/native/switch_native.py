@@ -2,9 +2,9 @@
 
 `NativeSwitch` hands the ports' AF_PACKET sockets to C threads (batched receive and send,
 ingress, traffic manager, egress) that never take the GIL; a Python thread only waits for
-frames the pipeline sends to the CPU port (PacketIn). `SyncedTrafficManager` is the Python
-traffic manager's configuration (what ``p4switch ctl`` changes and shows) with every change
-also pushed to the running native switch.
+frames the pipeline sends to the CPU port (PacketIn) and for digests. `SyncedTrafficManager`
+is the Python traffic manager's configuration (what ``p4switch ctl`` changes and shows) with
+every change also pushed to the running native switch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from p4switch.traffic_manager import Rate, TrafficManager
 
 log = logging.getLogger("p4switch.native")
 
-STAT_NAMES = ("received", "transmitted", "queue_full", "bad_priority", "to_cpu", "no_such_port", "cpu_dropped")
+STAT_NAMES = ("received", "transmitted", "queue_full", "bad_priority", "to_cpu", "no_such_port", "cpu_dropped",
+              "digests")
 _PRIOS = 8
 _MAX_FRAME = 10240
 
@@ -35,7 +36,7 @@ def _declare(lib: Any) -> None:
         "gf_sw_set_port_rate": (None, [vp, u32, dbl, i32]),
         "gf_sw_stats": (None, [vp, u32, ctypes.POINTER(ctypes.c_uint64)]),
         "gf_sw_queued": (u32, [vp, u32, i32]),
-        "gf_sw_packet_in": (i32, [vp, ctypes.c_char_p, u32, i32]),
+        "gf_sw_packet_in": (i32, [vp, ctypes.c_char_p, u32, i32, ctypes.POINTER(i32)]),
         "gf_sw_packet_out": (None, [vp, ctypes.c_char_p, u32]),
     }
     for name, (res, args) in sig.items():
@@ -88,13 +89,18 @@ class NativeSwitch:
 
     def _cpu_loop(self) -> None:
         buf = ctypes.create_string_buffer(_MAX_FRAME)
+        kind = ctypes.c_int()
         while not self._stop.is_set():
-            n = self.lib.gf_sw_packet_in(self.sw, buf, _MAX_FRAME, 200)  # waits without the GIL
-            if n >= 0 and self.packet_in is not None:
-                try:
+            n = self.lib.gf_sw_packet_in(self.sw, buf, _MAX_FRAME, 200, ctypes.byref(kind))  # waits without the GIL
+            if n < 0:
+                continue
+            try:
+                if kind.value == 1:
+                    self.pipeline.deliver_digests(list(memoryview(buf.raw[:n]).cast("Q")))
+                elif self.packet_in is not None:
                     self.packet_in(buf.raw[:n])
-                except Exception as exc:  # noqa: BLE001 - a failed PacketIn must not stop the thread
-                    log.warning("PacketIn failed: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - a failed PacketIn must not stop the thread
+                log.warning("%s failed: %s", "digest" if kind.value == 1 else "PacketIn", exc)
 
     def packet_out(self, frame: bytes) -> None:
         self.lib.gf_sw_packet_out(self.sw, frame, len(frame))
