@@ -13,8 +13,10 @@ from typing import Any
 from lark import Token, Tree
 
 from p4switch.compiled import ActionImpl, CompiledProgram
-from p4switch.native.cgen_expr import NativeUnsupported, lit
+from p4switch.hashes import ALGORITHMS
+from p4switch.native.cgen_expr import NativeUnsupported, lit, width_of
 from p4switch.native.cgen_loops import LoopGen
+from p4switch.native.cgen_stmt import HASHES
 from p4switch.native.recorder import Recorded
 from p4switch.tables import MATCH_KINDS
 
@@ -23,6 +25,9 @@ _UNSUPPORTED_EXTERNS = ("clone", "clone3", "clone_preserving_field_list", "resub
                         "resubmit_preserving_field_list", "recirculate",
                         "recirculate_preserving_field_list", "truncate", "log_msg",
                         "assert", "assume")
+
+
+_SELECTOR_ALGORITHMS = {fn: name for name, fn in ALGORITHMS.items()}
 
 
 def _name(node: Any) -> str:
@@ -58,8 +63,6 @@ class ProgramGen(LoopGen):
 
     def precheck(self) -> None:
         c = self.compiled
-        if c.action_profiles:
-            raise NativeUnsupported("action profiles and selectors")
         if c.value_sets:
             raise NativeUnsupported("parser value sets")
         kinds = [k for k, _ in self.rec.blocks]
@@ -81,8 +84,12 @@ class ProgramGen(LoopGen):
             for spec in table.actions.values():
                 if len(spec.param_widths) > 16 or any(w > 64 for w in spec.param_widths):
                     raise NativeUnsupported(f"table {name}: action {spec.name} data wider than 64 bits")
-            if self.rec.table_selectors.get(name):
-                raise NativeUnsupported(f"table {name}: selector keys")
+        for pname, profile in c.action_profiles.items():
+            users = [t for t in c.tables.values() if t.profile is profile]
+            if any(list(t.actions) != list(users[0].actions) for t in users):
+                raise NativeUnsupported(f"action profile {pname}: tables that list its actions differently")
+            if profile.with_selector and _SELECTOR_ALGORITHMS.get(profile.selector) not in HASHES:
+                raise NativeUnsupported(f"action selector {pname}: its hash algorithm")
         for m in c.meters.values():
             if getattr(m, "direct_table", None):
                 raise NativeUnsupported("direct meters")
@@ -120,8 +127,11 @@ class ProgramGen(LoopGen):
         out.append(f"    uint64_t k_[{max(len(keys), 1)}] = {{{', '.join(keys) or '0'}}};")
         out.append(f"    gf_table *t_ = &P->tables[{tid}];")
         out.append(f"    gf_entry *e_ = {'gf_lookup(t_, k_)' if keys else '0'};")
-        out.append("    int32_t a_; const uint64_t *d_;")
-        out.append("    if (e_) { c->hit = 1; a_ = e_->action; d_ = e_->args;")
+        out.append("    int32_t a_ = 0; const uint64_t *d_ = 0;")
+        out.append("    if (e_) { a_ = e_->action; d_ = e_->args; }")
+        if table.profile is not None:
+            out += self.profile_pick(name, table.profile)
+        out.append("    if (e_) { c->hit = 1;")
         if counted:
             out.append("        __atomic_fetch_add(&e_->packets, 1, __ATOMIC_RELAXED);"
                        " __atomic_fetch_add(&e_->bytes, c->len, __ATOMIC_RELAXED);")
@@ -139,6 +149,26 @@ class ProgramGen(LoopGen):
         out.append("    }")
         out.append("    return a_;")
         out.append("}")
+        return out
+
+    def profile_pick(self, name: str, profile: Any) -> list[str]:
+        """C resolving an entry that names a member or group of the table's action profile
+        (a member of a group is picked as `ActionProfile.group_action` picks it)."""
+        pid = list(self.compiled.action_profiles).index(profile.name)
+        out = [f"    if (e_ && (a_ == GF_REF_MEMBER || a_ == GF_REF_GROUP)) {{",
+               "        uint64_t h_ = 0;"]
+        if profile.with_selector:
+            leaves = [(self.cx(k), width_of(self.e(k).type)) for k in self.rec.table_selectors.get(name, [])]
+            lines, n = self.pack(leaves, "sb_")
+            algo = HASHES[_SELECTOR_ALGORITHMS[profile.selector]].format(b="sb_", n=n)
+            w = profile.output_width
+            out.append("        if (a_ == GF_REF_GROUP) {")
+            out += [f"            {line}" for line in lines]
+            out.append(f"            h_ = {algo}{f' & {lit((1 << w) - 1)}' if 0 < w < 64 else ''};")
+            out.append("        }")
+        out.append(f"        const gf_member *m_ = gf_profile_pick(&P->profiles[{pid}], a_, d_[0], h_);")
+        out.append("        if (m_) { a_ = m_->action; d_ = m_->args; } else e_ = 0;")
+        out.append("    }")
         return out
 
     # -- blocks ------------------------------------------------------------------------------------
@@ -281,7 +311,8 @@ class ProgramGen(LoopGen):
             f"static const int gf_mbytes[] = {{{mbytes}}};",
             "GF_EXPORT gf_prog *gf_prog_create(void) {",
             f"    return gf_prog_new({len(self.table_names)}, gf_tds, {len(c.counters)}, gf_csizes, "
-            f"{len(c.registers)}, gf_rsizes, gf_rwidths, {len(c.meters)}, gf_msizes, gf_mbytes);",
+            f"{len(c.registers)}, gf_rsizes, gf_rwidths, {len(c.meters)}, gf_msizes, gf_mbytes, "
+            f"{len(c.action_profiles)});",
             "}",
             "static void gf_ingress_run(gf_ctx *c, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now) {",
             "    memcpy(c->s, gf_template, sizeof c->s);",

@@ -12,7 +12,7 @@ from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, Varbi
 from p4switch.native.cgen_expr import lit, width_of
 from p4switch.native.cgen_stacks import StackGen
 
-_HASHES = {"crc16": "gf_crc16({b}, {n})", "crc32": "gf_crc32({b}, {n})",
+HASHES = {"crc16": "gf_crc16({b}, {n})", "crc32": "gf_crc32({b}, {n})",
            "csum16": "gf_csum16({b}, {n}, 0, 0)", "xor16": "gf_xor16({b}, {n})",
            "identity": "gf_identity({b}, {n})"}
 
@@ -271,8 +271,8 @@ class StmtGen(StackGen):
             lines, n = self.pack(self.leaves(args[3]), "hb_")
             if algo == "random":
                 h = "gf_rand(&c->rng)"
-            elif algo in _HASHES:
-                h = _HASHES[algo].format(b="hb_", n=n)
+            elif algo in HASHES:
+                h = HASHES[algo].format(b="hb_", n=n)
             else:
                 raise self.fail(node, f"hash algorithm {algo}")
             out.append(f"{ind}{{")
@@ -332,8 +332,8 @@ class StmtGen(StackGen):
         pl = ("c->data + c->payload_off", "c->len - c->payload_off") if payload else ("0", "0")
         if algo == "csum16":
             h = f"gf_csum16(cb_, {n}, {pl[0]}, {pl[1]})"
-        elif algo in _HASHES and not payload:
-            h = _HASHES[algo].format(b="cb_", n=n)
+        elif algo in HASHES and not payload:
+            h = HASHES[algo].format(b="cb_", n=n)
         else:
             raise self.fail(node, f"checksum algorithm {algo}{' with payload' if payload else ''}")
         m = lit((1 << width_of(target.type)) - 1)

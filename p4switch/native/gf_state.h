@@ -11,6 +11,16 @@ typedef struct {
     int nkeys; uint8_t kinds[GF_MAXK]; uint8_t widths[GF_MAXK];
 } gf_table_desc;
 
+/* Action profiles and selectors: members (an action and its data) and groups (members) by
+ * slot; the control plane maps the P4Runtime ids to slots and never reuses a slot for
+ * another id. A table entry names a member or group with these action codes, the slot in
+ * its first data word. */
+#define GF_REF_MEMBER (-2)
+#define GF_REF_GROUP (-3)
+typedef struct { int32_t action; int32_t live; uint64_t args[GF_MAXA]; } gf_member;
+typedef struct { uint32_t n; int32_t live; uint32_t *members; } gf_group;
+typedef struct { gf_member *m; uint32_t nm; gf_group *g; uint32_t ng; } gf_profile;
+
 typedef struct gf_prog {
     pthread_rwlock_t lock;
     int ntables, ncounters, nregisters, nmeters;
@@ -19,6 +29,7 @@ typedef struct gf_prog {
     gf_register *registers;
     gf_meter *meters;
     gf_mgroup *groups; uint32_t ngroups;  /* indexed by group id (grown on demand) */
+    gf_profile *profiles; int nprofiles;
     uint64_t order;
 } gf_prog;
 
@@ -203,10 +214,63 @@ GF_EXPORT int gf_mcast_set(gf_prog *p, uint32_t gid, const uint32_t *ports, cons
     return 0;
 }
 
+/* Set the member at `slot` of profile `pid` (live 0: deleted). */
+GF_EXPORT int gf_profile_member(gf_prog *p, int pid, uint32_t slot, int32_t action, const uint64_t *args,
+                                int nargs, int live) {
+    if (pid < 0 || pid >= p->nprofiles || nargs > GF_MAXA || slot >= (1u << 24)) return -1;
+    pthread_rwlock_wrlock(&p->lock);
+    gf_profile *f = &p->profiles[pid];
+    if (slot >= f->nm) {
+        uint32_t nm = slot + 1 > 2 * f->nm ? slot + 1 : 2 * f->nm;
+        f->m = realloc(f->m, sizeof(gf_member) * nm);
+        memset(&f->m[f->nm], 0, sizeof(gf_member) * (nm - f->nm));
+        f->nm = nm;
+    }
+    gf_member *m = &f->m[slot];
+    m->action = action; m->live = live;
+    memset(m->args, 0, sizeof(m->args));
+    if (nargs) memcpy(m->args, args, sizeof(uint64_t) * nargs);
+    pthread_rwlock_unlock(&p->lock);
+    return 0;
+}
+
+/* Set the group at `slot` of profile `pid` to the member slots given (live 0: deleted). */
+GF_EXPORT int gf_profile_group(gf_prog *p, int pid, uint32_t slot, const uint32_t *members, uint32_t n, int live) {
+    if (pid < 0 || pid >= p->nprofiles || slot >= (1u << 24)) return -1;
+    uint32_t *copy = n ? malloc(sizeof(uint32_t) * n) : 0;
+    if (n) memcpy(copy, members, sizeof(uint32_t) * n);
+    pthread_rwlock_wrlock(&p->lock);
+    gf_profile *f = &p->profiles[pid];
+    if (slot >= f->ng) {
+        uint32_t ng = slot + 1 > 2 * f->ng ? slot + 1 : 2 * f->ng;
+        f->g = realloc(f->g, sizeof(gf_group) * ng);
+        memset(&f->g[f->ng], 0, sizeof(gf_group) * (ng - f->ng));
+        f->ng = ng;
+    }
+    gf_group *g = &f->g[slot];
+    free(g->members);
+    g->members = copy; g->n = n; g->live = live;
+    pthread_rwlock_unlock(&p->lock);
+    return 0;
+}
+
+/* The member a table entry's action code and data name: itself (0 returned, a plain action),
+ * or the member of a profile it refers to, a group's member picked by `hash`; NULL when the
+ * member or group is gone or the group is empty (the table's default action runs). */
+static inline const gf_member *gf_profile_pick(const gf_profile *f, int32_t action, uint64_t slot, uint64_t hash) {
+    if (action == GF_REF_GROUP) {
+        if (slot >= f->ng || !f->g[slot].live || !f->g[slot].n) return 0;
+        slot = f->g[slot].members[hash % f->g[slot].n];
+    }
+    return slot < f->nm && f->m[slot].live ? &f->m[slot] : 0;
+}
+
 static gf_prog *gf_prog_new(int ntables, const gf_table_desc *tds, int ncounters, const uint32_t *csizes,
                             int nregisters, const uint32_t *rsizes, const unsigned *rwidths,
-                            int nmeters, const uint32_t *msizes, const int *mbytes) {
+                            int nmeters, const uint32_t *msizes, const int *mbytes, int nprofiles) {
     gf_prog *p = calloc(1, sizeof(gf_prog));
+    p->nprofiles = nprofiles;
+    p->profiles = calloc(nprofiles ? nprofiles : 1, sizeof(gf_profile));
     pthread_rwlock_init(&p->lock, 0);
     p->ntables = ntables; p->ncounters = ncounters; p->nregisters = nregisters; p->nmeters = nmeters;
     p->tables = calloc(ntables ? ntables : 1, sizeof(gf_table));
@@ -239,6 +303,11 @@ GF_EXPORT void gf_prog_free(gf_prog *p) {
     for (int i = 0; i < p->nregisters; i++) free(p->registers[i].values);
     for (int i = 0; i < p->nmeters; i++) free(p->meters[i].cells);
     for (uint32_t i = 0; i < p->ngroups; i++) { free(p->groups[i].ports); free(p->groups[i].rids); }
+    for (int i = 0; i < p->nprofiles; i++) {
+        for (uint32_t k = 0; k < p->profiles[i].ng; k++) free(p->profiles[i].g[k].members);
+        free(p->profiles[i].m); free(p->profiles[i].g);
+    }
+    free(p->profiles);
     free(p->tables); free(p->counters); free(p->registers); free(p->meters); free(p->groups);
     pthread_rwlock_destroy(&p->lock);
     free(p);

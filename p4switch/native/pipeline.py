@@ -20,7 +20,8 @@ from p4switch.native.build import NativeBuildError, build, find_compiler, load
 from p4switch.native.cgen import generate_c
 from p4switch.native.cgen_expr import NativeUnsupported
 from p4switch.native.recorder import compile_recorded
-from p4switch.native.state import NativeCounter, NativeMeters, NativeRegister, NativeReplication, NativeTable
+from p4switch.native.state import (NativeActionProfile, NativeCounter, NativeMeters, NativeRegister,
+                                   NativeReplication, NativeTable)
 
 LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
@@ -41,14 +42,20 @@ class NativePipeline:
         self.info = compiled.info
         self.seed = seed or 0x5EED
         lib, prog = self.lib, self.prog
-        self.tables = {name: NativeTable.adopt(t, lib, prog, i) for i, (name, t) in enumerate(compiled.tables.items())}
+        self.action_profiles: dict[str, NativeActionProfile] = {}
+        for pid, (name, profile) in enumerate(compiled.action_profiles.items()):
+            users = [t for t in compiled.tables.values() if t.profile is profile]
+            action_ids = {a: i for i, a in enumerate(users[0].actions)} if users else {}
+            self.action_profiles[name] = NativeActionProfile.adopt(profile, lib, prog, pid, action_ids)
+        self.tables = {name: NativeTable.adopt(t, lib, prog, i, self.action_profiles.get(t.profile.name)
+                                               if t.profile is not None else None)
+                       for i, (name, t) in enumerate(compiled.tables.items())}
         self.counters = {name: NativeCounter(c.name, c.size, c.unit).bind(lib, prog, i)
                          for i, (name, c) in enumerate(compiled.counters.items())}
         self.registers = {name: NativeRegister(r.name, r.size, r.width).bind(lib, prog, i)
                           for i, (name, r) in enumerate(compiled.registers.items())}
         self.meters = {name: NativeMeters(m.name, m.size, m.unit).bind(lib, prog, i)
                        for i, (name, m) in enumerate(compiled.meters.items())}
-        self.action_profiles: dict[str, Any] = {}
         self.value_sets: dict[str, Any] = {}
         self.pre = NativeReplication().bind(lib, prog)
         self.digest_sink = lambda name, values: None

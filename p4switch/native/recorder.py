@@ -33,7 +33,7 @@ class Recorded:
     table_counted: dict[str, bool] = field(default_factory=dict)
     table_nodes: dict[int, str] = field(default_factory=dict)  # table_decl node -> name
     table_keys: dict[str, list[Any]] = field(default_factory=dict)  # name -> key expr nodes
-    table_selectors: dict[str, int] = field(default_factory=dict)
+    table_selectors: dict[str, list[Any]] = field(default_factory=dict)  # name -> selector key expr nodes
     blocks: list[tuple[str, Tree]] = field(default_factory=list)  # (kind, node) in compile order
     digest_names: dict[int, str] = field(default_factory=dict)  # digest data node -> struct name
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
@@ -96,7 +96,7 @@ class RecordingCompiler(Compiler):
                 for ke in prop.children[1:]:
                     kind = str(ke.children[1].children[0]) if isinstance(ke.children[1], Tree) else str(ke.children[1])
                     if kind == "selector":
-                        rec.table_selectors[name] = rec.table_selectors.get(name, 0) + 1
+                        rec.table_selectors.setdefault(name, []).append(ke.children[0])
                         continue
                     keys.append(ke.children[0])
         rec.table_keys[name] = keys

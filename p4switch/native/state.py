@@ -11,10 +11,12 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from p4switch.action_profiles import ActionProfile
 from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine
 from p4switch.tables import MATCH_KINDS, Table, TableEntry, TableError
 
 _ALL = (1 << 64) - 1
+REF_MEMBER, REF_GROUP = -2, -3  # GF_REF_MEMBER, GF_REF_GROUP of gf_state.h
 
 
 def _u64(values: list[int] | tuple[int, ...], n: int | None = None) -> Any:
@@ -30,9 +32,10 @@ class NativeTable(Table):
     tid: int = -1
 
     @classmethod
-    def adopt(cls, table: Table, lib: Any, prog: Any, tid: int) -> "NativeTable":
+    def adopt(cls, table: Table, lib: Any, prog: Any, tid: int,
+              profile: "NativeActionProfile | None" = None) -> "NativeTable":
         new = cls(table.name, table.keys, table.actions, table.size, table.is_const,
-                  table.const_default, table.initial_default, table.meter_factory, table.profile)
+                  table.const_default, table.initial_default, table.meter_factory, profile or table.profile)
         new.lib, new.prog, new.tid = lib, prog, tid
         new._action_ids = {name: i for i, name in enumerate(table.actions)}
         new._push_default()
@@ -66,12 +69,23 @@ class NativeTable(Table):
             else:  # range
                 v[i], hi[i] = norm[1], norm[2]
         rank = entry.priority if self.needs_priority else plen_total
-        args = entry.args
+        action, args = self._c_action(entry)
         handle = self.lib.gf_table_insert(self.prog, self.tid, _u64(v, n), _u64(m, n), _u64(hi, n), rank,
-                                          plen, self._action_ids[entry.action], _u64(args), len(args))
+                                          plen, action, _u64(args), len(args))
         if handle < 0:
             raise TableError(f"table {self.name}: the native datapath refused the entry")
         installed.handle = handle
+
+    def _c_action(self, entry: TableEntry) -> tuple[int, tuple[int, ...]]:
+        """The action code and data of an entry: an action of the table, or a reference to a
+        member or group of its action profile."""
+        if entry.member_id is not None or entry.group_id is not None:
+            profile = self.profile
+            assert isinstance(profile, NativeActionProfile)
+            if entry.member_id is not None:
+                return REF_MEMBER, (profile.member_slot(entry.member_id),)
+            return REF_GROUP, (profile.group_slot(entry.group_id),)
+        return self._action_ids[entry.action], entry.args
 
     def _insert(self, entry: TableEntry) -> None:
         super()._insert(entry)
@@ -81,9 +95,8 @@ class NativeTable(Table):
     def modify(self, entry: TableEntry) -> None:
         super().modify(entry)
         installed = self._installed(entry)
-        args = entry.args
-        self.lib.gf_table_modify(self.prog, self.tid, installed.handle, self._action_ids[entry.action],
-                                 _u64(args), len(args))
+        action, args = self._c_action(entry)
+        self.lib.gf_table_modify(self.prog, self.tid, installed.handle, action, _u64(args), len(args))
 
     def delete(self, entry: TableEntry) -> None:
         installed = self._entries.get(self._identity(entry.match, entry.priority))
@@ -114,6 +127,71 @@ class NativeTable(Table):
     def set_direct_counter(self, entry: TableEntry, packets: int, bytes_: int) -> None:
         installed = self._installed(entry)
         self.lib.gf_table_counter(self.prog, self.tid, installed.handle, None, _u64([packets, bytes_]))
+
+
+class NativeActionProfile(ActionProfile):
+    """An action profile (or selector) whose members and groups live in the C datapath, by
+    slot: each member or group id keeps the slot it was first given."""
+
+    @classmethod
+    def adopt(cls, profile: ActionProfile, lib: Any, prog: Any, pid: int,
+              action_ids: dict[str, int]) -> "NativeActionProfile":
+        new = cls(profile.name, profile.size, profile.actions, profile.selector, profile.output_width)
+        new.lib, new.prog, new.pid, new.action_ids = lib, prog, pid, action_ids
+        new._member_slots: dict[int, int] = {}
+        new._group_slots: dict[int, int] = {}
+        for member_id, (action, args) in profile.members.items():
+            new.insert_member(member_id, action, args)
+        for group_id, members in profile.groups.items():
+            new.insert_group(group_id, members)
+        return new
+
+    def member_slot(self, member_id: int) -> int:
+        return self._member_slots.setdefault(member_id, len(self._member_slots))
+
+    def group_slot(self, group_id: int) -> int:
+        return self._group_slots.setdefault(group_id, len(self._group_slots))
+
+    def _push_member(self, member_id: int) -> None:
+        found = self.members.get(member_id)
+        action, args = found if found is not None else ("", ())
+        code = self.action_ids[action] if found is not None else 0
+        if self.lib.gf_profile_member(self.prog, self.pid, self.member_slot(member_id), code, _u64(args),
+                                      len(args), 1 if found is not None else 0) != 0:
+            raise TableError(f"action profile {self.name}: the native datapath refused member {member_id}")
+
+    def _push_group(self, group_id: int) -> None:
+        members = self.groups.get(group_id)
+        slots = [self.member_slot(m) for m in members or []]
+        n = len(slots)
+        if self.lib.gf_profile_group(self.prog, self.pid, self.group_slot(group_id),
+                                     (ctypes.c_uint32 * max(n, 1))(*slots), n,
+                                     1 if members is not None else 0) != 0:
+            raise TableError(f"action profile {self.name}: the native datapath refused group {group_id}")
+
+    def insert_member(self, member_id: int, action: str, args: tuple[int, ...] = ()) -> None:
+        super().insert_member(member_id, action, args)
+        self._push_member(member_id)
+
+    def modify_member(self, member_id: int, action: str, args: tuple[int, ...] = ()) -> None:
+        super().modify_member(member_id, action, args)
+        self._push_member(member_id)
+
+    def delete_member(self, member_id: int) -> None:
+        super().delete_member(member_id)
+        self._push_member(member_id)
+
+    def insert_group(self, group_id: int, member_ids: list[int]) -> None:
+        super().insert_group(group_id, member_ids)
+        self._push_group(group_id)
+
+    def modify_group(self, group_id: int, member_ids: list[int]) -> None:
+        super().modify_group(group_id, member_ids)
+        self._push_group(group_id)
+
+    def delete_group(self, group_id: int) -> None:
+        super().delete_group(group_id)
+        self._push_group(group_id)
 
 
 class NativeCounter(CounterArray):
