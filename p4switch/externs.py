@@ -203,6 +203,10 @@ class ValueSet:
     def clear(self) -> None:
         self.members.clear()
 
+    def replace(self, members: list[tuple[tuple[int, int], ...]]) -> None:
+        """All members at once (members already checked by `add` on another set)."""
+        self.members[:] = list(members)
+
     def matches(self, values: list[int]) -> bool:
         kinds = [kind for _, _, kind in self.fields]
         for member in self.members:

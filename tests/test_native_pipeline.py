@@ -24,7 +24,6 @@ PROGRAMS = ROOT / "tests" / "p4programs"
 #: they run on the Python pipeline (one log line says why). A program that becomes covered
 #: fails test_uncovered_programs_fall_back_with_the_reason and moves to the native STF runs.
 FALLS_BACK = {
-    "ecmp_selector": "parser value sets",
     "features": "parser or control instances inside blocks",
     "ipv4_options": "varbit",
     "lang_extern_fn": "extern scramble",

@@ -1,5 +1,6 @@
 """P4Runtime server: action profile members and groups, entries naming them, and parser value
-sets, over gRPC in-process against tests/p4programs/ecmp_selector.p4."""
+sets, over gRPC in-process against tests/p4programs/ecmp_selector.p4, on the Python pipeline
+and on the native datapath (members, groups and value sets in the C state)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from p4switch.device_config import device_config_bytes
+from p4switch.device_config import device_config_bytes, program_from_device_config
 from p4switch.frontend import load_program
+from p4switch.native.build import find_compiler
+from p4switch.native.pipeline import NativePipeline
 from p4switch.p4info import build_p4info
 from p4switch.server import P4RuntimeServer, wire
 from tests.test_p4runtime_server import DEVICE_ID, RecordingTarget, Stream, update_errors
@@ -133,10 +136,17 @@ def compiled() -> tuple[p4info_pb2.P4Info, bytes]:
     return build_p4info(program), device_config_bytes(program)
 
 
+def native_pipeline(device_config: bytes, seed: int = 0) -> NativePipeline:
+    return NativePipeline(program_from_device_config(device_config), seed)
+
+
 @contextmanager
-def running(p4info: p4info_pb2.P4Info, device_config: bytes) -> Iterator[Switch]:
+def running(p4info: p4info_pb2.P4Info, device_config: bytes, datapath: str = "python") -> Iterator[Switch]:
     target = RecordingTarget()
-    server = P4RuntimeServer(target, DEVICE_ID, "127.0.0.1:0")
+    if datapath == "native":
+        server = P4RuntimeServer(target, DEVICE_ID, "127.0.0.1:0", pipeline_factory=native_pipeline)
+    else:
+        server = P4RuntimeServer(target, DEVICE_ID, "127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(server.address)
     stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
@@ -156,9 +166,13 @@ def running(p4info: p4info_pb2.P4Info, device_config: bytes) -> Iterator[Switch]
         server.stop(0.5)
 
 
-@pytest.fixture
-def switch(compiled: tuple[p4info_pb2.P4Info, bytes]) -> Iterator[Switch]:
-    with running(*compiled) as made:
+@pytest.fixture(params=["python", "native"])
+def switch(compiled: tuple[p4info_pb2.P4Info, bytes], request: pytest.FixtureRequest) -> Iterator[Switch]:
+    if request.param == "native" and find_compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    with running(*compiled, datapath=request.param) as made:
+        if request.param == "native":
+            assert isinstance(made.target.pipeline, NativePipeline)
         yield made
 
 

@@ -100,6 +100,7 @@ def load(path: Path) -> ctypes.CDLL:
         "gf_mcast_set": (ctypes.c_int, [vp, ctypes.c_uint32, u32p, u32p, ctypes.c_uint32]),
         "gf_profile_member": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_int32, u64p, ctypes.c_int,
                                              ctypes.c_int]),
+        "gf_vset_set": (ctypes.c_int, [vp, ctypes.c_int, u64p, ctypes.c_uint32, ctypes.c_uint32]),
         "gf_profile_group": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_uint32, u32p, ctypes.c_uint32, ctypes.c_int]),
         "gf_process": (ctypes.c_int, [vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64,
                                       ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint32, u32p, u32p,

@@ -63,8 +63,6 @@ class ProgramGen(LoopGen):
 
     def precheck(self) -> None:
         c = self.compiled
-        if c.value_sets:
-            raise NativeUnsupported("parser value sets")
         kinds = [k for k, _ in self.rec.blocks]
         if kinds != ["parser"] + ["control"] * 5:
             raise NativeUnsupported("parser or control instances inside blocks")
@@ -227,6 +225,10 @@ class ProgramGen(LoopGen):
         for case in node.children[1:]:
             ks, target_node = case.children
             target = _name(target_node)
+            vid = self.value_set_of(ks)
+            if vid is not None:
+                self.select_value_set(vid, len(keys), target, out)
+                continue
             sets = ks.children if isinstance(ks, Tree) and ks.data == "tuple_keyset" else [ks]
             if len(sets) == 1 and len(keys) > 1 and isinstance(ks, Tree) and ks.data in (
                     "default_keyset", "dontcare_keyset"):
@@ -246,6 +248,26 @@ class ProgramGen(LoopGen):
                     conds.append(f"k{i}_ == {lit(self.case_value(st))}")
             out.append(f"    if ({' && '.join(conds) or '1'}) {self.goto_state(target)}")
         out.append(f"    err_ = {self.error_index('NoMatch')}; goto p_error;")
+        out.append("    }")
+
+    def value_set_of(self, keyset: Any) -> int | None:
+        """The index of the value set a select case names, or None."""
+        if not (isinstance(keyset, Tree) and keyset.data == "var"):
+            return None
+        name = _name(keyset)
+        found = [i for i, q in enumerate(self.compiled.value_sets) if q == name or q.endswith("." + name)]
+        return found[0] if len(found) == 1 else None
+
+    def select_value_set(self, vid: int, nkeys: int, target: str, out: list[str]) -> None:
+        """A case matching any member of a value set (`ValueSet.matches`)."""
+        vset = list(self.compiled.value_sets.values())[vid]
+        conds = []
+        for j, (_, _, kind) in enumerate(vset.fields[:nkeys]):
+            a, b = f"m_[{2 * j}]", f"m_[{2 * j + 1}]"
+            conds.append(f"(k{j}_ >= {a} && k{j}_ <= {b})" if kind == "range" else f"(k{j}_ & {b}) == {a}")
+        out.append(f"    for (uint32_t i_ = 0; i_ < P->vsets[{vid}].n; i_++) {{")
+        out.append(f"        const uint64_t *m_ = &P->vsets[{vid}].items[i_ * P->vsets[{vid}].stride];")
+        out.append(f"        if ({' && '.join(conds) or '1'}) {self.goto_state(target)}")
         out.append("    }")
 
     def case_value(self, node: Any) -> int:
@@ -312,7 +334,7 @@ class ProgramGen(LoopGen):
             "GF_EXPORT gf_prog *gf_prog_create(void) {",
             f"    return gf_prog_new({len(self.table_names)}, gf_tds, {len(c.counters)}, gf_csizes, "
             f"{len(c.registers)}, gf_rsizes, gf_rwidths, {len(c.meters)}, gf_msizes, gf_mbytes, "
-            f"{len(c.action_profiles)});",
+            f"{len(c.action_profiles)}, {len(c.value_sets)});",
             "}",
             "static void gf_ingress_run(gf_ctx *c, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now) {",
             "    memcpy(c->s, gf_template, sizeof c->s);",

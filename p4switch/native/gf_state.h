@@ -20,6 +20,8 @@ typedef struct {
 typedef struct { int32_t action; int32_t live; uint64_t args[GF_MAXA]; } gf_member;
 typedef struct { uint32_t n; int32_t live; uint32_t *members; } gf_group;
 typedef struct { gf_member *m; uint32_t nm; gf_group *g; uint32_t ng; } gf_profile;
+/* A parser value set: n members of `stride` words, (value, mask) or (low, high) per field. */
+typedef struct { uint32_t n, stride; uint64_t *items; } gf_vset;
 
 typedef struct gf_prog {
     pthread_rwlock_t lock;
@@ -30,6 +32,7 @@ typedef struct gf_prog {
     gf_meter *meters;
     gf_mgroup *groups; uint32_t ngroups;  /* indexed by group id (grown on demand) */
     gf_profile *profiles; int nprofiles;
+    gf_vset *vsets; int nvsets;
     uint64_t order;
 } gf_prog;
 
@@ -214,6 +217,19 @@ GF_EXPORT int gf_mcast_set(gf_prog *p, uint32_t gid, const uint32_t *ports, cons
     return 0;
 }
 
+/* Replace the members of value set `vid` (n members of `stride` words each). */
+GF_EXPORT int gf_vset_set(gf_prog *p, int vid, const uint64_t *items, uint32_t stride, uint32_t n) {
+    if (vid < 0 || vid >= p->nvsets) return -1;
+    uint64_t *copy = n ? malloc(sizeof(uint64_t) * stride * n) : 0;
+    if (n) memcpy(copy, items, sizeof(uint64_t) * stride * n);
+    pthread_rwlock_wrlock(&p->lock);
+    gf_vset *v = &p->vsets[vid];
+    free(v->items);
+    v->items = copy; v->stride = stride; v->n = n;
+    pthread_rwlock_unlock(&p->lock);
+    return 0;
+}
+
 /* Set the member at `slot` of profile `pid` (live 0: deleted). */
 GF_EXPORT int gf_profile_member(gf_prog *p, int pid, uint32_t slot, int32_t action, const uint64_t *args,
                                 int nargs, int live) {
@@ -267,8 +283,11 @@ static inline const gf_member *gf_profile_pick(const gf_profile *f, int32_t acti
 
 static gf_prog *gf_prog_new(int ntables, const gf_table_desc *tds, int ncounters, const uint32_t *csizes,
                             int nregisters, const uint32_t *rsizes, const unsigned *rwidths,
-                            int nmeters, const uint32_t *msizes, const int *mbytes, int nprofiles) {
+                            int nmeters, const uint32_t *msizes, const int *mbytes, int nprofiles,
+                            int nvsets) {
     gf_prog *p = calloc(1, sizeof(gf_prog));
+    p->nvsets = nvsets;
+    p->vsets = calloc(nvsets ? nvsets : 1, sizeof(gf_vset));
     p->nprofiles = nprofiles;
     p->profiles = calloc(nprofiles ? nprofiles : 1, sizeof(gf_profile));
     pthread_rwlock_init(&p->lock, 0);
@@ -308,6 +327,8 @@ GF_EXPORT void gf_prog_free(gf_prog *p) {
         free(p->profiles[i].m); free(p->profiles[i].g);
     }
     free(p->profiles);
+    for (int i = 0; i < p->nvsets; i++) free(p->vsets[i].items);
+    free(p->vsets);
     free(p->tables); free(p->counters); free(p->registers); free(p->meters); free(p->groups);
     pthread_rwlock_destroy(&p->lock);
     free(p);

@@ -21,7 +21,7 @@ from p4switch.native.cgen import generate_c
 from p4switch.native.cgen_expr import NativeUnsupported
 from p4switch.native.recorder import compile_recorded
 from p4switch.native.state import (NativeActionProfile, NativeCounter, NativeMeters, NativeRegister,
-                                   NativeReplication, NativeTable)
+                                   NativeReplication, NativeTable, NativeValueSet)
 
 LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
@@ -56,7 +56,8 @@ class NativePipeline:
                           for i, (name, r) in enumerate(compiled.registers.items())}
         self.meters = {name: NativeMeters(m.name, m.size, m.unit).bind(lib, prog, i)
                        for i, (name, m) in enumerate(compiled.meters.items())}
-        self.value_sets: dict[str, Any] = {}
+        self.value_sets = {name: NativeValueSet.adopt(v, lib, prog, i)
+                           for i, (name, v) in enumerate(compiled.value_sets.items())}
         self.pre = NativeReplication().bind(lib, prog)
         self.digest_sink = lambda name, values: None
         self.digest_names = list(compiled.digests)

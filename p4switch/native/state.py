@@ -12,7 +12,7 @@ import ctypes
 from typing import Any
 
 from p4switch.action_profiles import ActionProfile
-from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine
+from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine, ValueSet
 from p4switch.tables import MATCH_KINDS, Table, TableEntry, TableError
 
 _ALL = (1 << 64) - 1
@@ -192,6 +192,34 @@ class NativeActionProfile(ActionProfile):
     def delete_group(self, group_id: int) -> None:
         super().delete_group(group_id)
         self._push_group(group_id)
+
+
+class NativeValueSet(ValueSet):
+    """A parser value set whose members live in the C datapath (two words per field)."""
+
+    @classmethod
+    def adopt(cls, value_set: ValueSet, lib: Any, prog: Any, vid: int) -> "NativeValueSet":
+        new = cls(value_set.name, value_set.fields, value_set.size, list(value_set.members))
+        new.lib, new.prog, new.vid = lib, prog, vid
+        new._push()
+        return new
+
+    def _push(self) -> None:
+        words = [w for member in self.members for item in member for w in item]
+        stride = 2 * len(self.fields)
+        self.lib.gf_vset_set(self.prog, self.vid, _u64(words), stride, len(self.members))
+
+    def add(self, member: tuple) -> None:
+        super().add(member)
+        self._push()
+
+    def clear(self) -> None:
+        super().clear()
+        self._push()
+
+    def replace(self, members: list[tuple[tuple[int, int], ...]]) -> None:
+        super().replace(members)
+        self._push()
 
 
 class NativeCounter(CounterArray):

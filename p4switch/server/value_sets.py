@@ -55,7 +55,7 @@ class ValueSetEntities:
                 staged.add(self._member(info, member))
         except ValueSetError as exc:
             raise invalid(str(exc)) from exc
-        value_set.members[:] = staged.members  # all or nothing
+        value_set.replace(staged.members)  # all or nothing
 
     @staticmethod
     def _member(info: ValueSetInfo, member: p4runtime_pb2.ValueSetMember) -> tuple:
