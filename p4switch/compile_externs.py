@@ -298,14 +298,35 @@ class ExternCompiler:
             fields = [(f, t) for f, t in data.type.fields]
             self.info.digests.setdefault(dname, DigestInfo(dname, [
                 ParamInfo(f, w) for (f, _), (_, w) in zip(fields, leaves)]))
+        elif isinstance(data.type, ListT):
+            dname = self._tuple_digest_name(args[1])
+            self.info.digests.setdefault(dname, DigestInfo(dname, [
+                ParamInfo(f"f{i}", w) for i, (_, w) in enumerate(leaves)], is_tuple=True))
         else:
-            raise self.unsupported(args[1], "digest data must be a struct: give its type, as in "
-                                            "digest<T>(id, {...})")
+            raise self.unsupported(args[1], "digest data must be a struct or a list {a, b, ...}")
         fns = [f for f, _ in leaves]
 
         def digest(s: list) -> None:
             s[0].digest(dname, tuple(f(s) for f in fns))
         return E(VoidT(), digest)
+
+    def _tuple_digest_name(self, data_node: Any) -> str:
+        """`digest_N` for a digest of a list: N counts such calls in source order, as p4c
+        names them ("Cannot find a good name for digest(...)")."""
+        order = getattr(self, "_tuple_digest_order", None)
+        if order is None:
+            calls = []
+            for sub in self.tree.iter_subtrees_topdown():
+                callee = sub.children[0] if sub.data in ("call", "method_call_stmt") and sub.children else None
+                if isinstance(callee, Tree) and callee.data == "var" and str(callee.children[0]) == "digest" \
+                        and len(sub.children) == 2 and isinstance(sub.children[1], Tree):
+                    items = [a.children[1] if isinstance(a, Tree) and a.data == "named_arg" else a
+                             for a in sub.children[1].children]
+                    if len(items) == 2 and isinstance(items[1], Tree) and items[1].data == "list_expr":
+                        calls.append(items[1])
+            order = {id(n): i for i, n in enumerate(calls)}
+            self._tuple_digest_order = order
+        return f"digest_{order.get(id(data_node), len(order))}"
 
     def _clone_type(self, node: Any, scope: Scope) -> str:
         e = self.expr(node, scope)

@@ -226,6 +226,10 @@ def build_p4info_from(info: ProgramInfo) -> p4info_pb2.P4Info:
     for name, digest in info.digests.items():
         d = p4info.digests.add()
         preamble(d, P.DIGEST, name)
+        if digest.is_tuple:
+            for f in digest.fields:
+                d.type_spec.tuple.members.add().bitstring.bit.bitwidth = f.bitwidth
+            continue
         d.type_spec.struct.name = name
         struct = p4info.type_info.structs[name]
         for f in digest.fields:

@@ -66,9 +66,11 @@ def test_digests_reach_the_sink_in_order_with_their_values() -> None:
     got: list[tuple[str, tuple[int, ...]]] = []
     native.digest_sink = lambda name, values: got.append((name, values))
     native.tables["LearnIngress.smac"].insert(TableEntry((Exact(0x0A0B0C0D0E0F),), 0, "LearnIngress.known", ()))
-    for src, port in ((0x000000000005, 3), (0x0A0B0C0D0E0F, 1), (0xFEDCBA987654, 511)):
-        native.process(bytes.fromhex("000000000002") + src.to_bytes(6, "big") + b"\x08\x00AA", port)
-    assert got == [("learn_t", (0x000000000005, 3)), ("learn_t", (0xFEDCBA987654, 511))]
+    for src, port, ethertype in ((0x000000000005, 3, b"\x08\x00"), (0x0A0B0C0D0E0F, 1, b"\x88\xcc"),
+                                 (0xFEDCBA987654, 511, b"\x88\xcc")):
+        native.process(bytes.fromhex("000000000002") + src.to_bytes(6, "big") + ethertype + b"AA", port)
+    assert got == [("learn_t", (0x000000000005, 3)), ("digest_0", (0x0A0B0C0D0E0F, 0x88CC)),
+                   ("digest_0", (0xFEDCBA987654, 0x88CC)), ("learn_t", (0xFEDCBA987654, 511))]
 
 
 @pytest.mark.parametrize("name", sorted(FALLS_BACK))

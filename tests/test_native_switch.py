@@ -121,8 +121,9 @@ def test_pcaps_fall_back_to_python_with_the_reason(lab: Lab, tmp_path: Path) -> 
 
 
 def test_digests_reach_the_p4runtime_client_from_the_native_loops(lab: Lab, tmp_path: Path) -> None:
-    """mac_learning.p4 on the native datapath: a frame from an unknown MAC gives a DigestList
-    on the primary's stream with that MAC and the ingress port."""
+    """mac_learning.p4 on the native datapath: an LLDP frame from an unknown MAC gives two
+    DigestLists on the primary's stream: digest_0 (a tuple: MAC, EtherType) and learn_t (a
+    struct: MAC, ingress port)."""
     import queue
     import threading
 
@@ -137,12 +138,16 @@ def test_digests_reach_the_p4runtime_client_from_the_native_loops(lab: Lab, tmp_
         client = _Client(address, 1)
         try:
             assert control.call(address, "Stats", {})["datapath"] == "native"
-            digest_id = next(d.preamble.id for d in client.p4info.digests if d.preamble.name == "learn_t")
-            entry = p4runtime_pb2.DigestEntry(digest_id=digest_id)
-            entry.config.max_list_size = 1
-            client.write([p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT,
-                                               entity=p4runtime_pb2.Entity(digest_entry=entry))])
+            ids = {d.preamble.name: d.preamble.id for d in client.p4info.digests}
+            updates = []
+            for digest_id in ids.values():
+                entry = p4runtime_pb2.DigestEntry(digest_id=digest_id)
+                entry.config.max_list_size = 1
+                updates.append(p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT,
+                                                    entity=p4runtime_pb2.Entity(digest_entry=entry)))
+            client.write(updates)
             messages: queue.Queue = queue.Queue()
+
             def read_stream() -> None:
                 try:
                     for message in client._stream:
@@ -150,22 +155,22 @@ def test_digests_reach_the_p4runtime_client_from_the_native_loops(lab: Lab, tmp_
                 except grpc.RpcError:
                     pass  # the channel closed at the end of the test
             threading.Thread(target=read_stream, daemon=True).start()
-            frame = bytes.fromhex("ffffffffffff" + h1.mac.replace(":", "")) + b"\x08\x00" + bytes(46)
-            _send(h1, frame, 1)
-            digest = None
+            mac = bytes.fromhex(h1.mac.replace(":", ""))
+            _send(h1, bytes.fromhex("0180c200000e") + mac + b"\x88\xcc" + bytes(46), 1)
+            digests: dict[int, p4runtime_pb2.DigestList] = {}
             deadline = time.monotonic() + 10
-            while digest is None and time.monotonic() < deadline:
+            while len(digests) < 2 and time.monotonic() < deadline:
                 try:
                     message = messages.get(timeout=1)
                 except queue.Empty:
                     continue
                 if message.HasField("digest"):
-                    digest = message.digest
-            assert digest is not None, "no digest within 10 s"
-            assert digest.digest_id == digest_id
-            members = [m.bitstring for m in digest.data[0].struct.members]
-            assert members[0] == bytes.fromhex(h1.mac.replace(":", ""))
-            assert int.from_bytes(members[1], "big") == 1
+                    digests[message.digest.digest_id] = message.digest
+            assert set(digests) == {ids["learn_t"], ids["digest_0"]}, digests
+            learn = [m.bitstring for m in digests[ids["learn_t"]].data[0].struct.members]
+            assert learn[0] == mac and int.from_bytes(learn[1], "big") == 1
+            lldp = [m.bitstring for m in digests[ids["digest_0"]].data[0].tuple.members]
+            assert lldp[0] == mac and int.from_bytes(lldp[1], "big") == 0x88CC
             assert control.call(address, "Stats", {})["packets"]["digests"] >= 1
         finally:
             client.close()

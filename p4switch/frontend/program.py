@@ -74,6 +74,7 @@ class RegisterInfo:
 class DigestInfo:
     name: str
     fields: list[ParamInfo]
+    is_tuple: bool = False  # `digest(id, {a, b})`: a tuple, named digest_N as p4c names it
 
 
 @dataclass

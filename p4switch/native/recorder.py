@@ -15,6 +15,7 @@ from lark import Tree
 
 from p4switch.compiled import E, ActionImpl, CompiledProgram, Fn, Scope
 from p4switch.compiler import Compiler
+from p4switch.frontend.types import StructT
 from p4switch.tables import Table
 
 
@@ -114,7 +115,8 @@ class RecordingCompiler(Compiler):
         e = super()._v1_digest(node, args, scope)
         data = self.resolve_type(type_args.children[0]) if type_args is not None else \
             self.recorded.exprs[id(args[1])].type
-        self.recorded.digest_names[id(args[1])] = data.name
+        self.recorded.digest_names[id(args[1])] = data.name if isinstance(data, StructT) else \
+            self._tuple_digest_name(args[1])
         self.recorded.keep.append(args[1])
         return e
 

@@ -101,6 +101,7 @@ class DigestInfo:
     id: int
     name: str
     member_widths: tuple[int, ...]
+    is_tuple: bool = False
 
 
 @dataclass
@@ -159,7 +160,8 @@ class Schema:
             schema.registers[r.preamble.id] = IndexedInfo(r.preamble.id, r.preamble.name, r.size)
         for d in p4info.digests:
             widths = _struct_widths(d.type_spec, p4info)
-            schema.digests[d.preamble.id] = DigestInfo(d.preamble.id, d.preamble.name, widths)
+            schema.digests[d.preamble.id] = DigestInfo(d.preamble.id, d.preamble.name, widths,
+                                                       d.type_spec.HasField("tuple"))
         for a in p4info.action_profiles:
             schema.action_profiles[a.preamble.id] = ActionProfileInfo(
                 a.preamble.id, a.preamble.name, tuple(a.table_ids), a.with_selector, a.size, a.max_group_size)
@@ -212,7 +214,9 @@ def _struct_widths(type_spec: p4info_pb2.P4DataTypeSpec, p4info: p4info_pb2.P4In
         if struct is None:
             raise invalid(f"P4Info: digest struct {type_spec.struct.name!r} not in type_info")
         return tuple(_bits(m.type_spec.bitstring) for m in struct.members)
-    raise invalid("P4Info: digests of this type are not supported (bit<W> structs only)")
+    if type_spec.HasField("tuple"):
+        return tuple(_bits(m.bitstring) for m in type_spec.tuple.members)
+    raise invalid("P4Info: digests of this type are not supported (bit<W> structs and tuples only)")
 
 
 def _bits(spec: p4info_pb2.P4BitstringLikeTypeSpec) -> int:

@@ -416,7 +416,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         digest_list.list_id = next(self._digest_list_ids)
         digest_list.timestamp = time.time_ns()
         data = digest_list.data.add()
-        if len(digest.member_widths) == 1 and len(values) == 1:
+        if digest.is_tuple:
+            for value in values:
+                data.tuple.members.add(bitstring=codec.to_bytes(value))
+        elif len(digest.member_widths) == 1 and len(values) == 1:
             data.bitstring = codec.to_bytes(values[0])
         else:
             for value in values:

@@ -1,6 +1,7 @@
 /* L2 learning: an unknown source MAC sends a digest (MAC, ingress port) to the controller;
  * frames go to the port the destination MAC was learnt on, unknown ones to the flood port 7,
- * never back out of the port they came in on. */
+ * never back out of the port they came in on. An LLDP frame (EtherType 0x88CC) is also
+ * reported with a digest of a list, which p4c names digest_0. */
 #include <core.p4>
 #include <v1model.p4>
 
@@ -33,6 +34,7 @@ control LearnIngress(inout headers_t hdr, inout meta_t meta, inout standard_meta
         size = 1024;
     }
     apply {
+        if (hdr.eth.type == 0x88CC) { digest(2, { hdr.eth.src, hdr.eth.type }); }
         smac.apply();
         dmac.apply();
         if (sm.egress_spec == sm.ingress_port) { mark_to_drop(sm); }
