@@ -15,6 +15,7 @@ from lark import Token, Tree
 from p4switch.compiled import ActionImpl, CompiledProgram
 from p4switch.hashes import ALGORITHMS
 from p4switch.native.cgen_expr import NativeUnsupported, lit, width_of
+from p4switch.native.cgen_functions import FunctionGen
 from p4switch.native.cgen_loops import LoopGen
 from p4switch.native.cgen_stmt import HASHES
 from p4switch.native.recorder import Recorded
@@ -34,7 +35,7 @@ def _name(node: Any) -> str:
     return str(node.children[0]) if isinstance(node, Tree) else str(node)
 
 
-class ProgramGen(LoopGen):
+class ProgramGen(LoopGen, FunctionGen):
     """One C translation of one recorded compilation."""
 
     def __init__(self, compiled: CompiledProgram, rec: Recorded) -> None:
@@ -52,6 +53,9 @@ class ProgramGen(LoopGen):
         self.impl_nodes = rec.impl_nodes
         self.action_fns: dict[int, str] = {}
         self.action_defs: list[list[str]] = []
+        self.function_fns: dict[int, str] = {}
+        self.function_defs: list[list[str]] = []
+        self.fn_ret: Any = None  # the return type while a function's body is generated
         self.exit_label: str | None = None
         self.in_parser = False
         self.has_exit = False
@@ -310,8 +314,9 @@ class ProgramGen(LoopGen):
             f"static const uint64_t gf_template[GF_NSLOTS] = {{{', '.join(lit(v) for v in self.template_c)}}};",
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
+        lines += [f"static uint64_t {fn}(gf_ctx *c);" for fn in self.function_fns.values()]
         lines += [f"static int t{i}_apply(gf_ctx *c);" for i in range(len(self.table_names))]
-        for body in self.action_defs + tables + bodies:
+        for body in self.action_defs + self.function_defs + tables + bodies:
             lines += body
         descs = []
         for name in self.table_names:

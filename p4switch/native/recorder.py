@@ -13,7 +13,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E, ActionImpl, CompiledProgram, Fn, Scope
+from p4switch.compiled import E, ActionImpl, CompiledProgram, Fn, FunctionImpl, Scope
 from p4switch.compiler import Compiler
 from p4switch.frontend.types import StructT
 from p4switch.tables import Table
@@ -37,6 +37,10 @@ class Recorded:
     table_selectors: dict[str, list[Any]] = field(default_factory=dict)  # name -> selector key expr nodes
     blocks: list[tuple[str, Tree]] = field(default_factory=list)  # (kind, node) in compile order
     digest_names: dict[int, str] = field(default_factory=dict)  # digest data node -> struct name
+    function_calls: dict[int, FunctionImpl] = field(default_factory=dict)  # call node -> function
+    # id(FunctionImpl) -> (declaration, the recordings of its body): a generic function's body
+    # is compiled once per specialization, each with recordings of its own
+    function_bodies: dict[int, tuple[Tree, "Recorded"]] = field(default_factory=dict)
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
 
 
@@ -118,6 +122,32 @@ class RecordingCompiler(Compiler):
         self.recorded.digest_names[id(args[1])] = data.name if isinstance(data, StructT) else \
             self._tuple_digest_name(args[1])
         self.recorded.keep.append(args[1])
+        return e
+
+    def function(self, name: str, type_args: Any = None, args: list | None = None,
+                 scope: Scope | None = None) -> FunctionImpl:
+        outer = self.recorded
+        inner = Recorded(actions=outer.actions, action_nodes=outer.action_nodes, impl_nodes=outer.impl_nodes,
+                         table_actions=outer.table_actions, table_counted=outer.table_counted,
+                         table_nodes=outer.table_nodes, table_keys=outer.table_keys,
+                         table_selectors=outer.table_selectors, blocks=outer.blocks,
+                         function_bodies=outer.function_bodies, keep=outer.keep)
+        self.recorded = inner
+        try:
+            impl = super().function(name, type_args, args, scope)
+        finally:
+            self.recorded = outer
+        if id(impl) not in outer.function_bodies:  # compiled by this call, not from the cache
+            outer.function_bodies[id(impl)] = (self.functions[name], inner)
+            outer.keep.append(impl)
+        return impl
+
+    def _call_function(self, node: Tree, fn_impl: FunctionImpl, args: list, scope: Scope) -> E:
+        e = super()._call_function(node, fn_impl, args, scope)
+        if id(node) in self.recorded.function_calls and self.recorded.function_calls[id(node)] is not fn_impl:
+            self.recorded.conflicts.add(id(node))
+        self.recorded.function_calls[id(node)] = fn_impl
+        self.recorded.keep.append(node)
         return e
 
     def compile_control(self, node: Tree, prefix: str, bindings: dict[str, Any]) -> Fn:

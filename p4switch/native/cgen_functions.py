@@ -1,0 +1,140 @@
+"""C for calls of the program's functions, as `StmtCompiler._call_function` runs them.
+
+Each compiled function (each specialization of a generic one) becomes one C function over
+the slot array that returns its scalar result (0 for `void`). A call copies `in` and `inout`
+arguments into the parameters' slots, calls, then copies `out` and `inout` parameters back,
+also when the body ran `exit` (the caller then leaves its block). In an expression the call
+is a GCC statement expression, so the copies keep their order around the value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lark import Tree
+
+from p4switch.compiled import E, FunctionImpl, PacketParam
+from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, slot_count
+from p4switch.native.cgen_stmt import StmtGen
+
+
+def _args(node: Any) -> list:
+    if node is None:
+        return []
+    return list(node.children) if isinstance(node, Tree) and node.data == "args" else [node]
+
+
+class FunctionGen(StmtGen):
+    """Mixin of the generator: the program's functions and their calls."""
+
+    function_fns: dict[int, str]
+    function_defs: list[list[str]]
+    fn_ret: Any
+
+    def leave(self) -> str:
+        if self.fn_ret is not None and not self.exit_label:
+            return "return 0;"
+        return super().leave()
+
+    def function_fn(self, impl: FunctionImpl, where: Any) -> str:
+        fname = self.function_fns.get(id(impl))
+        if fname is not None:
+            return fname
+        found = self.rec.function_bodies.get(id(impl))
+        if found is None:
+            raise self.fail(where, f"function {impl.name} without a body (an extern function)")
+        decl, recorded = found
+        if not isinstance(impl.ret, BitT | BoolT | VoidT):
+            raise self.fail(where, f"function {impl.name} returning {impl.ret}")
+        fname = f"f{len(self.function_fns)}"
+        self.function_fns[id(impl)] = fname
+        saved = (self.rec, self.exit_label, self.in_parser, self.fn_ret)
+        self.rec = recorded  # the body's own recordings; tables and actions are shared
+        self.exit_label, self.in_parser, self.fn_ret = None, False, impl.ret
+        try:
+            body: list[str] = [f"/* {impl.name} */", f"static uint64_t {fname}(gf_ctx *c) {{"]
+            self.stmts(decl.children[2].children[1:], body, "    ")
+            body += ["    return 0;", "}"]
+        finally:
+            self.rec, self.exit_label, self.in_parser, self.fn_ret = saved
+        self.function_defs.append(body)
+        return fname
+
+    def _copy(self, dst: int, src: int, t: Any) -> str:
+        if isinstance(t, HeaderT | StructT | StackT):
+            return f"memmove(&S[{dst}], &S[{src}], {slot_count(t)} * sizeof(uint64_t));"
+        return f"S[{dst}] = S[{src}];"
+
+    def function_call(self, node: Tree, impl: FunctionImpl, args: list) -> tuple[list[str], str, list[str]]:
+        """(copy-in statements, the C call, copy-out statements) of one call site."""
+        fname = self.function_fn(impl, node)
+        pre: list[str] = []
+        post: list[str] = []
+        for arg, (_, ptype, direction, place) in zip(args, impl.params):
+            if isinstance(arg, Tree) and arg.data == "named_arg":
+                arg = arg.children[1]
+            if isinstance(arg, Tree) and arg.data == "dontcare_arg":
+                continue  # `_`: the out value is not wanted
+            if place.base is None:
+                raise self.fail(node, f"function {impl.name}: a parameter without a slot of its own")
+            if direction in ("out", "inout"):
+                target: E = self.e(arg)
+                if target.place is None or target.place.base is None or isinstance(target.extra, tuple):
+                    raise self.fail(arg, "out argument that is not a static place")
+                if direction == "inout":
+                    pre.append(self._copy(place.base, target.place.base, ptype))
+                post.append(self._copy(target.place.base, place.base, ptype))
+            else:
+                self.assign_place(arg, place.base, ptype, arg, pre, "")
+        return pre, f"{fname}(c)", post
+
+    def _callee_impl(self, node: Tree) -> FunctionImpl | None:
+        impl = self.rec.function_calls.get(id(node))
+        if impl is not None and id(node) in self.rec.conflicts:
+            raise self.fail(node, "a call compiled in several contexts")
+        return impl
+
+    def _call_args(self, node: Tree) -> list:
+        return _args(node.children[-1]) if len(node.children) > 1 else []
+
+    def _st_method_call_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        impl = self._callee_impl(node)
+        if impl is None:
+            super()._st_method_call_stmt(node, out, ind)
+            return
+        pre, call, post = self.function_call(node, impl, self._call_args(node))
+        out.append(f"{ind}{{ {' '.join(pre)} {call}; {' '.join(post)} }}")
+
+    def _function_value(self, node: Tree) -> str | None:
+        impl = self._callee_impl(node)
+        if impl is None:
+            return None
+        pre, call, post = self.function_call(node, impl, self._call_args(node))
+        leave = f" if (c->exit_flag) {{ {self.leave()} }}" if self.has_exit and not self.in_parser else ""
+        return f"({{ {' '.join(pre)} uint64_t r_ = {call}; {' '.join(post)}{leave} r_; }})"
+
+    def _cx_call(self, node: Tree, e: E) -> str:
+        value = self._function_value(node)
+        return value if value is not None else super()._cx_call(node, e)
+
+    def _cx_call_generic(self, node: Tree, e: E) -> str:
+        value = self._function_value(node)
+        if value is not None:
+            return value
+        callee = node.children[0]
+        if isinstance(callee, Tree) and callee.data == "member" and str(callee.children[1].children[0]) == "lookahead" \
+                and isinstance(self.e(callee.children[0]).extra, PacketParam) and isinstance(e.type, BitT) \
+                and self.in_parser:
+            # `pkt.lookahead<bit<W>>()`: the next W bits, PacketTooShort when fewer bytes remain
+            w = e.type.width
+            short = self.error_index("PacketTooShort")
+            return (f"({{ if (c->pos + {(w + 7) // 8} > c->len) {{ err_ = {short}; goto p_error; }} "
+                    f"gf_get(c->data + c->pos, 0, {w}); }})")
+        raise self.fail(node, "call with type arguments")
+
+    def _st_return_stmt(self, node: Tree, out: list[str], ind: str) -> None:
+        value = node.children[0] if node.children else None
+        if value is None or self.fn_ret is None:
+            super()._st_return_stmt(node, out, ind)
+            return
+        out.append(f"{ind}return {self.masked(self.cx(value), self.fn_ret)};")
