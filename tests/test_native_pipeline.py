@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gradfabric.paths import P4SRC, ROOT
-from p4switch.frontend import load_program
+from p4switch.frontend import load_program, load_program_text
 from p4switch.native.build import build, find_compiler
 from p4switch.native.pipeline import NativePipeline, try_native
 from p4switch.pipeline import Pipeline
@@ -24,7 +24,7 @@ PROGRAMS = ROOT / "tests" / "p4programs"
 #: they run on the Python pipeline (one log line says why). A program that becomes covered
 #: fails test_uncovered_programs_fall_back_with_the_reason and moves to the native STF runs.
 FALLS_BACK = {
-    "features": "parser or control instances inside blocks",
+    "features": "extern resubmit",
     "ipv4_options": "varbit",
     "lang_extern_fn": "function scramble without a body",
     "lang_lookahead": "not an lvalue",
@@ -70,6 +70,18 @@ def test_digests_reach_the_sink_in_order_with_their_values() -> None:
         native.process(bytes.fromhex("000000000002") + src.to_bytes(6, "big") + ethertype + b"AA", port)
     assert got == [("learn_t", (0x000000000005, 3)), ("digest_0", (0x0A0B0C0D0E0F, 0x88CC)),
                    ("digest_0", (0xFEDCBA987654, 0x88CC)), ("learn_t", (0xFEDCBA987654, 511))]
+
+
+def test_exit_inside_a_control_instance_copies_back_then_ends_the_control() -> None:
+    """lang_subcontrol.p4 with `exit` for its early return (p4c 1.2.4.17 cannot compile that):
+    first's `v` is copied back, then ingress ends (second not applied, mark not set)."""
+    source = (PROGRAMS / "lang_subcontrol.p4").read_text().replace("v = 0xEE; return;", "v = 0xEE; exit;")
+    assert "exit;" in source
+    program = load_program_text(source, "lang_subcontrol_exit.p4")
+    text = "packet 1 05 07 EE AA\nexpect 2 05 07 EE EE 07 00 00 AA $\n"
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        result = run_stf(pipe, text)
+        assert result.ok, (type(pipe).__name__, result.failures)
 
 
 @pytest.mark.parametrize("name", sorted(FALLS_BACK))

@@ -55,6 +55,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.action_defs: list[list[str]] = []
         self.function_fns: dict[int, str] = {}
         self.function_defs: list[list[str]] = []
+        self.instance_fns: dict[int, str] = {}
         self.fn_ret: Any = None  # the return type while a function's body is generated
         self.exit_label: str | None = None
         self.in_parser = False
@@ -69,8 +70,10 @@ class ProgramGen(LoopGen, FunctionGen):
         c = self.compiled
         kinds = [k for k, _ in self.rec.blocks]
         if kinds != ["parser"] + ["control"] * 5:
-            raise NativeUnsupported("parser or control instances inside blocks")
-        for _, node in self.rec.blocks:
+            raise NativeUnsupported("blocks other than V1Switch's parser and five controls")
+        bodies = [node for _, node in self.rec.blocks] + [node for node, _, _ in self.rec.instances.values()] \
+            + [node for node, _ in self.rec.function_bodies.values()]
+        for node in bodies:
             for sub in node.iter_subtrees():
                 if sub.data in ("call", "method_call_stmt") and isinstance(sub.children[0], Tree) \
                         and sub.children[0].data == "var" and _name(sub.children[0]) in _UNSUPPORTED_EXTERNS:
@@ -108,16 +111,25 @@ class ProgramGen(LoopGen, FunctionGen):
             raise self.fail(where, f"action {impl.name} bound with arguments in a table")
         fname = f"a{len(self.action_fns)}"
         self.action_fns[id(impl)] = fname
-        saved = (self.exit_label, self.in_parser)
-        self.exit_label, self.in_parser = None, False
+        saved = (self.exit_label, self.in_parser, self.fn_ret, self.rec)
+        self.exit_label, self.in_parser, self.fn_ret = None, False, None
+        self.rec = self.rec.action_context.get(id(impl), self.rec)  # where its body was compiled
         body: list[str] = [f"/* {impl.name} */", f"static void {fname}(gf_ctx *c) {{"]
         self.stmts(node.children[3].children[1:], body, "    ")
         body.append("}")
-        self.exit_label, self.in_parser = saved
+        self.exit_label, self.in_parser, self.fn_ret, self.rec = saved
         self.action_defs.append(body)
         return fname
 
     def table_fn(self, name: str) -> list[str]:
+        saved = self.rec
+        self.rec = self.rec.table_context.get(name, self.rec)  # its keys were compiled there
+        try:
+            return self._table_fn(name)
+        finally:
+            self.rec = saved
+
+    def _table_fn(self, name: str) -> list[str]:
         tid = self.table_ids[name]
         table = self.compiled.tables[name]
         impls = self.rec.table_actions.get(name)
@@ -315,6 +327,7 @@ class ProgramGen(LoopGen, FunctionGen):
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
         lines += [f"static uint64_t {fn}(gf_ctx *c);" for fn in self.function_fns.values()]
+        lines += [f"static void ctl_{fn}(gf_ctx *c);" for fn in self.instance_fns.values()]
         lines += [f"static int t{i}_apply(gf_ctx *c);" for i in range(len(self.table_names))]
         for body in self.action_defs + self.function_defs + tables + bodies:
             lines += body

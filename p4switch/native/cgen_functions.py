@@ -1,10 +1,12 @@
-"""C for calls of the program's functions, as `StmtCompiler._call_function` runs them.
+"""C for calls of the program's functions and of controls instantiated inside a control, as
+`StmtCompiler._call_function` and `_apply_block` run them.
 
 Each compiled function (each specialization of a generic one) becomes one C function over
-the slot array that returns its scalar result (0 for `void`). A call copies `in` and `inout`
-arguments into the parameters' slots, calls, then copies `out` and `inout` parameters back,
-also when the body ran `exit` (the caller then leaves its block). In an expression the call
-is a GCC statement expression, so the copies keep their order around the value.
+the slot array that returns its scalar result (0 for `void`); each control instance one
+`void` C function with its own locals. A call copies `in` and `inout` arguments into the
+parameters' slots, calls, then copies `out` and `inout` parameters back, also when the body
+ran `exit` (the caller then leaves its block). In an expression the call is a GCC statement
+expression, so the copies keep their order around the value.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E, FunctionImpl, PacketParam
+from p4switch.compiled import E, ControlImpl, FunctionImpl, PacketParam
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, slot_count
 from p4switch.native.cgen_stmt import StmtGen
 
@@ -29,7 +31,30 @@ class FunctionGen(StmtGen):
 
     function_fns: dict[int, str]
     function_defs: list[list[str]]
+    instance_fns: dict[int, str]
     fn_ret: Any
+
+    def control(self, role: str, node: Tree) -> list[str]:
+        raise NotImplementedError  # ProgramGen's
+
+    def instance_fn(self, impl: ControlImpl, where: Any) -> str:
+        """The C function of a control instantiated inside a control (`ctl_<name>`)."""
+        name = self.instance_fns.get(id(impl))
+        if name is not None:
+            return f"ctl_{name}"
+        found = self.rec.instances.get(id(impl))
+        if found is None or found[1] != "control":
+            raise self.fail(where, "a parser instantiated inside a parser")
+        decl, _, recorded = found
+        name = f"sub{len(self.instance_fns)}"
+        self.instance_fns[id(impl)] = name
+        saved = (self.rec, self.exit_label, self.in_parser, self.fn_ret)
+        self.rec, self.fn_ret = recorded, None
+        try:
+            self.function_defs.append(self.control(name, decl))
+        finally:
+            self.rec, self.exit_label, self.in_parser, self.fn_ret = saved
+        return f"ctl_{name}"
 
     def leave(self) -> str:
         if self.fn_ret is not None and not self.exit_label:
@@ -65,9 +90,12 @@ class FunctionGen(StmtGen):
             return f"memmove(&S[{dst}], &S[{src}], {slot_count(t)} * sizeof(uint64_t));"
         return f"S[{dst}] = S[{src}];"
 
-    def function_call(self, node: Tree, impl: FunctionImpl, args: list) -> tuple[list[str], str, list[str]]:
+    def function_call(self, node: Tree, impl: FunctionImpl | ControlImpl, args: list) -> tuple[list[str], str, list[str]]:
         """(copy-in statements, the C call, copy-out statements) of one call site."""
-        fname = self.function_fn(impl, node)
+        if isinstance(impl, ControlImpl):
+            fname = self.instance_fn(impl, node)
+        else:
+            fname = self.function_fn(impl, node)
         pre: list[str] = []
         post: list[str] = []
         for arg, (_, ptype, direction, place) in zip(args, impl.params):
@@ -75,8 +103,10 @@ class FunctionGen(StmtGen):
                 arg = arg.children[1]
             if isinstance(arg, Tree) and arg.data == "dontcare_arg":
                 continue  # `_`: the out value is not wanted
+            if place is None:
+                continue  # packet_in / packet_out: the same packet
             if place.base is None:
-                raise self.fail(node, f"function {impl.name}: a parameter without a slot of its own")
+                raise self.fail(node, f"{fname}: a parameter without a slot of its own")
             if direction in ("out", "inout"):
                 target: E = self.e(arg)
                 if target.place is None or target.place.base is None or isinstance(target.extra, tuple):
@@ -97,8 +127,16 @@ class FunctionGen(StmtGen):
     def _call_args(self, node: Tree) -> list:
         return _args(node.children[-1]) if len(node.children) > 1 else []
 
+    def _instance_of(self, node: Tree) -> ControlImpl | None:
+        callee = node.children[0]
+        if isinstance(callee, Tree) and callee.data == "member" and str(callee.children[1].children[0]) == "apply":
+            base = self.e(callee.children[0])
+            if isinstance(base.extra, ControlImpl):
+                return base.extra
+        return None
+
     def _st_method_call_stmt(self, node: Tree, out: list[str], ind: str) -> None:
-        impl = self._callee_impl(node)
+        impl: FunctionImpl | ControlImpl | None = self._callee_impl(node) or self._instance_of(node)
         if impl is None:
             super()._st_method_call_stmt(node, out, ind)
             return

@@ -8,7 +8,7 @@ actions, and the six v1model blocks. Nothing here changes what the Python pipeli
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lark import Tree
@@ -41,7 +41,18 @@ class Recorded:
     # id(FunctionImpl) -> (declaration, the recordings of its body): a generic function's body
     # is compiled once per specialization, each with recordings of its own
     function_bodies: dict[int, tuple[Tree, "Recorded"]] = field(default_factory=dict)
+    # id(ControlImpl) -> (declaration, kind, recordings) of a parser or control instantiated
+    # inside a block: its body is compiled once per instance
+    instances: dict[int, tuple[Tree, str, "Recorded"]] = field(default_factory=dict)
+    table_context: dict[str, "Recorded"] = field(default_factory=dict)  # table -> where compiled
+    action_context: dict[int, "Recorded"] = field(default_factory=dict)  # id(ActionImpl) -> same
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
+
+    def child(self) -> "Recorded":
+        """Recordings of a body compiled on its own (a function, a block instance): its
+        expressions and locals apart, what is program-wide (tables, actions) shared."""
+        return replace(self, exprs={}, conflicts=set(), var_slots={}, var_types={}, digest_names={},
+                       function_calls={}, blocks=[])
 
 
 class RecordingCompiler(Compiler):
@@ -87,6 +98,7 @@ class RecordingCompiler(Compiler):
         rec.actions[id(node)] = impl
         rec.action_nodes[impl.name] = node
         rec.impl_nodes[id(impl)] = node
+        rec.action_context[id(impl)] = rec
         rec.keep.extend((node, impl))
         return impl
 
@@ -95,6 +107,7 @@ class RecordingCompiler(Compiler):
         name = impl.table.name
         rec = self.recorded
         rec.table_nodes[id(node)] = name
+        rec.table_context[name] = rec
         keys = []
         for prop in node.children[2:]:
             if isinstance(prop, Tree) and prop.data == "table_key":
@@ -124,19 +137,19 @@ class RecordingCompiler(Compiler):
         self.recorded.keep.append(args[1])
         return e
 
+    def _apart(self, compile_body: Any) -> tuple[Any, Recorded]:
+        """Run `compile_body()` recording into a child of the current recordings."""
+        outer = self.recorded
+        self.recorded = inner = outer.child()
+        try:
+            return compile_body(), inner
+        finally:
+            self.recorded = outer
+
     def function(self, name: str, type_args: Any = None, args: list | None = None,
                  scope: Scope | None = None) -> FunctionImpl:
         outer = self.recorded
-        inner = Recorded(actions=outer.actions, action_nodes=outer.action_nodes, impl_nodes=outer.impl_nodes,
-                         table_actions=outer.table_actions, table_counted=outer.table_counted,
-                         table_nodes=outer.table_nodes, table_keys=outer.table_keys,
-                         table_selectors=outer.table_selectors, blocks=outer.blocks,
-                         function_bodies=outer.function_bodies, keep=outer.keep)
-        self.recorded = inner
-        try:
-            impl = super().function(name, type_args, args, scope)
-        finally:
-            self.recorded = outer
+        impl, inner = self._apart(lambda: super(RecordingCompiler, self).function(name, type_args, args, scope))
         if id(impl) not in outer.function_bodies:  # compiled by this call, not from the cache
             outer.function_bodies[id(impl)] = (self.functions[name], inner)
             outer.keep.append(impl)
@@ -149,6 +162,14 @@ class RecordingCompiler(Compiler):
         self.recorded.function_calls[id(node)] = fn_impl
         self.recorded.keep.append(node)
         return e
+
+    def compile_block_instance(self, t: Any, qualified: str, ctor_args: list, scope: Scope) -> Any:
+        outer = self.recorded
+        impl, inner = self._apart(
+            lambda: super(RecordingCompiler, self).compile_block_instance(t, qualified, ctor_args, scope))
+        outer.instances[id(impl)] = (t.tree, t.kind, inner)
+        outer.keep.append(impl)
+        return impl
 
     def compile_control(self, node: Tree, prefix: str, bindings: dict[str, Any]) -> Fn:
         self.recorded.blocks.append(("control", node))
