@@ -244,9 +244,15 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
     pl.digest_sink = lambda name, values: got.append((name, values))
     pl.process(frame(0x0800), 9)
     assert got == [("learn_t", (0x0708090A0B0C, 9))]
+    # without a type, a tuple digest named as p4c names it
+    untyped = pipeline(body.replace("DIGEST", "digest(1, {h.eth.src, sm.ingress_port})"))
+    got.clear()
+    untyped.digest_sink = lambda name, values: got.append((name, values))
+    untyped.process(frame(0x0800), 9)
+    assert got == [("digest_0", (0x0708090A0B0C, 9))]
     with pytest.raises(P4UnsupportedError, match=r"conf\.p4:\d+:\d+: unsupported: digest data must "
-                                                 r"be a struct: give its type"):
-        pipeline(body.replace("DIGEST", "digest(1, {h.eth.src, sm.ingress_port})"))
+                                                 r"be a struct or a list"):
+        pipeline(body.replace("DIGEST", "digest(1, h.eth.src)"))
 
 
 def test_select_without_a_matching_case_is_error_no_match():
