@@ -143,6 +143,7 @@ class ExternCompiler:
 
         def missing(s: list) -> None:
             raise ExternFunctionMissing(message)
+        missing.message = message  # type: ignore[attr-defined]  # for the native backend
         impl = FunctionImpl(name, self.resolve_type(ret_node), params, missing)
         cache[key] = impl
         return impl

@@ -26,7 +26,6 @@ PROGRAMS = ROOT / "tests" / "p4programs"
 FALLS_BACK = {
     "features": "extern resubmit",
     "ipv4_options": "varbit",
-    "lang_extern_fn": "function scramble without a body",
     "lang_lookahead": "not an lvalue",
     "lang_eval_order": "was not compiled",  # an index hoisted before the right side
     "lang_union_stack": "extract into a stack or dynamic place",  # a stack of header unions
@@ -82,6 +81,16 @@ def test_exit_inside_a_control_instance_copies_back_then_ends_the_control() -> N
     for pipe in (Pipeline(program), NativePipeline(program)):
         result = run_stf(pipe, text)
         assert result.ok, (type(pipe).__name__, result.failures)
+
+
+def test_an_extern_function_without_a_body_fails_only_the_packets_that_call_it() -> None:
+    from p4switch.runtime import ExternFunctionMissing
+
+    native = NativePipeline(load_program(PROGRAMS / "lang_extern_fn.p4"))
+    assert native.process(bytes([0x01, 0x10]), 1) == [(2, bytes([0x01, 0x11]))]
+    with pytest.raises(ExternFunctionMissing, match=r"extern function scramble \(declared at .*lang_extern_fn\.p4:12"):
+        native.process(bytes([0xEE, 0x10]), 1)
+    assert native.process(bytes([0x02, 0x20]), 1) == [(2, bytes([0x02, 0x21]))]  # the next packet is fine
 
 
 @pytest.mark.parametrize("name", sorted(FALLS_BACK))

@@ -174,3 +174,22 @@ def test_digests_reach_the_p4runtime_client_from_the_native_loops(lab: Lab, tmp_
             assert control.call(address, "Stats", {})["packets"]["digests"] >= 1
         finally:
             client.close()
+
+
+def test_packets_calling_an_extern_without_a_body_are_counted_and_dropped(lab: Lab, tmp_path: Path) -> None:
+    """lang_extern_fn.p4 natively: a frame that reaches `scramble` is dropped and counted as
+    failed; the others are forwarded."""
+    h1, out1, h2, out2 = _two_hosts(lab)
+    log = tmp_path / "s.log"
+    program = Path(__file__).parent / "p4programs" / "lang_extern_fn.p4"
+    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "--datapath", "native"]
+    with switch_process(args, log, ready_timeout=60) as (_, address):
+        assert control.call(address, "Stats", {})["datapath"] == "native"
+        before = _rx_packets(h2)
+        _send(h1, bytes([0xEE, 0x10]) + bytes(58), 5)  # calls scramble
+        _send(h1, bytes([0x01, 0x10]) + bytes(58), 3)  # does not
+        _wait_rx(h2, before + 3)
+        time.sleep(0.3)
+        stats = control.call(address, "Stats", {})["packets"]
+        assert (stats.get("transmitted"), stats.get("failed")) == (3, 5), stats
+        assert _rx_packets(h2) - before >= 3

@@ -57,6 +57,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.function_defs: list[list[str]] = []
         self.instance_fns: dict[int, str] = {}
         self.fn_ret: Any = None  # the return type while a function's body is generated
+        self.faults: list[str] = []  # messages of the errors that fail a packet, by fault code - 1
         self.exit_label: str | None = None
         self.in_parser = False
         self.has_exit = False
@@ -73,6 +74,7 @@ class ProgramGen(LoopGen, FunctionGen):
             raise NativeUnsupported("blocks other than V1Switch's parser and five controls")
         bodies = [node for _, node in self.rec.blocks] + [node for node, _, _ in self.rec.instances.values()] \
             + [node for node, _ in self.rec.function_bodies.values()]
+        self.has_exit = bool(self.rec.missing_externs)  # such a call fails the packet: leave every block
         for node in bodies:
             for sub in node.iter_subtrees():
                 if sub.data in ("call", "method_call_stmt") and isinstance(sub.children[0], Tree) \
@@ -320,6 +322,7 @@ class ProgramGen(LoopGen, FunctionGen):
             "    uint64_t now_us, rng; int exit_flag, hit;",
             "    gf_prog *p; uint8_t *out; uint32_t out_len;",
             "    uint32_t ndig; uint64_t dig[GF_DIGEST_WORDS];  /* digests: [id, n, values...] ... */",
+            "    int fault;  /* 1 + the index of the error that fails the packet (an extern without a body) */",
             "} gf_ctx;",
             "#define S (c->s)",
             "#define P (c->p)",
@@ -357,10 +360,10 @@ class ProgramGen(LoopGen, FunctionGen):
             "static void gf_ingress_run(gf_ctx *c, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now) {",
             "    memcpy(c->s, gf_template, sizeof c->s);",
             "    c->data = data; c->len = len; c->pos = 0; c->payload_off = 0; c->now_us = now; c->exit_flag = 0;",
-            "    c->ndig = 0;",
+            "    c->ndig = 0; c->fault = 0;",
             f"    S[{std['ingress_port']}] = port; S[{std['instance_type']}] = 0; S[{std['packet_length']}] = len;",
             f"    S[{std['ingress_global_timestamp']}] = now;",
-            "    ctl_parser(c); ctl_verify(c); c->exit_flag = 0; ctl_ingress(c);",
+            "    ctl_parser(c); ctl_verify(c); c->exit_flag = 0; if (!c->fault) ctl_ingress(c);",
             "}",
             "/* Egress, checksum update and deparser: the frame's length in `out`, or -1 (dropped). */",
             "static int gf_egress_run(gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,",
@@ -370,7 +373,7 @@ class ProgramGen(LoopGen, FunctionGen):
             f"    S[{std['deq_timedelta']}] = deq_td & 0xFFFFFFFFu; S[{std['deq_qdepth']}] = deq_qdepth & 0x7FFFF;",
             f"    S[{std['egress_global_timestamp']}] = (enq_ts + deq_td) & 0xFFFFFFFFFFFFULL;",
             "    c->exit_flag = 0; ctl_egress(c);",
-            f"    if (S[{std['egress_spec']}] == GF_DROP) return -1;",
+            f"    if (S[{std['egress_spec']}] == GF_DROP || c->fault) return -1;",
             "    ctl_compute(c);",
             "    c->out = out; c->out_len = 0; ctl_deparser(c);",
             "    uint32_t rest = c->len - c->payload_off;",
@@ -390,6 +393,8 @@ class ProgramGen(LoopGen, FunctionGen):
         return "\n".join(lines) + "\n"
 
 
-def generate_c(compiled: CompiledProgram, rec: Recorded, with_switch: bool = True) -> str:
-    """The C file for a recorded compilation (NativeUnsupported when not covered)."""
-    return ProgramGen(compiled, rec).generate(with_switch)
+def generate_c(compiled: CompiledProgram, rec: Recorded, with_switch: bool = True) -> tuple[str, list[str]]:
+    """The C file for a recorded compilation (NativeUnsupported when not covered), and the
+    messages of the errors its fault codes stand for (`gf_process` returns -1 - code)."""
+    gen = ProgramGen(compiled, rec)
+    return gen.generate(with_switch), gen.faults

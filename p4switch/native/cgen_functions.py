@@ -66,8 +66,18 @@ class FunctionGen(StmtGen):
         if fname is not None:
             return fname
         found = self.rec.function_bodies.get(id(impl))
+        message = getattr(impl.body, "message", None)
+        if found is None and message is not None and not self.in_parser:
+            # a program-declared extern function: the packet fails, as on the Python pipeline
+            self.faults.append(message)
+            fname = f"f{len(self.function_fns)}"
+            self.function_fns[id(impl)] = fname
+            self.function_defs.append([f"/* extern {impl.name}: no implementation */",
+                                       f"static uint64_t {fname}(gf_ctx *c) {{",
+                                       f"    c->fault = {len(self.faults)}; c->exit_flag = 1; return 0;", "}"])
+            return fname
         if found is None:
-            raise self.fail(where, f"function {impl.name} without a body (an extern function)")
+            raise self.fail(where, f"function {impl.name} without a body")
         decl, recorded = found
         if not isinstance(impl.ret, BitT | BoolT | VoidT):
             raise self.fail(where, f"function {impl.name} returning {impl.ret}")

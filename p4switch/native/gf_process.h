@@ -4,7 +4,7 @@
 #define GF_PROCESS_H
 
 /* Frames out: concatenated in `outbuf`, their ports and lengths in out_ports/out_lens;
- * returns how many (at most maxout). The digests of ingress go to `digests` ([id, n,
+ * returns how many (at most maxout), or -1 - fault when the packet failed (no frames). The digests of ingress go to `digests` ([id, n,
  * values...] each, at most GF_DIGEST_WORDS words), their word count to *ndigest. */
 GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now,
                          uint64_t seed, uint8_t *outbuf, uint32_t outcap, uint32_t *out_ports,
@@ -19,11 +19,12 @@ GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t
     gf_ingress_run(c, data, len, port, now);
     memcpy(digests, c->dig, c->ndig * sizeof(uint64_t));
     *ndigest = c->ndig;
+    int fault = c->fault;
     uint64_t grp = S[GF_STD_MCAST_GRP];
     uint32_t nrep = 0;
     if (grp) nrep = grp < p->ngroups ? p->groups[grp].n : 0;
     else if (S[GF_STD_EGRESS_SPEC] != GF_DROP) nrep = 1;
-    for (uint32_t i = 0; i < nrep && n < maxout; i++) {
+    for (uint32_t i = 0; i < nrep && n < maxout && !fault; i++) {
         uint32_t eport;
         memcpy(r, c, sizeof(gf_ctx));
         if (grp) {
@@ -32,13 +33,14 @@ GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t
             r->s[GF_STD_INSTANCE_TYPE] = 5;
         } else eport = (uint32_t)S[GF_STD_EGRESS_SPEC];
         int flen = gf_egress_run(r, eport, now, 0, 0, 0, frame);
+        if (r->fault) { fault = r->fault; break; }
         if (flen < 0 || used + (uint32_t)flen > outcap) continue;
         memcpy(outbuf + used, frame, flen);
         used += flen; out_ports[n] = eport; out_lens[n] = flen; n++;
     }
     pthread_rwlock_unlock(&p->lock);
     free(frame); free(r); free(c);
-    return n;
+    return fault ? -1 - fault : n;
 }
 
 #endif

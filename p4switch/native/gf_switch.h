@@ -36,7 +36,7 @@ typedef struct {
     double rate; int per_bit; double free_at;
 } gf_port;
 
-enum { ST_RX, ST_TX, ST_QUEUE_FULL, ST_BAD_PRIO, ST_TO_CPU, ST_NO_PORT, ST_CPU_DROP, ST_DIGESTS, ST_NSTATS };
+enum { ST_RX, ST_TX, ST_QUEUE_FULL, ST_BAD_PRIO, ST_TO_CPU, ST_NO_PORT, ST_CPU_DROP, ST_DIGESTS, ST_FAILED, ST_NSTATS };
 
 typedef struct gf_switch {
     gf_prog *p;
@@ -102,6 +102,7 @@ static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, 
     if (tx->n == GF_BATCH) gf_flush(sw, tx);
     int k = tx->n;
     int len = gf_egress_run(c, port, enq_ts, enq_qdepth, deq_td, deq_qdepth, tx->frames[k]);
+    if (c->fault) __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED);
     if (len < 0) return;
     if ((int)port == sw->cpu_port) { gf_to_cpu(sw, tx->frames[k], (uint32_t)len, 0); return; }
     if (port >= GF_PORTS || sw->ports[port].fd < 0) { __atomic_fetch_add(&sw->stats[ST_NO_PORT], 1, __ATOMIC_RELAXED); return; }
@@ -152,6 +153,7 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
     __atomic_fetch_add(&sw->stats[ST_RX], 1, __ATOMIC_RELAXED);
     if (len > GF_MAXFRAME) return;
     gf_ingress_run(c, frame, len, port, now);
+    if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
     if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);
     uint64_t grp = c->s[GF_STD_MCAST_GRP];
     if (!grp) {
@@ -307,7 +309,8 @@ GF_EXPORT void gf_sw_set_port_rate(gf_switch *sw, uint32_t port, double rate, in
     pthread_mutex_unlock(&sw->tm);
 }
 
-/* Counts: rx, tx, queue_full, bad_priority, to_cpu, no_such_port, cpu_drop, digests; then the
+/* Counts: rx, tx, queue_full, bad_priority, to_cpu, no_such_port, cpu_drop, digests, failed
+ * (packets an extern without a body failed); then the
  * queue drops of `port` per priority. */
 GF_EXPORT void gf_sw_stats(gf_switch *sw, uint32_t port, uint64_t *out) {
     for (int i = 0; i < ST_NSTATS; i++) out[i] = __atomic_load_n(&sw->stats[i], __ATOMIC_RELAXED);

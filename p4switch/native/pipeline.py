@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from p4switch.errors import P4SwitchError
+from p4switch.runtime import ExternFunctionMissing
 from p4switch.frontend.program import Program
 from p4switch.native.build import NativeBuildError, build, find_compiler, load
 from p4switch.native.cgen import generate_c
@@ -34,7 +35,7 @@ class NativePipeline:
 
     def __init__(self, program: Program, seed: int = 0) -> None:
         compiled, recorded = compile_recorded(program, seed)
-        self.source = generate_c(compiled, recorded)
+        self.source, self.faults = generate_c(compiled, recorded)
         self.path = build(self.source)
         self.lib = load(self.path)
         self.prog = ctypes.c_void_p(self.lib.gf_prog_create())
@@ -73,10 +74,12 @@ class NativePipeline:
         self.seed = (self.seed * 6364136223846793005 + 1442695040888963407) & ((1 << 64) - 1)
         n = self.lib.gf_process(self.prog, packet, len(packet), port, now_us, self.seed, self._out,
                                 _OUT_BYTES, self._ports, self._lens, _MAX_OUT, self._digests, self._ndigest)
-        if n < 0:
-            raise P4SwitchError(f"frame of {len(packet)} bytes is too long for the native datapath")
         if self._ndigest.value:
             self.deliver_digests(list(self._digests[:self._ndigest.value]))
+        if n == -1:
+            raise P4SwitchError(f"frame of {len(packet)} bytes is too long for the native datapath")
+        if n < -1:  # the packet failed: an extern function without a body was called
+            raise ExternFunctionMissing(self.faults[-n - 2])
         out, at, raw = [], 0, self._out.raw
         for i in range(n):
             length = self._lens[i]

@@ -46,6 +46,7 @@ class Recorded:
     instances: dict[int, tuple[Tree, str, "Recorded"]] = field(default_factory=dict)
     table_context: dict[str, "Recorded"] = field(default_factory=dict)  # table -> where compiled
     action_context: dict[int, "Recorded"] = field(default_factory=dict)  # id(ActionImpl) -> same
+    missing_externs: set[str] = field(default_factory=set)  # extern functions without a body called
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
 
     def child(self) -> "Recorded":
@@ -154,6 +155,10 @@ class RecordingCompiler(Compiler):
             outer.function_bodies[id(impl)] = (self.functions[name], inner)
             outer.keep.append(impl)
         return impl
+
+    def _unimplemented_extern(self, name: str) -> FunctionImpl:
+        self.recorded.missing_externs.add(name)
+        return super()._unimplemented_extern(name)
 
     def _call_function(self, node: Tree, fn_impl: FunctionImpl, args: list, scope: Scope) -> E:
         e = super()._call_function(node, fn_impl, args, scope)

@@ -21,7 +21,7 @@ from p4switch.traffic_manager import Rate, TrafficManager
 log = logging.getLogger("p4switch.native")
 
 STAT_NAMES = ("received", "transmitted", "queue_full", "bad_priority", "to_cpu", "no_such_port", "cpu_dropped",
-              "digests")
+              "digests", "failed")
 _PRIOS = 8
 _MAX_FRAME = 10240
 
