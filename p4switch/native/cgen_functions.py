@@ -16,7 +16,7 @@ from typing import Any
 from lark import Tree
 
 from p4switch.compiled import E, ControlImpl, FunctionImpl, PacketParam
-from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, slot_count
+from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, field_offset, slot_count
 from p4switch.native.cgen_stmt import StmtGen
 
 
@@ -169,16 +169,74 @@ class FunctionGen(StmtGen):
         value = self._function_value(node)
         if value is not None:
             return value
-        callee = node.children[0]
-        if isinstance(callee, Tree) and callee.data == "member" and str(callee.children[1].children[0]) == "lookahead" \
-                and isinstance(self.e(callee.children[0]).extra, PacketParam) and isinstance(e.type, BitT) \
-                and self.in_parser:
+        if self._is_lookahead(node) and isinstance(e.type, BitT):
             # `pkt.lookahead<bit<W>>()`: the next W bits, PacketTooShort when fewer bytes remain
-            w = e.type.width
-            short = self.error_index("PacketTooShort")
-            return (f"({{ if (c->pos + {(w + 7) // 8} > c->len) {{ err_ = {short}; goto p_error; }} "
-                    f"gf_get(c->data + c->pos, 0, {w}); }})")
+            return self._peek((e.type.width + 7) // 8, 0, e.type.width)
         raise self.fail(node, "call with type arguments")
+
+    # -- lookahead<T> of a header or struct ----------------------------------------------------
+
+    def _is_lookahead(self, node: Any) -> bool:
+        if not (isinstance(node, Tree) and node.data == "call_generic" and self.in_parser):
+            return False
+        callee = node.children[0]
+        return isinstance(callee, Tree) and callee.data == "member" and \
+            str(callee.children[1].children[0]) == "lookahead" and \
+            isinstance(self.e(callee.children[0]).extra, PacketParam)
+
+    def _peek(self, nbytes: int, bit: int, width: int) -> str:
+        short = self.error_index("PacketTooShort")
+        return (f"({{ if (c->pos + {nbytes} > c->len) {{ err_ = {short}; goto p_error; }} "
+                f"gf_get(c->data + c->pos, {bit}, {width}); }})")
+
+    def _lookahead_layout(self, t: Any, node: Any) -> tuple[int, list[tuple[int, int, int]]]:
+        """(bytes to peek, [(slot offset, bit offset, width)]) of a header or struct read by
+        lookahead: a header's fields after its validity slot, a struct's leaves in order."""
+        if isinstance(t, HeaderT):
+            return self.header_layout(t, node)
+        fields: list[tuple[int, int, int]] = []
+
+        def walk(st: Any, slot: int, bit: int) -> tuple[int, int]:
+            for _, ft in st.fields:
+                if isinstance(ft, StructT) and not ft.is_union:
+                    slot, bit = walk(ft, slot, bit)
+                elif isinstance(ft, BitT | BoolT):
+                    self.check_type(ft, node)
+                    w = 1 if isinstance(ft, BoolT) else ft.width
+                    fields.append((slot, bit, w))
+                    slot, bit = slot + 1, bit + w
+                else:
+                    raise self.fail(node, f"lookahead of a struct with a field of type {ft}")
+            return slot, bit
+        _, bits = walk(t, 0, 0)
+        return (bits + 7) // 8, fields
+
+    def assign_place(self, node: Any, base: int, t: Any, value_node: Any, out: list[str], ind: str) -> None:
+        if isinstance(t, HeaderT | StructT) and self._is_lookahead(value_node):
+            nbytes, fields = self._lookahead_layout(t, value_node)
+            out.append(f"{ind}if (c->pos + {nbytes} > c->len) {{ err_ = {self.error_index('PacketTooShort')}; "
+                       f"goto p_error; }}")
+            for slot, bit, w in fields:
+                out.append(f"{ind}S[{base + slot}] = gf_get(c->data + c->pos, {bit}, {w});")
+            if isinstance(t, HeaderT):
+                out.append(f"{ind}S[{base}] = 1;")
+            return
+        super().assign_place(node, base, t, value_node, out, ind)
+
+    def _cx_member(self, node: Tree, e: E) -> str:
+        base_node, name_node = node.children
+        if self._is_lookahead(base_node):
+            t = self.e(base_node).type
+            nbytes, fields = self._lookahead_layout(t, base_node)
+            found = field_offset(t, str(name_node.children[0]))
+            if found is None or isinstance(found[1], HeaderT | StructT):
+                raise self.fail(node, "a field of a lookahead value that is not a scalar")
+            slot = found[0]
+            match = next((f for f in fields if f[0] == slot), None)
+            if match is None:
+                raise self.fail(node, "a field of a lookahead value")
+            return self._peek(nbytes, match[1], match[2])
+        return super()._cx_member(node, e)
 
     def _st_return_stmt(self, node: Tree, out: list[str], ind: str) -> None:
         value = node.children[0] if node.children else None
