@@ -27,7 +27,6 @@ FALLS_BACK = {
     "features": "extern resubmit",
     "ipv4_options": "varbit",
     "lang_eval_order": "was not compiled",  # an index hoisted before the right side
-    "lang_union_stack": "extract into a stack or dynamic place",  # a stack of header unions
     "lang_varbit_stack": "varbit",
 }
 #: Every STF file of the project with its program: tests/stf/ against the DLCP program,

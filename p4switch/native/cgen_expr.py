@@ -293,6 +293,11 @@ class ExprGen:
             if method == "isValid" and isinstance(base.type, HeaderT) and base.place is not None \
                     and base.place.base is not None:
                 return f"S[{base.place.base}]"
+            if method == "isValid" and isinstance(base.type, StructT) and base.type.is_union \
+                    and base.place is not None and base.place.base is not None:
+                valid = [f"S[{base.place.base + field_offset(base.type, f)[0]}]"  # type: ignore[index]
+                         for f, _ in base.type.fields]
+                return f"({' || '.join(valid) or '0'})"
             if method == "apply" and isinstance(base.extra, TableImpl):
                 return f"t{self.table_of_call(node)}_apply(c)"
             if isinstance(base.extra, ExternInstance) and base.extra.kind == "register" and method == "read":

@@ -178,8 +178,10 @@ class StmtGen(StackGen):
                 self.stack_shift(node, base, method, args[0], out, ind)
                 return
             if isinstance(base.type, HeaderT) and base.place is not None and base.place.base is not None:
-                if isinstance(base.extra, tuple) and base.extra and base.extra[0] == "union_member":
-                    raise self.fail(node, "header unions")
+                union = isinstance(base.extra, tuple) and base.extra and base.extra[0] == "union_member"
+                if union and method == "setValid":
+                    self.union_set_valid(node, callee.children[0], out, ind)
+                    return
                 b = base.place.base
                 if method == "setValid":
                     out.append(f"{ind}S[{b}] = 1;")
@@ -369,6 +371,10 @@ class StmtGen(StackGen):
         if param.kind == "packet_in" and method == "extract" and len(args) == 1:
             target = self.e(args[0])
             if isinstance(target.type, HeaderT) and isinstance(target.extra, tuple) and target.extra \
+                    and target.extra[0] == "union_member":
+                self.extract_union_member(node, args[0], self.header_layout(target.type, node), out, ind)
+                return
+            if isinstance(target.type, HeaderT) and isinstance(target.extra, tuple) and target.extra \
                     and target.extra[0] == "stack_next":
                 self.extract_next(node, args[0], target, self.header_layout(target.type, node), out, ind)
                 return
@@ -405,8 +411,6 @@ class StmtGen(StackGen):
             out.append(f"{ind}  c->out_len += {nbytes}; }}")
             return
         if isinstance(t, StructT):
-            if t.is_union:
-                raise self.fail(node, "header unions")
             for fname, ft in t.fields:
                 off, _ = field_offset(t, fname)  # type: ignore[misc]
                 self.emit(node, ft, place.at(off, ft), out, ind)
