@@ -234,6 +234,7 @@ class ExprCompiler:
             def elem_base(s: list) -> int:
                 i = read(s)
                 return first + i * stride if 0 <= i < size else scratch
+            elem_base.stack_index = (first, stride, size, scratch)  # type: ignore[attr-defined]  # for code generation
             place = Place(t.elem, None, elem_base, base.place.readonly)
         return E(t.elem, place.block_reader(), place=place)
 

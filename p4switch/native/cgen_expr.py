@@ -249,6 +249,9 @@ class ExprGen:
                 return f"(t{tid}_apply(c), !c->hit)"
             if member == "action_run":
                 return f"t{tid}_apply(c)"
+        dyn = self.dyn_element(base_node)
+        if dyn is not None:
+            return f"S[{dyn} + {self.dyn_field(node, base_node, member)}]"
         base = self.e(base_node)
         if isinstance(base.type, StackT) and member == "lastIndex" and base.place is not None \
                 and base.place.base is not None:
@@ -257,6 +260,27 @@ class ExprGen:
                 str(base_node.children[1].children[0]) in ("next", "last"):
             return self.stack_element_field(node, base_node, member)
         raise self.fail(node, f"member {member}")
+
+    def dyn_element(self, node: Any) -> str | None:
+        """The C expression of the first slot of `s[i]` with `i` known at run time only (an
+        index out of range gives the element's scratch copy, as on the Python pipeline), or
+        None when `node` is something else."""
+        if not (isinstance(node, Tree) and node.data == "index"):
+            return None
+        e = self.e(node)
+        info = getattr(e.place.dyn, "stack_index", None) if e.place is not None and e.place.base is None else None
+        if info is None:
+            return None
+        first, stride, size, scratch = info
+        return f"({{ uint64_t i_ = {self.cx(node.children[1])}; i_ < {size} ? {first} + i_ * {stride} : {scratch}; }})"
+
+    def dyn_field(self, node: Any, element_node: Any, member: str) -> int:
+        """The slot offset of scalar field `member` in a header element."""
+        t = self.e(element_node).type
+        found = field_offset(t, member) if isinstance(t, HeaderT) else None
+        if found is None or isinstance(found[1], HeaderT | StructT):
+            raise self.fail(node, f"member {member} of a dynamically indexed element")
+        return found[0]
 
     def stack_element_field(self, node: Tree, element_node: Tree, member: str) -> str:
         """A field of `s.next` or `s.last` in a parser: StackOutOfBounds when there is none."""
@@ -293,6 +317,9 @@ class ExprGen:
             if method == "isValid" and isinstance(base.type, HeaderT) and base.place is not None \
                     and base.place.base is not None:
                 return f"S[{base.place.base}]"
+            dyn = self.dyn_element(callee.children[0]) if method == "isValid" else None
+            if dyn is not None:
+                return f"S[{dyn}]"
             if method == "isValid" and isinstance(base.type, StructT) and base.type.is_union \
                     and base.place is not None and base.place.base is not None:
                 valid = [f"S[{base.place.base + field_offset(base.type, f)[0]}]"  # type: ignore[index]

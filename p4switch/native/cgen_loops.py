@@ -106,6 +106,7 @@ class LoopGen(StmtGen):
         out.append(f"{ind}}}")
 
     def _compound(self, node: Tree, lvalue: Any, op: str, value: Any, out: list[str], ind: str) -> None:
+        lvalue = self.hoisted_target(lvalue, out, ind)
         target = self.e(lvalue)
         if target.place is None or target.place.base is None or not isinstance(target.type, BitT) \
                 or isinstance(target.extra, tuple):

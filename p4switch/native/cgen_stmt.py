@@ -102,8 +102,23 @@ class StmtGen(StackGen):
         code = self.cx(value_node)
         out.append(f"{ind}S[{base}] = {self.masked(code, t) if isinstance(t, BitT) else code};")
 
+    def hoisted_target(self, target_node: Any, out: list[str], ind: str) -> Any:
+        """An lvalue whose indices make calls: those indices into their temporaries first
+        (left to right, before the right side), then the lvalue that reads them."""
+        found = self.rec.hoisted.get(id(target_node))
+        if found is None:
+            return target_node
+        rewritten, temps = found
+        for var, index in temps:
+            temp = self.e(var)
+            if temp.place is None or temp.place.base is None:
+                raise self.fail(target_node, "an index temporary without a slot")
+            out.append(f"{ind}S[{temp.place.base}] = {self.masked(self.cx(index), temp.type)};")
+        return rewritten
+
     def _st_assignment(self, node: Tree, out: list[str], ind: str) -> None:
         target_node, value_node = node.children
+        target_node = self.hoisted_target(target_node, out, ind)
         target = self.e(target_node)
         if isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice":
             _, base, hi, lo = target.extra
@@ -114,8 +129,21 @@ class StmtGen(StackGen):
             out.append(f"{ind}S[{b}] = (S[{b}] & ~{lit(m)}) | ((({self.cx(value_node)}) << {lo}) & {lit(m)});")
             return
         if target.place is None or target.place.base is None:
-            raise self.fail(node, "assignment to a dynamically indexed place")
+            self.assign_dynamic(node, target_node, target.type, value_node, out, ind)
+            return
         self.assign_place(node, target.place.base, target.type, value_node, out, ind)
+
+    def assign_dynamic(self, node: Tree, target_node: Any, t: Any, value_node: Any, out: list[str], ind: str) -> None:
+        """`s[i].f = v`: the value first, then the element `i` names (p4c's order for an index
+        without calls)."""
+        element = target_node.children[0] if isinstance(target_node, Tree) and target_node.data == "member" else None
+        dyn = self.dyn_element(element)
+        if dyn is None or not isinstance(t, BitT | BoolT):
+            raise self.fail(node, "assignment to a dynamically indexed place")
+        offset = self.dyn_field(node, element, str(target_node.children[1].children[0]))
+        value = self.cx(value_node)
+        out.append(f"{ind}{{ uint64_t v_ = {self.masked(value, t) if isinstance(t, BitT) else value}; "
+                   f"S[{dyn} + {offset}] = v_; }}")
 
     def _st_if_stmt(self, node: Tree, out: list[str], ind: str) -> None:
         cond, then, other = node.children
@@ -176,6 +204,13 @@ class StmtGen(StackGen):
                 return
             if isinstance(base.type, StackT) and method in ("push_front", "pop_front") and len(args) == 1:
                 self.stack_shift(node, base, method, args[0], out, ind)
+                return
+            dyn = self.dyn_element(callee.children[0]) if isinstance(base.type, HeaderT) else None
+            if dyn is not None and method in ("setValid", "setInvalid"):
+                n = 1 if method == "setValid" else slot_count(base.type)
+                fill = "1" if method == "setValid" else "0"
+                out.append(f"{ind}{{ uint64_t *h_ = &S[{dyn}]; " + (f"h_[0] = {fill}; }}" if n == 1 else
+                           f"memset(h_, 0, {n} * sizeof(uint64_t)); }}"))
                 return
             if isinstance(base.type, HeaderT) and base.place is not None and base.place.base is not None:
                 union = isinstance(base.extra, tuple) and base.extra and base.extra[0] == "union_member"

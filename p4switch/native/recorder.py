@@ -47,13 +47,16 @@ class Recorded:
     table_context: dict[str, "Recorded"] = field(default_factory=dict)  # table -> where compiled
     action_context: dict[int, "Recorded"] = field(default_factory=dict)  # id(ActionImpl) -> same
     missing_externs: set[str] = field(default_factory=set)  # extern functions without a body called
+    # id(lvalue) -> (the lvalue reading temporaries, [(temporary's var node, index expression)])
+    # for an lvalue whose indices make calls (StmtCompiler.hoist_indices)
+    hoisted: dict[int, tuple[Any, list[tuple[Any, Any]]]] = field(default_factory=dict)
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
 
     def child(self) -> "Recorded":
         """Recordings of a body compiled on its own (a function, a block instance): its
         expressions and locals apart, what is program-wide (tables, actions) shared."""
         return replace(self, exprs={}, conflicts=set(), var_slots={}, var_types={}, digest_names={},
-                       function_calls={}, blocks=[])
+                       function_calls={}, blocks=[], hoisted={})
 
 
 class RecordingCompiler(Compiler):
@@ -155,6 +158,21 @@ class RecordingCompiler(Compiler):
             outer.function_bodies[id(impl)] = (self.functions[name], inner)
             outer.keep.append(impl)
         return impl
+
+    def hoist_indices(self, lvalue: Any, value: Any, scope: Scope) -> tuple[list[Fn], Any, Scope]:
+        pre, rewritten, inner = super().hoist_indices(lvalue, value, scope)
+        if pre:
+            temps: list[tuple[Any, Any]] = []
+
+            def pair(original: Any, new: Any) -> None:
+                if isinstance(original, Tree) and original.data in ("index", "member", "slice"):
+                    pair(original.children[0], new.children[0])
+                    if original.data == "index" and new.children[1] is not original.children[1]:
+                        temps.append((new.children[1], original.children[1]))
+            pair(lvalue, rewritten)
+            self.recorded.hoisted[id(lvalue)] = (rewritten, temps)
+            self.recorded.keep.append(rewritten)
+        return pre, rewritten, inner
 
     def _unimplemented_extern(self, name: str) -> FunctionImpl:
         self.recorded.missing_externs.add(name)
