@@ -25,8 +25,6 @@ PROGRAMS = ROOT / "tests" / "p4programs"
 #: fails test_uncovered_programs_fall_back_with_the_reason and moves to the native STF runs.
 FALLS_BACK = {
     "features": "extern resubmit",
-    "ipv4_options": "varbit",
-    "lang_varbit_stack": "varbit",
 }
 #: Every STF file of the project with its program: tests/stf/ against the DLCP program,
 #: tests/p4programs/NAME.stf against NAME.p4.

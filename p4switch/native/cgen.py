@@ -18,6 +18,7 @@ from p4switch.native.cgen_expr import NativeUnsupported, lit, width_of
 from p4switch.native.cgen_functions import FunctionGen
 from p4switch.native.cgen_loops import LoopGen
 from p4switch.native.cgen_stmt import HASHES
+from p4switch.native.cgen_varbit import VB_BYTES
 from p4switch.native.recorder import Recorded
 from p4switch.tables import MATCH_KINDS
 
@@ -62,6 +63,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.in_parser = False
         self.has_exit = False
         self.template_c: list[int] = []
+        self.vb_slots: list[int] = []
         self.loops: list[int] = []  # label numbers of the enclosing loops, innermost last
         self.label_count = 0
 
@@ -101,6 +103,12 @@ class ProgramGen(LoopGen, FunctionGen):
             if getattr(m, "direct_table", None):
                 raise NativeUnsupported("direct meters")
         self.template_c = [0] + [self.slot_value(v, None) for v in c.template[1:]]
+        self.vb_slots = [i for i, v in enumerate(c.template) if isinstance(v, tuple)]
+
+    def vb_map(self) -> str:
+        """gf_vb_of_slot: each varbit slot's buffer, -1 elsewhere."""
+        index = {slot: k for k, slot in enumerate(self.vb_slots)}
+        return ", ".join(str(index.get(i, -1)) for i in range(len(self.template_c)))
 
     # -- actions and tables ------------------------------------------------------------------------
 
@@ -323,10 +331,12 @@ class ProgramGen(LoopGen, FunctionGen):
             "    gf_prog *p; uint8_t *out; uint32_t out_len;",
             "    uint32_t ndig; uint64_t dig[GF_DIGEST_WORDS];  /* digests: [id, n, values...] ... */",
             "    int fault;  /* 1 + the index of the error that fails the packet (an extern without a body) */",
+            f"    uint8_t vb[{max(len(self.vb_slots), 1)}][{VB_BYTES}];  /* the bits of each varbit slot */",
             "} gf_ctx;",
             "#define S (c->s)",
             "#define P (c->p)",
             f"static const uint64_t gf_template[GF_NSLOTS] = {{{', '.join(lit(v) for v in self.template_c)}}};",
+            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}}};",
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
         lines += [f"static uint64_t {fn}(gf_ctx *c);" for fn in self.function_fns.values()]

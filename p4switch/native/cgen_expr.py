@@ -109,7 +109,9 @@ class ExprGen:
             return self.error_index(value)
         if value is None:
             return 0
-        raise NativeUnsupported(f"slot value {value!r} (varbit or other non-scalar)")
+        if isinstance(value, tuple) and len(value) == 2 and value[1] == 0:
+            return int(value[0])  # a varbit field: its length (its bits live beside the slots)
+        raise NativeUnsupported(f"slot value {value!r} (a non-scalar)")
 
     def cx(self, node: Any) -> str:
         """The C expression of a scalar value."""

@@ -17,10 +17,10 @@ from lark import Tree
 
 from p4switch.compiled import E
 from p4switch.frontend.types import HeaderT, StackT, StructT, field_offset, slot_count
-from p4switch.native.cgen_expr import ExprGen
+from p4switch.native.cgen_varbit import VarbitGen
 
 
-class StackGen(ExprGen):
+class StackGen(VarbitGen):
     """Mixin of the generator: header stacks."""
 
     template_c: list[int]

@@ -388,20 +388,17 @@ class StmtGen(StackGen):
         """(bytes, [(slot offset, bit offset, width)]) of a fixed header."""
         if t.varbit is not None:
             raise self.fail(node, "varbit headers")
-        off, fields = 0, []
-        for i, (_, ft) in enumerate(t.fields):
-            if not isinstance(ft, BitT | BoolT):
-                raise self.fail(node, f"header field of type {ft}")
-            self.check_type(ft, node)
-            w = width_of(ft)
-            fields.append((1 + i, off, w))
-            off += w
+        off, fields = self.fixed_fields(t.fields, node)
         return off // 8, fields
 
     def packet_method(self, node: Tree, param: PacketParam, method: str, args: list,
                       out: list[str], ind: str) -> None:
         if param.kind == "packet_out" and method == "emit":
             self.emit(node, self.e(args[0]).type, self.e(args[0]).place, out, ind)
+            return
+        if param.kind == "packet_in" and method == "extract" and len(args) == 2 \
+                and isinstance(self.e(args[0]).type, HeaderT):
+            self.extract_varbit(node, args[0], self.e(args[0]), args[1], out, ind)
             return
         if param.kind == "packet_in" and method == "extract" and len(args) == 1:
             target = self.e(args[0])
@@ -436,6 +433,9 @@ class StmtGen(StackGen):
     def emit(self, node: Any, t: Any, place: Any, out: list[str], ind: str) -> None:
         if place is None or place.base is None:
             raise self.fail(node, "emit of a dynamic place")
+        if isinstance(t, HeaderT) and t.varbit is not None:
+            self.emit_varbit(node, t, place.base, out, ind)
+            return
         if isinstance(t, HeaderT):
             nbytes, fields = self.header_layout(t, node)
             b = place.base

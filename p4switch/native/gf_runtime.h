@@ -38,6 +38,21 @@ static inline void gf_put(uint8_t *d, unsigned off, unsigned w, uint64_t v) {
     for (unsigned i = last + 1; i-- > first;) { d[i] |= (uint8_t)x; x >>= 8; }
 }
 
+/* Varbit bits, MSB first: load n bits of `src` from bit `off` into `dst` (left-aligned);
+ * store n left-aligned bits of `src` into `dst` at bit `off` (the bytes start zeroed). */
+static inline void gf_vb_load(uint8_t *dst, const uint8_t *src, uint32_t off, uint32_t n) {
+    for (uint32_t k = 0; 8 * k < n; k++) {
+        unsigned w = n - 8 * k < 8 ? n - 8 * k : 8;
+        dst[k] = (uint8_t)(gf_get(src, off + 8 * k, w) << (8 - w));
+    }
+}
+static inline void gf_vb_store(uint8_t *dst, uint32_t off, const uint8_t *src, uint32_t n) {
+    for (uint32_t k = 0; 8 * k < n; k++) {
+        unsigned w = n - 8 * k < 8 ? n - 8 * k : 8;
+        gf_put(dst, off + 8 * k, w, (uint64_t)(src[k] >> (8 - w)));
+    }
+}
+
 static inline uint64_t gf_shl(uint64_t a, uint64_t b) { return b >= 64 ? 0 : a << b; }
 static inline uint64_t gf_shr(uint64_t a, uint64_t b) { return b >= 64 ? 0 : a >> b; }
 static inline uint64_t gf_div(uint64_t a, uint64_t b) { return b ? a / b : 0; }

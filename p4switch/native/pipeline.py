@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from typing import Any
 
 from p4switch.errors import P4SwitchError
 from p4switch.runtime import ExternFunctionMissing
