@@ -14,7 +14,6 @@ import ctypes
 import logging
 
 from p4switch.errors import P4SwitchError
-from p4switch.runtime import ExternFunctionMissing
 from p4switch.frontend.program import Program
 from p4switch.native.build import NativeBuildError, build, find_compiler, load
 from p4switch.native.cgen import generate_c
@@ -22,6 +21,7 @@ from p4switch.native.cgen_expr import NativeUnsupported
 from p4switch.native.recorder import compile_recorded
 from p4switch.native.state import (NativeActionProfile, NativeCounter, NativeMeters, NativeRegister,
                                    NativeReplication, NativeTable, NativeValueSet)
+from p4switch.runtime import ExternFunctionMissing
 
 LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
