@@ -143,8 +143,7 @@ class ExternCompiler:
 
         def missing(s: list) -> None:
             raise ExternFunctionMissing(message)
-        missing.message = message  # type: ignore[attr-defined]  # for the native backend
-        impl = FunctionImpl(name, self.resolve_type(ret_node), params, missing)
+        impl = FunctionImpl(name, self.resolve_type(ret_node), params, missing, missing=message)
         cache[key] = impl
         return impl
 
@@ -309,7 +308,7 @@ class ExternCompiler:
 
         def digest(s: list) -> None:
             s[0].digest(dname, tuple(f(s) for f in fns))
-        return E(VoidT(), digest)
+        return E(VoidT(), digest, extra=("digest", dname))
 
     def _tuple_digest_name(self, data_node: Any) -> str:
         """`digest_N` for a digest of a list: N counts such calls in source order, as p4c

@@ -197,6 +197,7 @@ class FunctionImpl:
     ret: P4Type
     params: list[tuple[str, P4Type, str | None, Place]]
     body: Fn
+    missing: str | None = None  # a declared extern without a body: the error a call fails with
 
 
 class Scope:

@@ -95,7 +95,7 @@ def test_is_valid_of_a_stack_element_indexed_at_run_time() -> None:
         "hdr.x.found = hdr.cells[hdr.x.j].v;", "hdr.x.found = hdr.cells[hdr.x.j].isValid() ? 8w1 : 8w0;")
     program = load_program_text(source, "stack_index_valid.p4")
     text = ("packet 1 01 02 00 10 20 30 EE\nexpect 2 01 02 01 10 31 30 EE $\n"
-            "packet 1 02 03 00 10 20 30 EE\nexpect 2 02 03 00 10 20 01 EE $\n"
+            "packet 1 02 03 00 10 20 30 EE\nexpect 2 02 03 00 10 20 01 00 EE $\n"
             "packet 1 02 09 00 10 20 30 EE\nexpect 2 02 09 00 10 20 01 EE $\n")
     for pipe in (Pipeline(program), NativePipeline(program)):
         result = run_stf(pipe, text)

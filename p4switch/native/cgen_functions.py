@@ -66,10 +66,9 @@ class FunctionGen(StmtGen):
         if fname is not None:
             return fname
         found = self.rec.function_bodies.get(id(impl))
-        message = getattr(impl.body, "message", None)
-        if found is None and message is not None and not self.in_parser:
+        if found is None and impl.missing is not None and not self.in_parser:
             # a program-declared extern function: the packet fails, as on the Python pipeline
-            self.faults.append(message)
+            self.faults.append(impl.missing)
             fname = f"f{len(self.function_fns)}"
             self.function_fns[id(impl)] = fname
             self.function_defs.append([f"/* extern {impl.name}: no implementation */",

@@ -206,11 +206,11 @@ class StmtGen(StackGen):
                 self.stack_shift(node, base, method, args[0], out, ind)
                 return
             dyn = self.dyn_element(callee.children[0]) if isinstance(base.type, HeaderT) else None
-            if dyn is not None and method in ("setValid", "setInvalid"):
-                n = 1 if method == "setValid" else slot_count(base.type)
-                fill = "1" if method == "setValid" else "0"
-                out.append(f"{ind}{{ uint64_t *h_ = &S[{dyn}]; " + (f"h_[0] = {fill}; }}" if n == 1 else
-                           f"memset(h_, 0, {n} * sizeof(uint64_t)); }}"))
+            if dyn is not None and method == "setValid":
+                out.append(f"{ind}S[{dyn}] = 1;")
+                return
+            if dyn is not None and method == "setInvalid":
+                out.append(f"{ind}memset(&S[{dyn}], 0, {slot_count(base.type)} * sizeof(uint64_t));")
                 return
             if isinstance(base.type, HeaderT) and base.place is not None and base.place.base is not None:
                 union = isinstance(base.extra, tuple) and base.extra and base.extra[0] == "union_member"

@@ -4,8 +4,9 @@
 #define GF_PROCESS_H
 
 /* Frames out: concatenated in `outbuf`, their ports and lengths in out_ports/out_lens;
- * returns how many (at most maxout), or -1 - fault when the packet failed (no frames). The digests of ingress go to `digests` ([id, n,
- * values...] each, at most GF_DIGEST_WORDS words), their word count to *ndigest. */
+ * returns how many (at most maxout), or -1 - fault when the packet failed (no frames).
+ * The digests of ingress go to `digests` ([id, n, values...] each, at most
+ * GF_DIGEST_WORDS words), their word count to *ndigest. */
 GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now,
                          uint64_t seed, uint8_t *outbuf, uint32_t outcap, uint32_t *out_ports,
                          uint32_t *out_lens, int maxout, uint64_t *digests, uint32_t *ndigest) {

@@ -230,18 +230,23 @@ GF_EXPORT int gf_vset_set(gf_prog *p, int vid, const uint64_t *items, uint32_t s
     return 0;
 }
 
+/* `arr` of *n elements of `size` bytes grown (doubling, new ones zeroed) to hold `index`. */
+static void *gf_grow(void *arr, uint32_t *n, size_t size, uint32_t index) {
+    if (index < *n) return arr;
+    uint32_t grown = index + 1 > 2 * *n ? index + 1 : 2 * *n;
+    arr = realloc(arr, size * grown);
+    memset((uint8_t *)arr + size * *n, 0, size * (grown - *n));
+    *n = grown;
+    return arr;
+}
+
 /* Set the member at `slot` of profile `pid` (live 0: deleted). */
 GF_EXPORT int gf_profile_member(gf_prog *p, int pid, uint32_t slot, int32_t action, const uint64_t *args,
                                 int nargs, int live) {
     if (pid < 0 || pid >= p->nprofiles || nargs > GF_MAXA || slot >= (1u << 24)) return -1;
     pthread_rwlock_wrlock(&p->lock);
     gf_profile *f = &p->profiles[pid];
-    if (slot >= f->nm) {
-        uint32_t nm = slot + 1 > 2 * f->nm ? slot + 1 : 2 * f->nm;
-        f->m = realloc(f->m, sizeof(gf_member) * nm);
-        memset(&f->m[f->nm], 0, sizeof(gf_member) * (nm - f->nm));
-        f->nm = nm;
-    }
+    f->m = gf_grow(f->m, &f->nm, sizeof(gf_member), slot);
     gf_member *m = &f->m[slot];
     m->action = action; m->live = live;
     memset(m->args, 0, sizeof(m->args));
@@ -257,12 +262,7 @@ GF_EXPORT int gf_profile_group(gf_prog *p, int pid, uint32_t slot, const uint32_
     if (n) memcpy(copy, members, sizeof(uint32_t) * n);
     pthread_rwlock_wrlock(&p->lock);
     gf_profile *f = &p->profiles[pid];
-    if (slot >= f->ng) {
-        uint32_t ng = slot + 1 > 2 * f->ng ? slot + 1 : 2 * f->ng;
-        f->g = realloc(f->g, sizeof(gf_group) * ng);
-        memset(&f->g[f->ng], 0, sizeof(gf_group) * (ng - f->ng));
-        f->ng = ng;
-    }
+    f->g = gf_grow(f->g, &f->ng, sizeof(gf_group), slot);
     gf_group *g = &f->g[slot];
     free(g->members);
     g->members = copy; g->n = n; g->live = live;
@@ -270,9 +270,9 @@ GF_EXPORT int gf_profile_group(gf_prog *p, int pid, uint32_t slot, const uint32_
     return 0;
 }
 
-/* The member a table entry's action code and data name: itself (0 returned, a plain action),
- * or the member of a profile it refers to, a group's member picked by `hash`; NULL when the
- * member or group is gone or the group is empty (the table's default action runs). */
+/* The member a GF_REF_MEMBER or GF_REF_GROUP entry names (a group's member picked by
+ * `hash`); NULL when the member or group is gone or the group is empty (the table's default
+ * action runs then). */
 static inline const gf_member *gf_profile_pick(const gf_profile *f, int32_t action, uint64_t slot, uint64_t hash) {
     if (action == GF_REF_GROUP) {
         if (slot >= f->ng || !f->g[slot].live || !f->g[slot].n) return 0;

@@ -15,7 +15,6 @@ from lark import Tree
 
 from p4switch.compiled import E, ActionImpl, CompiledProgram, Fn, FunctionImpl, Scope
 from p4switch.compiler import Compiler
-from p4switch.frontend.types import StructT
 from p4switch.tables import Table
 
 
@@ -132,12 +131,8 @@ class RecordingCompiler(Compiler):
         return super()._table_apply(table, key_fns, impls, counted, selector_keys)
 
     def _v1_digest(self, node: Tree, args: list, scope: Scope) -> E:
-        type_args = self.call_type_args
         e = super()._v1_digest(node, args, scope)
-        data = self.resolve_type(type_args.children[0]) if type_args is not None else \
-            self.recorded.exprs[id(args[1])].type
-        self.recorded.digest_names[id(args[1])] = data.name if isinstance(data, StructT) else \
-            self._tuple_digest_name(args[1])
+        self.recorded.digest_names[id(args[1])] = e.extra[1]  # ("digest", name)
         self.recorded.keep.append(args[1])
         return e
 

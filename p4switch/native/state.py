@@ -207,7 +207,8 @@ class NativeValueSet(ValueSet):
     def _push(self) -> None:
         words = [w for member in self.members for item in member for w in item]
         stride = 2 * len(self.fields)
-        self.lib.gf_vset_set(self.prog, self.vid, _u64(words), stride, len(self.members))
+        if self.lib.gf_vset_set(self.prog, self.vid, _u64(words), stride, len(self.members)) != 0:
+            raise TableError(f"value set {self.name}: the native datapath refused its members")
 
     def add(self, member: tuple) -> None:
         super().add(member)

@@ -1,5 +1,5 @@
 // A header stack indexed by values from the packet: read at one index, write at another and
-// make an element invalid, all with indices known at run time only. (isValid() of such an
+// make an element invalid or valid, all with indices known at run time only. (isValid() of such an
 // element makes simple_switch 1.15.5 fail on p4c's JSON, "Json::LogicError"; it is checked
 // against the Python pipeline in tests/test_native_pipeline.py instead.)
 #include <core.p4>
@@ -28,6 +28,8 @@ control IdxIngress(inout headers_t hdr, inout meta_t meta, inout standard_metada
         hdr.cells[hdr.x.i].v = hdr.cells[hdr.x.j].v + 1;
         if (hdr.x.i == 0) {
             hdr.cells[hdr.x.j].setInvalid();
+        } else if (hdr.x.j == 3) {
+            hdr.cells[hdr.x.j].setValid();
         }
         sm.egress_spec = 2;
     }
