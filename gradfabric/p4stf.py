@@ -90,15 +90,20 @@ def _build_dir(work: Path, stf_root: Path) -> Path:
 
 
 def run_p4c_stf(program: Path, stf: Path, *, settle_scale: float = 3.0,
-                switch_args: tuple[str, ...] = (), keep: bool = False,
+                switch_args: tuple[str, ...] = (), keep: bool = False, queue_depth: int = 0,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> StfRun:
-    """Run `stf` against `program` on BMv2; the work folder is removed unless `keep` or failed."""
+    """Run `stf` against `program` on BMv2; the work folder is removed unless `keep` or failed.
+
+    `queue_depth` (packets, 0 = BMv2's default of 64) deepens every egress queue before the
+    first command, so a burst of generated packets is not cut by queue drops that depend on
+    the machine's load.
+    """
     stf_root = driver_dir()
     bin_dir = require_tool("simple_switch").parent
     include = bin_dir.parent / "share" / "p4c" / "p4include"
     work = Path(tempfile.mkdtemp(prefix="p4c-stf."))
     build = _build_dir(work, stf_root)
-    command = [stf_python(), str(SHIM), str(settle_scale),
+    command = [stf_python(), str(SHIM), str(settle_scale), str(queue_depth),
                str(stf_root / "backends" / "bmv2" / "run-bmv2-test.py"), str(stf_root),
                str(Path(program).resolve()), "-tf", str(Path(stf).resolve()),
                "-bd", str(build), "-td", str(work), "-b"]
