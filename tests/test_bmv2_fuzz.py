@@ -83,7 +83,7 @@ def test_a_planted_difference_is_caught(tmp_path: Path) -> None:
     line = f"expect {port} {frames[0].hex().upper()} $"
     path = tmp_path / "planted.stf"
     path.write_text(case.text.replace(line, f"expect {port} {bytes(planted).hex().upper()} $", 1))
-    run = run_p4c_stf(program, path, switch_args=QUIET, keep=True)
+    run = run_p4c_stf(program, path, switch_args=QUIET, keep=True, queue_depth=QUEUE_DEPTH)
     assert not run.ok and "differs" in run.output
     outputs = {p: list(f) for p, f in case.outputs.items()}
     outputs[port][0] = bytes(planted)
