@@ -437,9 +437,13 @@ class StmtCompiler:
         if method == "isValid":
             return E(BoolT(), read)
         if method == "setValid":
-            def set_valid(s: list) -> None:
+            clear_self = self._clearer(place)
+
+            def set_valid(s: list) -> None:  # as BMv2's add_header: an invalid header starts at 0
                 for clear in union_siblings:
                     clear(s)
+                if not read(s):
+                    clear_self(s)
                 write(s, True)
             return E(VoidT(), set_valid)
         if method == "setInvalid":

@@ -89,13 +89,16 @@ class StackGen(VarbitGen):
         out.append(f"{ind}  u_[{offset}] = 1; c->pos += {nbytes}; {' '.join(post)} }}")
 
     def union_set_valid(self, node: Any, member_node: Any, out: list[str], ind: str) -> None:
-        """`u.m.setValid()`: the other members of the union become invalid."""
+        """`u.m.setValid()`: the other members of the union become invalid; m, if invalid,
+        starts with all fields 0 (BMv2's add_header)."""
         pre, base, offset, siblings, _ = self.union_place(node, member_node)
         if pre:
             raise self.fail(node, "setValid on a member of s.next")
+        own = slot_count(self.e(member_node).type)
         out.append(f"{ind}{{ uint64_t *u_ = &S[{base}];")
         for off, n in siblings:
             out.append(f"{ind}  memset(&u_[{off}], 0, {n} * sizeof(uint64_t));")
+        out.append(f"{ind}  if (!u_[{offset}]) memset(&u_[{offset}], 0, {own} * sizeof(uint64_t));")
         out.append(f"{ind}  u_[{offset}] = 1; }}")
 
     def stack_shift(self, node: Any, stack: E, method: str, count_node: Any, out: list[str], ind: str) -> None:

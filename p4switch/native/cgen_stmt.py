@@ -206,7 +206,9 @@ class StmtGen(StackGen):
                 self.stack_shift(node, base, method, args[0], out, ind)
                 return
             dyn = self.dyn_element(callee.children[0]) if isinstance(base.type, HeaderT) else None
-            if dyn is not None and method == "setValid":
+            if dyn is not None and method == "setValid":  # an invalid header starts at 0 (BMv2)
+                n = slot_count(base.type)
+                out.append(f"{ind}if (!S[{dyn}]) memset(&S[{dyn}], 0, {n} * sizeof(uint64_t));")
                 out.append(f"{ind}S[{dyn}] = 1;")
                 return
             if dyn is not None and method == "setInvalid":
@@ -219,6 +221,8 @@ class StmtGen(StackGen):
                     return
                 b = base.place.base
                 if method == "setValid":
+                    n = slot_count(base.type)
+                    out.append(f"{ind}if (!S[{b}]) memset(&S[{b}], 0, {n} * sizeof(uint64_t));")
                     out.append(f"{ind}S[{b}] = 1;")
                     return
                 if method == "setInvalid":
