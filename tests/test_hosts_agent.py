@@ -14,10 +14,13 @@ import pytest
 from gradfabric import cli as gradfabric_cli
 from hosts.agent import WorkerAgent
 from hosts.endpoint import Endpoint
+from hosts.messages import DEFAULT_BOUNDS
 from hosts.model import model_from_sizes, random_source
 from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
 from hosts.ring import RingAllReduce
 from hosts.schedulers import AlphaBeta, create
+from hosts.schedulers.dlcp import BACK_LOSS_BOUND, FRONT_LOSS_BOUND
+from hosts.wire import MsgType
 
 LAYERS = model_from_sizes([3_000, 20_000, 500, 9_000], backward_s=0.002)
 COST = AlphaBeta(alpha=1e-4, beta=1e-9)
@@ -30,6 +33,9 @@ def expected_sum(n: int, iteration: int) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("scheduler", ["p3", "mgwfbp", "dlcp"])
 def test_ps_agents_aggregate_every_layer(scheduler: str) -> None:
+    """p3 and mgwfbp send reliably: every worker gets the exact sum. DLCP's messages may end
+    within their loss bound (a loaded host drops UDP on loopback): every element that differs
+    from the exact sum must be one the server or the worker reports lost, within the bounds."""
     n = 3
     server = Endpoint(worker_id=PS_WORKER_ID)
     endpoints = [Endpoint(worker_id=r) for r in range(n)]
@@ -43,13 +49,25 @@ def test_ps_agents_aggregate_every_layer(scheduler: str) -> None:
             runs = [pool.submit(a.run_iteration, 0, random_source(LAYERS, seed=5, rank=r)(0))
                     for r, a in enumerate(agents)]
             results = [f.result(timeout=30) for f in runs]
-            served.result(timeout=30)
+            server_round = served.result(timeout=30)
         expected = expected_sum(n, 0)
+        numel = sum(l.numel for l in LAYERS)
+        pushed_lost = round(server_round.gradient_loss * n * numel)
+        if scheduler == "dlcp":
+            assert server_round.max_gradient_loss <= max(FRONT_LOSS_BOUND, BACK_LOSS_BOUND)
+        else:
+            assert pushed_lost == 0
         for values, report in results:
-            for got, want in zip(values, expected):
-                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-            assert report.bytes == 4 * sum(l.numel for l in LAYERS)
-            assert report.loss_rate == 0 and report.scheduler == scheduler
+            wrong = sum(int(np.count_nonzero(~np.isclose(got, want, rtol=1e-5, atol=1e-6)))
+                        for got, want in zip(values, expected))
+            pulled_lost = round(report.loss_rate * numel)
+            if scheduler == "dlcp":
+                assert wrong <= pushed_lost + pulled_lost, (wrong, pushed_lost, pulled_lost)
+                assert report.loss_rate <= DEFAULT_BOUNDS[MsgType.PARAMETER]
+            else:
+                assert wrong == 0 and report.loss_rate == 0
+            assert report.bytes == 4 * numel
+            assert report.scheduler == scheduler
             assert report.compute_s >= sum(l.backward_s for l in LAYERS)
         if scheduler == "p3":  # 20 000 elements in 16 000-byte partitions: 5 transfers for layer 1
             assert results[0][1].transfers > len(LAYERS)
