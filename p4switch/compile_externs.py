@@ -392,12 +392,12 @@ class ExternCompiler:
     def _assertion(self, node: Tree, args: list, scope: Scope, what: str) -> E:
         self._expect_args(node, what, args, 1)
         cond = self._bool_operand(args[0], scope).fn
-        where = str(self.where(node))
+        message = f"{self.where(node)}: {what} failed"
 
         def check(s: list) -> None:
             if not cond(s):
-                raise PipelineAssertion(f"{where}: {what} failed")
-        return E(VoidT(), check)
+                raise PipelineAssertion(message)
+        return E(VoidT(), check, extra=("assertion", message))
 
     def _v1_assert(self, node: Tree, args: list, scope: Scope) -> E:
         return self._assertion(node, args, scope, "assert")

@@ -14,13 +14,17 @@ import random
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from p4switch.frontend import load_program
 from p4switch.pipeline import Pipeline
+from p4switch.runtime import PipelineAssertion
 from p4switch.stf import run_stf
 
 PORTS = range(1, 9)
 CONTROL = ("add ", "setdefault ")
+#: The outputs' key for packets that failed (a false assert/assume): their error messages.
+FAILED = -1
 
 
 @dataclass
@@ -34,7 +38,11 @@ class FuzzCase:
 
     @property
     def forwarded(self) -> int:
-        return sum(len(frames) for frames in self.outputs.values())
+        return sum(len(frames) for port, frames in self.outputs.items() if port != FAILED)
+
+    @property
+    def failed(self) -> int:
+        return len(self.outputs.get(FAILED, []))
 
 
 def control_lines(stf_text: str) -> list[str]:
@@ -74,9 +82,12 @@ def generate(program: Path, stf_text: str, count: int, seed: int) -> FuzzCase:
         frame, port = mutate(rng, seeds), rng.choice(PORTS)
         inputs.append((frame, port))
         lines.append(f"packet {port} {frame.hex().upper()}")
-        for out_port, data in pipe.process(frame, port, i + 1):
+        for out_port, data in process(pipe, frame, port, i + 1):
             outputs.setdefault(out_port, []).append(data)
-            lines.append(f"expect {out_port} {data.hex().upper()} $")
+            if out_port == FAILED:
+                lines.append(f"# the packet fails: {data.decode()}")
+            else:
+                lines.append(f"expect {out_port} {data.hex().upper()} $")
     return FuzzCase("\n".join(lines) + "\n", count, outputs, inputs)
 
 
@@ -88,9 +99,17 @@ def replay_native(program: Path, stf_text: str, case: FuzzCase) -> dict[int, lis
     run_stf(pipe, "\n".join(control_lines(stf_text)) + "\n")
     outputs: dict[int, list[bytes]] = {}
     for i, (frame, port) in enumerate(case.inputs):
-        for out_port, data in pipe.process(frame, port, i + 1):
+        for out_port, data in process(pipe, frame, port, i + 1):
             outputs.setdefault(out_port, []).append(data)
     return outputs
+
+
+def process(pipe: Any, frame: bytes, port: int, now_us: int) -> list[tuple[int, bytes]]:
+    """The frames a packet sends, or (FAILED, its error message) when an assertion fails it."""
+    try:
+        return pipe.process(frame, port, now_us)
+    except PipelineAssertion as failed:
+        return [(FAILED, str(failed).encode())]
 
 
 def output_differences(python: dict[int, list[bytes]], native: dict[int, list[bytes]],

@@ -27,7 +27,8 @@ def test_native_and_python_agree_on_fuzzed_packets(program: Path, stf: Path) -> 
     native = replay_native(program, text, case)
     diff = output_differences(case.outputs, native)
     assert not diff, f"{stf.stem}: {len(diff)} difference(s):\n" + "\n".join(diff)
-    print(f"{stf.stem}: {case.packets} packets, {case.forwarded} forwarded, identical natively")
+    print(f"{stf.stem}: {case.packets} packets, {case.forwarded} forwarded, {case.failed} failed, "
+          "identical natively")
 
 
 def test_a_planted_native_difference_is_caught() -> None:

@@ -14,6 +14,7 @@ from p4switch.frontend import load_program, load_program_text
 from p4switch.native.build import build, find_compiler
 from p4switch.native.pipeline import NativePipeline, try_native
 from p4switch.pipeline import Pipeline
+from p4switch.runtime import PipelineAssertion
 from p4switch.stf import run_stf
 from p4switch.tables import EntryExists, EntryNotFound, Exact, Lpm, Range, TableEntry
 
@@ -50,6 +51,22 @@ def test_a_wrong_expectation_fails_natively() -> None:
         "expect 2 000000000102", "expect 2 000000000103", 1)
     result = run_stf(NativePipeline(load_program(PROGRAMS / "ipv4_router.p4")), text)
     assert not result.ok
+
+
+def test_a_failed_assume_fails_the_packet_natively_with_the_pipelines_message() -> None:
+    """lang_truncate_assert.p4 assumes kind != 0xFF at the end of ingress: the packet fails
+    with PipelineAssertion naming the file and line, on both datapaths; the next one passes."""
+    program = load_program(PROGRAMS / "lang_truncate_assert.p4")
+    messages = []
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        with pytest.raises(PipelineAssertion) as failed:
+            pipe.process(bytes([0xFF, 0x00, 0x10]), 1)
+        messages.append(str(failed.value))
+        assert pipe.process(bytes([0x01, 0x02, 0x10, 0xAA]), 1) == [(2, bytes([0x01, 0x02]))]
+    assert messages[0] == messages[1]
+    source = (PROGRAMS / "lang_truncate_assert.p4").read_text().splitlines()
+    line = 1 + next(i for i, text in enumerate(source) if "assume(" in text)
+    assert f"lang_truncate_assert.p4:{line}:" in messages[0] and messages[0].endswith("assume failed")
 
 
 def test_digests_reach_the_sink_in_order_with_their_values() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from lark import Token, Tree
 
 from p4switch.compiled import ActionImpl, CompiledProgram
+from p4switch.errors import P4SwitchError
 from p4switch.hashes import ALGORITHMS
 from p4switch.native.cgen_expr import NativeUnsupported, lit, width_of
 from p4switch.native.cgen_functions import FunctionGen
@@ -25,8 +26,7 @@ from p4switch.tables import MATCH_KINDS
 _ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _UNSUPPORTED_EXTERNS = ("clone", "clone3", "clone_preserving_field_list", "resubmit",
                         "resubmit_preserving_field_list", "recirculate",
-                        "recirculate_preserving_field_list", "truncate", "log_msg",
-                        "assert", "assume")
+                        "recirculate_preserving_field_list", "log_msg")
 
 
 _SELECTOR_ALGORITHMS = {fn: name for name, fn in ALGORITHMS.items()}
@@ -58,7 +58,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.function_defs: list[list[str]] = []
         self.instance_fns: dict[int, str] = {}
         self.fn_ret: Any = None  # the return type while a function's body is generated
-        self.faults: list[str] = []  # messages of the errors that fail a packet, by fault code - 1
+        self.faults: list[P4SwitchError] = []  # the errors that fail a packet, by fault code - 1
         self.exit_label: str | None = None
         self.in_parser = False
         self.has_exit = False
@@ -76,7 +76,8 @@ class ProgramGen(LoopGen, FunctionGen):
             raise NativeUnsupported("blocks other than V1Switch's parser and five controls")
         bodies = [node for _, node in self.rec.blocks] + [node for node, _, _ in self.rec.instances.values()] \
             + [node for node, _ in self.rec.function_bodies.values()]
-        self.has_exit = bool(self.rec.missing_externs)  # such a call fails the packet: leave every block
+        # a call of an extern without a body, a failed assert: the packet fails, every block is left
+        self.has_exit = bool(self.rec.missing_externs or self.rec.assertions)
         for node in bodies:
             for sub in node.iter_subtrees():
                 if sub.data in ("call", "method_call_stmt") and isinstance(sub.children[0], Tree) \
@@ -317,12 +318,13 @@ class ProgramGen(LoopGen, FunctionGen):
         tables = [self.table_fn(n) for n in self.table_names]
         # action functions may have been generated while generating other bodies
         c = self.compiled
-        nslots = len(self.template_c)
+        nslots = len(self.template_c) + 1  # the program's slots, then the truncation length
         std = self.std
         lines = [
             "/* Generated from the P4 program by p4switch.native; do not edit. */",
             "#define _GNU_SOURCE",
             f"#define GF_NSLOTS {nslots}",
+            f"#define GF_TRUNCATE {nslots - 1}  /* truncate(n): the frame leaves cut to n bytes (0: whole) */",
             '#include "gf_state.h"',
             "typedef struct gf_ctx {",
             "    uint64_t s[GF_NSLOTS];",
@@ -335,8 +337,8 @@ class ProgramGen(LoopGen, FunctionGen):
             "} gf_ctx;",
             "#define S (c->s)",
             "#define P (c->p)",
-            f"static const uint64_t gf_template[GF_NSLOTS] = {{{', '.join(lit(v) for v in self.template_c)}}};",
-            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}}};",
+            f"static const uint64_t gf_template[GF_NSLOTS] = {{{', '.join(lit(v) for v in self.template_c + [0])}}};",
+            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}, -1}};",
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
         lines += [f"static uint64_t {fn}(gf_ctx *c);" for fn in self.function_fns.values()]
@@ -389,7 +391,8 @@ class ProgramGen(LoopGen, FunctionGen):
             "    uint32_t rest = c->len - c->payload_off;",
             "    if (c->out_len + rest > GF_MAXFRAME) rest = GF_MAXFRAME - c->out_len;",
             "    memcpy(out + c->out_len, c->data + c->payload_off, rest);",
-            "    return (int)(c->out_len + rest);",
+            "    uint32_t flen = c->out_len + rest;",
+            "    return (int)(S[GF_TRUNCATE] && S[GF_TRUNCATE] < flen ? S[GF_TRUNCATE] : flen);",
             "}",
             f"#define GF_STD_EGRESS_SPEC {std['egress_spec']}",
             f"#define GF_STD_MCAST_GRP {std['mcast_grp']}",
@@ -403,8 +406,9 @@ class ProgramGen(LoopGen, FunctionGen):
         return "\n".join(lines) + "\n"
 
 
-def generate_c(compiled: CompiledProgram, rec: Recorded, with_switch: bool = True) -> tuple[str, list[str]]:
+def generate_c(compiled: CompiledProgram, rec: Recorded,
+               with_switch: bool = True) -> tuple[str, list[P4SwitchError]]:
     """The C file for a recorded compilation (NativeUnsupported when not covered), and the
-    messages of the errors its fault codes stand for (`gf_process` returns -1 - code)."""
+    errors its fault codes stand for (`gf_process` returns -1 - code)."""
     gen = ProgramGen(compiled, rec)
     return gen.generate(with_switch), gen.faults

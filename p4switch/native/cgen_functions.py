@@ -18,6 +18,7 @@ from lark import Tree
 from p4switch.compiled import E, ControlImpl, FunctionImpl, PacketParam
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, field_offset, slot_count
 from p4switch.native.cgen_stmt import StmtGen
+from p4switch.runtime import ExternFunctionMissing
 
 
 def _args(node: Any) -> list:
@@ -68,7 +69,7 @@ class FunctionGen(StmtGen):
         found = self.rec.function_bodies.get(id(impl))
         if found is None and impl.missing is not None and not self.in_parser:
             # a program-declared extern function: the packet fails, as on the Python pipeline
-            self.faults.append(impl.missing)
+            self.faults.append(ExternFunctionMissing(impl.missing))
             fname = f"f{len(self.function_fns)}"
             self.function_fns[id(impl)] = fname
             self.function_defs.append([f"/* extern {impl.name}: no implementation */",

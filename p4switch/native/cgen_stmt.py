@@ -11,6 +11,8 @@ from p4switch.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
 from p4switch.native.cgen_expr import lit, width_of
 from p4switch.native.cgen_stacks import StackGen
+from p4switch.errors import P4SwitchError
+from p4switch.runtime import PipelineAssertion
 
 HASHES = {"crc16": "gf_crc16({b}, {n})", "crc32": "gf_crc32({b}, {n})",
            "csum16": "gf_csum16({b}, {n}, 0, 0)", "xor16": "gf_xor16({b}, {n})",
@@ -35,6 +37,7 @@ class StmtGen(StackGen):
     exit_label: str | None
     in_parser: bool
     has_exit: bool
+    faults: list[P4SwitchError]
 
     def stmts(self, nodes: list, out: list[str], ind: str) -> None:
         for n in nodes:
@@ -297,6 +300,17 @@ class StmtGen(StackGen):
 
     def extern_function(self, node: Tree, name: str, args: list, out: list[str], ind: str) -> None:
         std = self.std
+        if name in ("assert", "assume"):
+            message = self.rec.assertions.get(id(node))
+            if message is None or self.in_parser:
+                raise self.fail(node, f"{name} in a parser" if self.in_parser else name)
+            self.faults.append(PipelineAssertion(message))
+            out.append(f"{ind}if (!({self.cx(args[0])})) {{ c->fault = {len(self.faults)}; c->exit_flag = 1; "
+                       f"{self.leave()} }}")
+            return
+        if name == "truncate":  # the frame leaves cut to that many bytes (0: whole)
+            out.append(f"{ind}S[GF_TRUNCATE] = {self.cx(args[0])} & UINT64_C(0xFFFFFFFF);")
+            return
         if name == "mark_to_drop":
             out.append(f"{ind}S[{std['egress_spec']}] = {511}; S[{std['mcast_grp']}] = 0;")
             return

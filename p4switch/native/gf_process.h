@@ -31,7 +31,7 @@ GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t
         if (grp) {
             eport = p->groups[grp].ports[i];
             r->s[GF_STD_EGRESS_RID] = p->groups[grp].rids[i];
-            r->s[GF_STD_INSTANCE_TYPE] = 5;
+            r->s[GF_STD_INSTANCE_TYPE] = 5; r->s[GF_TRUNCATE] = 0;  /* a new packet: not cut */
         } else eport = (uint32_t)S[GF_STD_EGRESS_SPEC];
         int flen = gf_egress_run(r, eport, now, 0, 0, 0, frame);
         if (r->fault) { fault = r->fault; break; }

@@ -165,7 +165,7 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
     for (uint32_t i = 0; i < n; i++) {
         memcpy(r, c, sizeof(gf_ctx));
         r->s[GF_STD_EGRESS_RID] = p->groups[grp].rids[i];
-        r->s[GF_STD_INSTANCE_TYPE] = 5;
+        r->s[GF_STD_INSTANCE_TYPE] = 5; r->s[GF_TRUNCATE] = 0;  /* a new packet: not cut */
         gf_job(sw, r, p->groups[grp].ports[i], now, tx);
     }
 }

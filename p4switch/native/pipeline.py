@@ -21,7 +21,6 @@ from p4switch.native.cgen_expr import NativeUnsupported
 from p4switch.native.recorder import compile_recorded
 from p4switch.native.state import (NativeActionProfile, NativeCounter, NativeMeters, NativeRegister,
                                    NativeReplication, NativeTable, NativeValueSet)
-from p4switch.runtime import ExternFunctionMissing
 
 LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
@@ -77,8 +76,9 @@ class NativePipeline:
             self.deliver_digests(list(self._digests[:self._ndigest.value]))
         if n == -1:
             raise P4SwitchError(f"frame of {len(packet)} bytes is too long for the native datapath")
-        if n < -1:  # the packet failed: an extern function without a body was called
-            raise ExternFunctionMissing(self.faults[-n - 2])
+        if n < -1:  # the packet failed: an extern function without a body, a failed assert
+            fault = self.faults[-n - 2]
+            raise type(fault)(str(fault))
         out, at, raw = [], 0, self._out.raw
         for i in range(n):
             length = self._lens[i]

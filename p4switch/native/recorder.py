@@ -46,6 +46,7 @@ class Recorded:
     table_context: dict[str, "Recorded"] = field(default_factory=dict)  # table -> where compiled
     action_context: dict[int, "Recorded"] = field(default_factory=dict)  # id(ActionImpl) -> same
     missing_externs: set[str] = field(default_factory=set)  # extern functions without a body called
+    assertions: dict[int, str] = field(default_factory=dict)  # assert/assume call -> failure message
     # id(lvalue) -> (the lvalue reading temporaries, [(temporary's var node, index expression)])
     # for an lvalue whose indices make calls (StmtCompiler.hoist_indices)
     hoisted: dict[int, tuple[Any, list[tuple[Any, Any]]]] = field(default_factory=dict)
@@ -134,6 +135,12 @@ class RecordingCompiler(Compiler):
         e = super()._v1_digest(node, args, scope)
         self.recorded.digest_names[id(args[1])] = e.extra[1]  # ("digest", name)
         self.recorded.keep.append(args[1])
+        return e
+
+    def _assertion(self, node: Tree, args: list, scope: Scope, what: str) -> E:
+        e = super()._assertion(node, args, scope, what)
+        self.recorded.assertions[id(node)] = e.extra[1]  # ("assertion", message)
+        self.recorded.keep.append(node)
         return e
 
     def _apart(self, compile_body: Any) -> tuple[Any, Recorded]:
