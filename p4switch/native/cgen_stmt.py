@@ -302,11 +302,12 @@ class StmtGen(StackGen):
         std = self.std
         if name in ("assert", "assume"):
             message = self.rec.assertions.get(id(node))
-            if message is None or self.in_parser:
-                raise self.fail(node, f"{name} in a parser" if self.in_parser else name)
+            if message is None:
+                raise self.fail(node, name)
             self.faults.append(PipelineAssertion(message))
-            out.append(f"{ind}if (!({self.cx(args[0])})) {{ c->fault = {len(self.faults)}; c->exit_flag = 1; "
-                       f"{self.leave()} }}")
+            fail = f"c->fault = {len(self.faults)}; " + (
+                "goto p_done;" if self.in_parser else f"c->exit_flag = 1; {self.leave()}")
+            out.append(f"{ind}if (!({self.cx(args[0])})) {{ {fail} }}")
             return
         if name == "truncate":  # the frame leaves cut to that many bytes (0: whole)
             out.append(f"{ind}S[GF_TRUNCATE] = {self.cx(args[0])} & UINT64_C(0xFFFFFFFF);")
