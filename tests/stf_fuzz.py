@@ -25,6 +25,8 @@ PORTS = range(1, 9)
 CONTROL = ("add ", "setdefault ")
 #: The outputs' key for packets that failed (a false assert/assume): their error messages.
 FAILED = -1
+#: The outputs' key for the log_msg lines of all packets, in order.
+LOGGED = -2
 
 
 @dataclass
@@ -38,11 +40,15 @@ class FuzzCase:
 
     @property
     def forwarded(self) -> int:
-        return sum(len(frames) for port, frames in self.outputs.items() if port != FAILED)
+        return sum(len(frames) for port, frames in self.outputs.items() if port >= 0)
 
     @property
     def failed(self) -> int:
         return len(self.outputs.get(FAILED, []))
+
+    @property
+    def logged(self) -> int:
+        return len(self.outputs.get(LOGGED, []))
 
 
 def control_lines(stf_text: str) -> list[str]:
@@ -77,6 +83,7 @@ def generate(program: Path, stf_text: str, count: int, seed: int) -> FuzzCase:
     seeds = seed_packets(stf_text)
     lines = [f"# generated: {count} packets, seed {seed}", *controls]
     outputs: dict[int, list[bytes]] = {}
+    pipe.log = lambda line: outputs.setdefault(LOGGED, []).append(line.encode())
     inputs: list[tuple[bytes, int]] = []
     for i in range(count):
         frame, port = mutate(rng, seeds), rng.choice(PORTS)
@@ -98,6 +105,7 @@ def replay_native(program: Path, stf_text: str, case: FuzzCase) -> dict[int, lis
     pipe = NativePipeline(load_program(program))
     run_stf(pipe, "\n".join(control_lines(stf_text)) + "\n")
     outputs: dict[int, list[bytes]] = {}
+    pipe.log = lambda line: outputs.setdefault(LOGGED, []).append(line.encode())
     for i, (frame, port) in enumerate(case.inputs):
         for out_port, data in process(pipe, frame, port, i + 1):
             outputs.setdefault(out_port, []).append(data)
@@ -145,7 +153,7 @@ def read_pcap(path: Path) -> list[bytes]:
 def differences(expected: dict[int, list[bytes]], pcaps: dict[int, Path], limit: int = 5) -> list[str]:
     """Readable differences between the embedded outputs and BMv2's output pcaps."""
     found: list[str] = []
-    for port in sorted(set(expected) | set(pcaps)):
+    for port in sorted(p for p in set(expected) | set(pcaps) if p >= 0):  # BMv2 has no FAILED, LOGGED
         want = expected.get(port, [])
         got = read_pcap(pcaps[port]) if port in pcaps else []
         if len(want) != len(got):

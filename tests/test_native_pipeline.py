@@ -54,15 +54,15 @@ def test_a_wrong_expectation_fails_natively() -> None:
 
 
 def test_a_failed_assertion_fails_the_packet_natively_with_the_pipelines_message() -> None:
-    """lang_truncate_assert.p4 assumes kind != 0xFF at the end of ingress; a variant also
+    """lang_truncate_assert_log.p4 assumes kind != 0xFF at the end of ingress; a variant also
     asserts kind != 0xFE in its parser (p4c's BMv2 back end refuses that, p4switch runs it).
     Such a packet fails with PipelineAssertion naming the file and line, on both datapaths;
     the next one passes."""
-    text = (PROGRAMS / "lang_truncate_assert.p4").read_text()
+    text = (PROGRAMS / "lang_truncate_assert_log.p4").read_text()
     extract = "pkt.extract(hdr.op);"
     assert text.count(extract) == 1
     text = text.replace(extract, extract + " assert(hdr.op.kind != 0xFE);")
-    program = load_program_text(text, "lang_truncate_assert.p4")
+    program = load_program_text(text, "lang_truncate_assert_log.p4")
     source = text.splitlines()
     for kind, call in ((0xFE, "assert(hdr.op.kind"), (0xFF, "assume(")):
         line = 1 + next(i for i, t in enumerate(source) if call in t)
@@ -73,8 +73,23 @@ def test_a_failed_assertion_fails_the_packet_natively_with_the_pipelines_message
             messages.append(str(failed.value))
             assert pipe.process(bytes([0x01, 0x02, 0x10, 0xAA]), 1) == [(2, bytes([0x01, 0x02]))]
         assert messages[0] == messages[1]
-        assert f"lang_truncate_assert.p4:{line}:" in messages[0], messages
+        assert f"lang_truncate_assert_log.p4:{line}:" in messages[0], messages
         assert messages[0].endswith(f"{call[:6]} failed")
+
+
+def test_log_msg_lines_match_the_python_pipeline() -> None:
+    """lang_truncate_assert_log.p4 logs twice in ingress and once per copy in egress: the same
+    lines in the same order on both datapaths (multicast group 1 sends copies to ports 3, 4)."""
+    program = load_program(PROGRAMS / "lang_truncate_assert_log.p4")
+    want = ["in kind=0 len=4", "ingress", "out port=2 v=17 rid=0",
+            "in kind=3 len=9", "ingress", "out port=3 v=17 rid=7", "out port=4 v=17 rid=7"]
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        run_stf(pipe, "mc_mgrp_create 1\nmc_node_create 7 3 4\nmc_node_associate 1 0\n")
+        lines: list[str] = []
+        pipe.log = lines.append
+        pipe.process(bytes([0x00, 0x04, 0x10, 0xAA]), 1)
+        pipe.process(bytes([0x03, 0x09, 0x10, 0xAA]), 1)
+        assert lines == want, type(pipe).__name__
 
 
 def test_digests_reach_the_sink_in_order_with_their_values() -> None:

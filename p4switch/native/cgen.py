@@ -8,6 +8,7 @@ the backend does not cover.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from lark import Token, Tree
@@ -26,7 +27,7 @@ from p4switch.tables import MATCH_KINDS
 _ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
 _UNSUPPORTED_EXTERNS = ("clone", "clone3", "clone_preserving_field_list", "resubmit",
                         "resubmit_preserving_field_list", "recirculate",
-                        "recirculate_preserving_field_list", "log_msg")
+                        "recirculate_preserving_field_list")
 
 
 _SELECTOR_ALGORITHMS = {fn: name for name, fn in ALGORITHMS.items()}
@@ -59,6 +60,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.instance_fns: dict[int, str] = {}
         self.fn_ret: Any = None  # the return type while a function's body is generated
         self.faults: list[P4SwitchError] = []  # the errors that fail a packet, by fault code - 1
+        self.log_formats: list[str] = []  # the texts of log_msg calls, by GF_LOG_ID offset
         self.exit_label: str | None = None
         self.in_parser = False
         self.has_exit = False
@@ -384,7 +386,7 @@ class ProgramGen(LoopGen, FunctionGen):
             f"    S[{std['enq_timestamp']}] = enq_ts & 0xFFFFFFFFu; S[{std['enq_qdepth']}] = enq_qdepth & 0x7FFFF;",
             f"    S[{std['deq_timedelta']}] = deq_td & 0xFFFFFFFFu; S[{std['deq_qdepth']}] = deq_qdepth & 0x7FFFF;",
             f"    S[{std['egress_global_timestamp']}] = (enq_ts + deq_td) & 0xFFFFFFFFFFFFULL;",
-            "    c->exit_flag = 0; ctl_egress(c);",
+            "    c->exit_flag = 0; c->ndig = 0; ctl_egress(c);  /* egress's own log words */",
             f"    if (S[{std['egress_spec']}] == GF_DROP || c->fault) return -1;",
             "    ctl_compute(c);",
             "    c->out = out; c->out_len = 0; ctl_deparser(c);",
@@ -406,9 +408,17 @@ class ProgramGen(LoopGen, FunctionGen):
         return "\n".join(lines) + "\n"
 
 
-def generate_c(compiled: CompiledProgram, rec: Recorded,
-               with_switch: bool = True) -> tuple[str, list[P4SwitchError]]:
-    """The C file for a recorded compilation (NativeUnsupported when not covered), and the
-    errors its fault codes stand for (`gf_process` returns -1 - code)."""
+@dataclass
+class GeneratedC:
+    """The C file of a program and what its numbers stand for."""
+
+    source: str
+    faults: list[P4SwitchError]  # the errors fault codes stand for (`gf_process` returns -1 - code)
+    log_formats: list[str]  # the text of each log_msg, by its word's offset from LOG_ID
+
+
+def generate_c(compiled: CompiledProgram, rec: Recorded, with_switch: bool = True) -> GeneratedC:
+    """The C file for a recorded compilation (NativeUnsupported when not covered)."""
     gen = ProgramGen(compiled, rec)
-    return gen.generate(with_switch), gen.faults
+    source = gen.generate(with_switch)
+    return GeneratedC(source, gen.faults, gen.log_formats)

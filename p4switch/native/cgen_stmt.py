@@ -38,6 +38,7 @@ class StmtGen(StackGen):
     in_parser: bool
     has_exit: bool
     faults: list[P4SwitchError]
+    log_formats: list[str]
 
     def stmts(self, nodes: list, out: list[str], ind: str) -> None:
         for n in nodes:
@@ -347,6 +348,9 @@ class StmtGen(StackGen):
                        f"uint64_t span_ = hi_ - lo_ + 1; S[{target.place.base}] = "
                        f"span_ ? lo_ + gf_rand(&c->rng) % span_ : lo_ + gf_rand(&c->rng); }}")
             return
+        if name == "log_msg":
+            self.log_msg(node, args, out, ind)
+            return
         if name == "digest":
             self.digest(node, args, out, ind)
             return
@@ -374,6 +378,23 @@ class StmtGen(StackGen):
         out.append(f"{ind}    d_[0] = {list(self.compiled.digests).index(name)}; d_[1] = {n};")
         for k, ((code, _), f) in enumerate(zip(leaves, fields)):
             out.append(f"{ind}    d_[{k + 2}] = ({code}) & {lit((1 << f.bitwidth) - 1)};")
+        out.append(f"{ind}    c->ndig += {n + 2};")
+        out.append(f"{ind}}}")
+
+    def log_msg(self, node: Tree, args: list, out: list[str], ind: str) -> None:
+        """`log_msg(text[, {values}])`: [GF_LOG_ID + k, n, values...] joins the packet's digest
+        words; the Python side puts the values into format k (as many words as fit)."""
+        text = self.e(args[0]).const
+        if not isinstance(text, str):
+            raise self.fail(node, "log_msg without a string literal")
+        leaves = self.leaves(args[1]) if len(args) == 2 else []
+        self.log_formats.append(text)
+        n = len(leaves)
+        out.append(f"{ind}if (c->ndig + {n + 2} <= GF_DIGEST_WORDS) {{")
+        out.append(f"{ind}    uint64_t *d_ = &c->dig[c->ndig];")
+        out.append(f"{ind}    d_[0] = GF_LOG_ID + {len(self.log_formats) - 1}; d_[1] = {n};")
+        for k, (code, w) in enumerate(leaves):
+            out.append(f"{ind}    d_[{k + 2}] = ({code}) & {lit((1 << w) - 1)};")
         out.append(f"{ind}    c->ndig += {n + 2};")
         out.append(f"{ind}}}")
 

@@ -5,8 +5,8 @@
 
 /* Frames out: concatenated in `outbuf`, their ports and lengths in out_ports/out_lens;
  * returns how many (at most maxout), or -1 - fault when the packet failed (no frames).
- * The digests of ingress go to `digests` ([id, n, values...] each, at most
- * GF_DIGEST_WORDS words), their word count to *ndigest. */
+ * The digest and log words of ingress, then of each egress, go to `digests` ([id, n,
+ * values...] each, at most GF_DIGEST_WORDS words), their word count to *ndigest. */
 GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now,
                          uint64_t seed, uint8_t *outbuf, uint32_t outcap, uint32_t *out_ports,
                          uint32_t *out_lens, int maxout, uint64_t *digests, uint32_t *ndigest) {
@@ -34,6 +34,10 @@ GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t
             r->s[GF_STD_INSTANCE_TYPE] = 5; r->s[GF_TRUNCATE] = 0;  /* a new packet: not cut */
         } else eport = (uint32_t)S[GF_STD_EGRESS_SPEC];
         int flen = gf_egress_run(r, eport, now, 0, 0, 0, frame);
+        if (r->ndig && *ndigest + r->ndig <= GF_DIGEST_WORDS) {  /* egress's log words */
+            memcpy(digests + *ndigest, r->dig, r->ndig * sizeof(uint64_t));
+            *ndigest += r->ndig;
+        }
         if (r->fault) { fault = r->fault; break; }
         if (flen < 0 || used + (uint32_t)flen > outcap) continue;
         memcpy(outbuf + used, frame, flen);

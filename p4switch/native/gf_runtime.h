@@ -15,6 +15,7 @@
 #define GF_MAXA 16         /* action data per entry */
 #define GF_MAXFRAME 10240  /* largest frame in or out */
 #define GF_DIGEST_WORDS 128  /* digests one packet may send: [id, n, values...] each */
+#define GF_LOG_ID 0x40000000u  /* digest words with id GF_LOG_ID + k: the values of log_msg k */
 #define GF_DROP 511
 
 typedef unsigned __int128 gf_u128;

@@ -102,6 +102,7 @@ static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, 
     if (tx->n == GF_BATCH) gf_flush(sw, tx);
     int k = tx->n;
     int len = gf_egress_run(c, port, enq_ts, enq_qdepth, deq_td, deq_qdepth, tx->frames[k]);
+    if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);  /* log words */
     if (c->fault) __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED);
     if (len < 0) return;
     if ((int)port == sw->cpu_port) { gf_to_cpu(sw, tx->frames[k], (uint32_t)len, 0); return; }
@@ -153,8 +154,8 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
     __atomic_fetch_add(&sw->stats[ST_RX], 1, __ATOMIC_RELAXED);
     if (len > GF_MAXFRAME) return;
     gf_ingress_run(c, frame, len, port, now);
-    if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
     if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);
+    if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
     uint64_t grp = c->s[GF_STD_MCAST_GRP];
     if (!grp) {
         if (c->s[GF_STD_EGRESS_SPEC] != GF_DROP) gf_job(sw, c, (uint32_t)c->s[GF_STD_EGRESS_SPEC], now, tx);

@@ -26,6 +26,7 @@ LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
 _OUT_BYTES = 10240 * 8
 DIGEST_WORDS = 128  # GF_DIGEST_WORDS of gf_runtime.h: the digest words one packet may send
+LOG_ID = 0x40000000  # GF_LOG_ID of gf_runtime.h: digest words of log_msg k have id LOG_ID + k
 
 
 class NativePipeline:
@@ -33,7 +34,8 @@ class NativePipeline:
 
     def __init__(self, program: Program, seed: int = 0) -> None:
         compiled, recorded = compile_recorded(program, seed)
-        self.source, self.faults = generate_c(compiled, recorded)
+        generated = generate_c(compiled, recorded)
+        self.source, self.faults, self.log_formats = generated.source, generated.faults, generated.log_formats
         self.path = build(self.source)
         self.lib = load(self.path)
         self.prog = ctypes.c_void_p(self.lib.gf_prog_create())
@@ -62,7 +64,7 @@ class NativePipeline:
         self.digest_names = list(compiled.digests)
         self._digests = (ctypes.c_uint64 * DIGEST_WORDS)()
         self._ndigest = ctypes.c_uint32()
-        self.log = LOG.info
+        self.log = logging.getLogger("p4switch.pipeline").info  # log_msg lines, where the Python pipeline's go
         self._out = ctypes.create_string_buffer(_OUT_BYTES)
         self._ports = (ctypes.c_uint32 * _MAX_OUT)()
         self._lens = (ctypes.c_uint32 * _MAX_OUT)()
@@ -87,11 +89,19 @@ class NativePipeline:
         return out
 
     def deliver_digests(self, words: list[int]) -> None:
-        """Hand a packet's digest words ([id, n, values...] each) to `digest_sink`, in order."""
+        """Hand a packet's digest words ([id, n, values...] each) to `digest_sink`, and its
+        log_msg words (id LOG_ID + k) to `log` as format k's text, in order."""
         at = 0
         while at + 2 <= len(words):
             did, n = words[at], words[at + 1]
-            self.digest_sink(self.digest_names[did], tuple(words[at + 2:at + 2 + n]))
+            values = words[at + 2:at + 2 + n]
+            if did >= LOG_ID:
+                message = self.log_formats[did - LOG_ID]
+                for value in values:
+                    message = message.replace("{}", str(value), 1)
+                self.log(message)
+            else:
+                self.digest_sink(self.digest_names[did], tuple(values))
             at += 2 + n
 
     def reset_state(self) -> None:

@@ -1,3 +1,5 @@
+// log_msg sends its text, each {} replaced by the next value, to the switch's log (ingress
+// and egress; once per copy in egress); it changes nothing in the packet.
 // truncate(n) cuts the frame that leaves to its first n bytes (headers as deparsed, then the
 // payload), whether ingress or egress calls it; the copies of a multicast packet are new
 // packets, not cut by the original's truncate in ingress (as on BMv2).
@@ -24,7 +26,9 @@ control TIngress(inout headers_t hdr, inout meta_t meta, inout standard_metadata
     apply {
         assert(hdr.op.isValid());
         sm.egress_spec = 2;
+        log_msg("in kind={} len={}", {hdr.op.kind, hdr.op.len});
         hdr.op.v = hdr.op.v + 1;     // changed before the cut: the change leaves
+        log_msg("ingress");
         if (hdr.op.kind == 1) {
             cut((bit<32>)hdr.op.len);
         } else if (hdr.op.kind == 3) {
@@ -40,6 +44,7 @@ control TEgress(inout headers_t hdr, inout meta_t meta, inout standard_metadata_
         if (hdr.op.kind == 2) {
             truncate((bit<32>)hdr.op.len);
         }
+        log_msg("out port={} v={} rid={}", {sm.egress_port, hdr.op.v, sm.egress_rid});
         assert(sm.egress_port != 511);
     }
 }
