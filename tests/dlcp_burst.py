@@ -311,8 +311,11 @@ def compile_bmv2(out_dir: Path) -> Path:
 
 
 def cli_commands(scenario: Scenario) -> list[str]:
-    """The scenario's entries and queue settings in simple_switch_CLI syntax."""
-    lines = []
+    """The scenario's entries and queue settings in simple_switch_CLI syntax. Ports without a
+    rate stand for uncongested links: their queues hold the whole burst (BMv2's default of 64
+    packets tail-drops when a loaded machine slows its egress thread while the file reader
+    injects at full speed); the congested ports then get the scenario's rate and depth."""
+    lines = [f"set_queue_depth {max(64, len(scenario.packets))}"]
     for e in scenario.entries:
         keys = [m if isinstance(m, str) else f"{m[0]}->{m[1]}" if isinstance(m, tuple) else str(m)
                 for m in e.match]
