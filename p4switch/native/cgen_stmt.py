@@ -8,10 +8,10 @@ from typing import Any
 from lark import Tree
 
 from p4switch.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
+from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
 from p4switch.native.cgen_expr import lit, width_of
 from p4switch.native.cgen_stacks import StackGen
-from p4switch.errors import P4SwitchError
 from p4switch.runtime import PipelineAssertion
 
 HASHES = {"crc16": "gf_crc16({b}, {n})", "crc32": "gf_crc32({b}, {n})",
