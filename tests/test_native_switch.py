@@ -193,3 +193,26 @@ def test_packets_calling_an_extern_without_a_body_are_counted_and_dropped(lab: L
         stats = control.call(address, "Stats", {})["packets"]
         assert (stats.get("transmitted"), stats.get("failed")) == (3, 5), stats
         assert _rx_packets(h2) - before >= 3
+
+
+def test_assume_and_log_msg_in_the_native_loops(lab: Lab, tmp_path: Path) -> None:
+    """lang_truncate_assert_log.p4 natively: packets that fail its assume are counted as failed
+    and not sent; every log_msg line (also those logged before the failure) reaches the
+    switch's log on the pipeline's logger, from ingress and from egress."""
+    h1, out1, h2, out2 = _two_hosts(lab)
+    log = tmp_path / "s.log"
+    program = Path(__file__).parent / "p4programs" / "lang_truncate_assert_log.p4"
+    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "--datapath", "native"]
+    with switch_process(args, log, ready_timeout=60) as (_, address):
+        assert control.call(address, "Stats", {})["datapath"] == "native"
+        before = _rx_packets(h2)
+        _send(h1, bytes([0x01, 0x20, 0x10]) + bytes(57), 3)  # forwarded, cut to 32 bytes
+        _send(h1, bytes([0xFF, 0x04, 0x10]) + bytes(57), 2)  # assume(kind != 0xFF) fails
+        _wait_rx(h2, before + 3)
+        time.sleep(0.5)
+        stats = control.call(address, "Stats", {})["packets"]
+        assert (stats.get("transmitted"), stats.get("failed")) == (3, 2), stats
+    text = log.read_text()
+    assert text.count("p4switch.pipeline: in kind=1 len=32") == 3, text[-2000:]
+    assert text.count("p4switch.pipeline: out port=2 v=17 rid=0") == 3
+    assert text.count("p4switch.pipeline: in kind=255 len=4") == 2
