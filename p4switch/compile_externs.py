@@ -341,7 +341,7 @@ class ExternCompiler:
 
         def clone(s: list) -> None:
             s[0].clone = (ctype, session(s), None)
-        return E(VoidT(), clone)
+        return E(VoidT(), clone, extra=("clone", ctype, None))
 
     def _v1_clone3(self, node: Tree, args: list, scope: Scope) -> E:
         self._expect_args(node, "clone3", args, 3)
@@ -355,7 +355,7 @@ class ExternCompiler:
 
         def clone(s: list) -> None:
             s[0].clone = (ctype, session(s), index)
-        return E(VoidT(), clone)
+        return E(VoidT(), clone, extra=("clone", ctype, index))
 
     def _v1_resubmit(self, node: Tree, args: list, scope: Scope) -> E:
         def resubmit(s: list) -> None:

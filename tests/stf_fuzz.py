@@ -22,7 +22,7 @@ from p4switch.runtime import PipelineAssertion
 from p4switch.stf import run_stf
 
 PORTS = range(1, 9)
-CONTROL = ("add ", "setdefault ")
+CONTROL = ("add ", "setdefault ", "mirroring_add ", "mc_mgrp_create ", "mc_node_create ", "mc_node_associate ")
 #: The outputs' key for packets that failed (a false assert/assume): their error messages.
 FAILED = -1
 #: The outputs' key for the log_msg lines of all packets, in order.

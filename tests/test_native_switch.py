@@ -4,6 +4,8 @@ traffic manager, the fallback to Python with its reason."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -216,3 +218,70 @@ def test_assume_and_log_msg_in_the_native_loops(lab: Lab, tmp_path: Path) -> Non
     assert text.count("p4switch.pipeline: in kind=1 len=32") == 3, text[-2000:]
     assert text.count("p4switch.pipeline: out port=2 v=17 rid=0") == 3
     assert text.count("p4switch.pipeline: in kind=255 len=4") == 2
+
+
+def _heads(host: netns.Host, seconds: float) -> "subprocess.Popen[str]":
+    """A capture on `host` counting received frames by their first 4 bytes for `seconds`
+    (its first output line says it listens; its last is the counts)."""
+    proc = subprocess.Popen(["ip", "netns", "exec", host.ns, sys.executable, "-c", HEADS, host.iface,
+                             str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _counts(proc: "subprocess.Popen[str]") -> dict[str, int]:
+    out, _ = proc.communicate(timeout=30)
+    return ast.literal_eval(out.strip().splitlines()[-1])
+
+
+def test_clones_leave_the_native_loops_on_their_sessions_ports(lab: Lab, tmp_path: Path) -> None:
+    """lang_clone.p4 natively, clone sessions 5 and 6 written over P4Runtime (both to port 3):
+    kind 1 leaves on port 2 (v + 1) and its I2E clone on port 3 (v as sent, instance type 1);
+    kind 4 is dropped in egress and only its E2E clone leaves, on port 3 (instance type 2)."""
+    from p4.v1 import p4runtime_pb2
+
+    h1, out1, h2, out2 = _two_hosts(lab)
+    h3, out3 = lab.add_host(3, "10.0.3.1")
+    program = Path(__file__).parent / "p4programs" / "lang_clone.p4"
+    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "-i", f"3@{out3}",
+            "--datapath", "native"]
+    with switch_process(args, tmp_path / "s.log", ready_timeout=60) as (_, address):
+        client = _Client(address, 1)
+        try:
+            assert control.call(address, "Stats", {})["datapath"] == "native"
+            updates = []
+            for session in (5, 6):
+                entry = p4runtime_pb2.CloneSessionEntry(session_id=session)
+                entry.replicas.add(egress_port=3, instance=0)
+                pre = p4runtime_pb2.PacketReplicationEngineEntry(clone_session_entry=entry)
+                updates.append(p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT, entity=p4runtime_pb2.Entity(
+                    packet_replication_engine_entry=pre)))
+            client.write(updates)
+            on2, on3 = _heads(h2, 3.0), _heads(h3, 3.0)
+            _send(h1, bytes([0x01, 0x10, 0x00, 0x00]) + bytes(56), 4)
+            _send(h1, bytes([0x04, 0x10, 0x00, 0x00]) + bytes(56), 3)
+            got2, got3 = _counts(on2), _counts(on3)
+        finally:
+            client.close()
+    assert got2.get("01110000") == 4 and "04210000" not in got2, got2
+    assert (got3.get("01100001"), got3.get("04210002")) == (4, 3), got3
+
+
+HEADS = r"""
+import socket, sys, time
+iface, seconds = sys.argv[1], float(sys.argv[2])
+sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+sock.bind((iface, 0))
+sock.settimeout(0.1)
+print("ready", flush=True)
+heads = {}
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        frame, addr = sock.recvfrom(2048)
+    except socket.timeout:
+        continue
+    if addr[2] != socket.PACKET_OUTGOING:
+        heads[frame[:4].hex()] = heads.get(frame[:4].hex(), 0) + 1
+print(heads)
+"""

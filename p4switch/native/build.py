@@ -98,6 +98,7 @@ def load(path: Path) -> ctypes.CDLL:
         "gf_register_access": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_uint32, u64p, u64p]),
         "gf_meter_config": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_double)]),
         "gf_mcast_set": (ctypes.c_int, [vp, ctypes.c_uint32, u32p, u32p, ctypes.c_uint32]),
+        "gf_clone_set": (ctypes.c_int, [vp, ctypes.c_uint32, u32p, u32p, ctypes.c_uint32, ctypes.c_uint32]),
         "gf_profile_member": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_int32, u64p, ctypes.c_int,
                                              ctypes.c_int]),
         "gf_vset_set": (ctypes.c_int, [vp, ctypes.c_int, u64p, ctypes.c_uint32, ctypes.c_uint32]),

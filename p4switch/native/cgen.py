@@ -25,9 +25,13 @@ from p4switch.native.recorder import Recorded
 from p4switch.tables import MATCH_KINDS
 
 _ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
-_UNSUPPORTED_EXTERNS = ("clone", "clone3", "clone_preserving_field_list", "resubmit",
-                        "resubmit_preserving_field_list", "recirculate",
+_UNSUPPORTED_EXTERNS = ("resubmit", "resubmit_preserving_field_list", "recirculate",
                         "recirculate_preserving_field_list")
+#: Slots of the packet's own after the program's: their macro names and what they hold.
+_OWN_SLOTS = (("GF_TRUNCATE", "truncate(n): the frame leaves cut to n bytes (0: whole)"),
+              ("GF_CLONE", "clone requested: 0 none, 1 I2E (end of ingress), 2 E2E (end of egress)"),
+              ("GF_CLONE_SESSION", "the clone session"),
+              ("GF_CLONE_FL", "1 + the field list the clone keeps (0: none)"))
 
 
 _SELECTOR_ALGORITHMS = {fn: name for name, fn in ALGORITHMS.items()}
@@ -320,13 +324,14 @@ class ProgramGen(LoopGen, FunctionGen):
         tables = [self.table_fn(n) for n in self.table_names]
         # action functions may have been generated while generating other bodies
         c = self.compiled
-        nslots = len(self.template_c) + 1  # the program's slots, then the truncation length
+        first = len(self.template_c)  # the program's slots, then the packet's own:
+        nslots = first + len(_OWN_SLOTS)
         std = self.std
         lines = [
             "/* Generated from the P4 program by p4switch.native; do not edit. */",
             "#define _GNU_SOURCE",
             f"#define GF_NSLOTS {nslots}",
-            f"#define GF_TRUNCATE {nslots - 1}  /* truncate(n): the frame leaves cut to n bytes (0: whole) */",
+            *(f"#define {name} {first + k}  /* {what} */" for k, (name, what) in enumerate(_OWN_SLOTS)),
             '#include "gf_state.h"',
             "typedef struct gf_ctx {",
             "    uint64_t s[GF_NSLOTS];",
@@ -335,12 +340,14 @@ class ProgramGen(LoopGen, FunctionGen):
             "    gf_prog *p; uint8_t *out; uint32_t out_len;",
             "    uint32_t ndig; uint64_t dig[GF_DIGEST_WORDS];  /* digests: [id, n, values...] ... */",
             "    int fault;  /* 1 + the index of the error that fails the packet (an extern without a body) */",
+            "    uint32_t full_len;  /* the deparsed frame's length before truncate (for E2E clones) */",
             f"    uint8_t vb[{max(len(self.vb_slots), 1)}][{VB_BYTES}];  /* the bits of each varbit slot */",
             "} gf_ctx;",
             "#define S (c->s)",
             "#define P (c->p)",
-            f"static const uint64_t gf_template[GF_NSLOTS] = {{{', '.join(lit(v) for v in self.template_c + [0])}}};",
-            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}, -1}};",
+            f"static const uint64_t gf_template[GF_NSLOTS] = "
+            f"{{{', '.join(lit(v) for v in self.template_c + [0] * len(_OWN_SLOTS))}}};",
+            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}{', -1' * len(_OWN_SLOTS)}}};",
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
         lines += [f"static uint64_t {fn}(gf_ctx *c);" for fn in self.function_fns.values()]
@@ -379,6 +386,22 @@ class ProgramGen(LoopGen, FunctionGen):
             f"    S[{std['ingress_global_timestamp']}] = now;",
             "    ctl_parser(c); ctl_verify(c); c->exit_flag = 0; if (!c->fault) ctl_ingress(c);",
             "}",
+            "/* A clone's own parse of `data` (the original frame, or the deparsed one for E2E). */",
+            "static void gf_clone_parse(gf_ctx *c, const uint8_t *data, uint32_t len, uint32_t port, uint64_t now) {",
+            "    memcpy(c->s, gf_template, sizeof c->s);",
+            "    c->data = data; c->len = len; c->pos = 0; c->payload_off = 0; c->now_us = now; c->exit_flag = 0;",
+            "    c->ndig = 0; c->fault = 0;",
+            f"    S[{std['ingress_port']}] = port; S[{std['packet_length']}] = len;",
+            "    ctl_parser(c);",
+            "}",
+            "/* Copy field list `fl` - 1 (0: none) from `from` to the clone `c`. */",
+            "static void gf_preserve(gf_ctx *c, const gf_ctx *from, uint64_t fl) {",
+            "    switch (fl) {",
+            *(f"    case {index + 1}: {' '.join(f'S[{slot}] = from->s[{slot}];' for slot in slots)} break;"
+              for index, slots in sorted(c.field_lists.items())),
+            "    default: break;",
+            "    }",
+            "}",
             "/* Egress, checksum update and deparser: the frame's length in `out`, or -1 (dropped). */",
             "static int gf_egress_run(gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,",
             "                         uint64_t deq_td, uint64_t deq_qdepth, uint8_t *out) {",
@@ -386,14 +409,17 @@ class ProgramGen(LoopGen, FunctionGen):
             f"    S[{std['enq_timestamp']}] = enq_ts & 0xFFFFFFFFu; S[{std['enq_qdepth']}] = enq_qdepth & 0x7FFFF;",
             f"    S[{std['deq_timedelta']}] = deq_td & 0xFFFFFFFFu; S[{std['deq_qdepth']}] = deq_qdepth & 0x7FFFF;",
             f"    S[{std['egress_global_timestamp']}] = (enq_ts + deq_td) & 0xFFFFFFFFFFFFULL;",
-            "    c->exit_flag = 0; c->ndig = 0; ctl_egress(c);  /* egress's own log words */",
-            f"    if (S[{std['egress_spec']}] == GF_DROP || c->fault) return -1;",
+            "    c->exit_flag = 0; c->ndig = 0; S[GF_CLONE] = 0; ctl_egress(c);  /* egress's own log words, clone */",
+            "    if (c->fault) return -1;",
+            f"    int drop = S[{std['egress_spec']}] == GF_DROP;",
+            "    if (drop && S[GF_CLONE] != 2) return -1;  /* an E2E clone is made of a dropped packet too */",
             "    ctl_compute(c);",
             "    c->out = out; c->out_len = 0; ctl_deparser(c);",
             "    uint32_t rest = c->len - c->payload_off;",
             "    if (c->out_len + rest > GF_MAXFRAME) rest = GF_MAXFRAME - c->out_len;",
             "    memcpy(out + c->out_len, c->data + c->payload_off, rest);",
-            "    uint32_t flen = c->out_len + rest;",
+            "    uint32_t flen = c->full_len = c->out_len + rest;",
+            "    if (drop) return -1;",
             "    return (int)(S[GF_TRUNCATE] && S[GF_TRUNCATE] < flen ? S[GF_TRUNCATE] : flen);",
             "}",
             f"#define GF_STD_EGRESS_SPEC {std['egress_spec']}",
@@ -401,6 +427,7 @@ class ProgramGen(LoopGen, FunctionGen):
             f"#define GF_STD_PRIORITY {std['priority']}",
             f"#define GF_STD_EGRESS_RID {std['egress_rid']}",
             f"#define GF_STD_INSTANCE_TYPE {std['instance_type']}",
+            f"#define GF_STD_INGRESS_PORT {std['ingress_port']}",
             '#include "gf_process.h"',
         ]
         if with_switch:

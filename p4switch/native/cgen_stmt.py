@@ -310,6 +310,15 @@ class StmtGen(StackGen):
                 "goto p_done;" if self.in_parser else f"c->exit_flag = 1; {self.leave()}")
             out.append(f"{ind}if (!({self.cx(args[0])})) {{ {fail} }}")
             return
+        if name in ("clone", "clone3", "clone_preserving_field_list"):
+            found = self.rec.clones.get(id(node))
+            if found is None:
+                raise self.fail(node, name)
+            ctype, index = found  # the copy is made at the end of ingress (I2E) or egress (E2E)
+            out.append(f"{ind}S[GF_CLONE] = {1 if ctype == 'I2E' else 2}; "
+                       f"S[GF_CLONE_SESSION] = {self.cx(args[1])} & UINT64_C(0xFFFFFFFF); "
+                       f"S[GF_CLONE_FL] = {0 if index is None else index + 1};")
+            return
         if name == "truncate":  # the frame leaves cut to that many bytes (0: whole)
             out.append(f"{ind}S[GF_TRUNCATE] = {self.cx(args[0])} & UINT64_C(0xFFFFFFFF);")
             return

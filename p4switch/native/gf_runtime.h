@@ -223,7 +223,7 @@ typedef struct { uint32_t size; uint64_t *packets, *bytes; } gf_counter;
 typedef struct { uint32_t size; unsigned width; uint64_t *values; } gf_register;
 typedef struct { double cir, pir, tc, tp; int64_t cburst, pburst, last_us; int configured; } gf_meter_cell;
 typedef struct { uint32_t size; int bytes_unit; gf_meter_cell *cells; pthread_mutex_t lock; } gf_meter;
-typedef struct { uint32_t n; uint32_t *ports, *rids; } gf_mgroup;
+typedef struct { uint32_t n; uint32_t *ports, *rids; uint32_t truncate; } gf_mgroup;  /* or a clone session */
 
 static inline void gf_count(gf_counter *c, uint64_t index, uint32_t len) {
     if (index < c->size) {

@@ -31,6 +31,7 @@ typedef struct gf_prog {
     gf_register *registers;
     gf_meter *meters;
     gf_mgroup *groups; uint32_t ngroups;  /* indexed by group id (grown on demand) */
+    gf_mgroup *sessions; uint32_t nsessions;  /* clone sessions, by session id (grown on demand) */
     gf_profile *profiles; int nprofiles;
     gf_vset *vsets; int nvsets;
     uint64_t order;
@@ -197,24 +198,36 @@ GF_EXPORT int gf_meter_config(gf_prog *p, int mid, uint32_t index, const double 
     return 0;
 }
 
-/* Replace the replicas of a multicast group (n = 0 deletes it). */
-GF_EXPORT int gf_mcast_set(gf_prog *p, uint32_t gid, const uint32_t *ports, const uint32_t *rids, uint32_t n) {
-    if (gid >= 65536) return -1;
+/* Replace the replicas of group `id` in a table of groups grown on demand (n = 0 empties it). */
+static int gf_replicas_set(gf_prog *p, gf_mgroup **table, uint32_t *size, uint32_t id, const uint32_t *ports,
+                           const uint32_t *rids, uint32_t n, uint32_t truncate) {
+    if (id >= 65536) return -1;
     pthread_rwlock_wrlock(&p->lock);
-    if (gid >= p->ngroups) {
-        uint32_t ng = gid + 1;
-        p->groups = realloc(p->groups, sizeof(gf_mgroup) * ng);
-        memset(&p->groups[p->ngroups], 0, sizeof(gf_mgroup) * (ng - p->ngroups));
-        p->ngroups = ng;
+    if (id >= *size) {
+        uint32_t ng = id + 1;
+        *table = realloc(*table, sizeof(gf_mgroup) * ng);
+        memset(&(*table)[*size], 0, sizeof(gf_mgroup) * (ng - *size));
+        *size = ng;
     }
-    gf_mgroup *g = &p->groups[gid];
+    gf_mgroup *g = &(*table)[id];
     free(g->ports); free(g->rids);
-    g->n = n;
+    g->n = n; g->truncate = truncate;
     g->ports = n ? malloc(sizeof(uint32_t) * n) : 0;
     g->rids = n ? malloc(sizeof(uint32_t) * n) : 0;
     if (n) { memcpy(g->ports, ports, sizeof(uint32_t) * n); memcpy(g->rids, rids, sizeof(uint32_t) * n); }
     pthread_rwlock_unlock(&p->lock);
     return 0;
+}
+
+/* Replace the replicas of a multicast group (n = 0 deletes it). */
+GF_EXPORT int gf_mcast_set(gf_prog *p, uint32_t gid, const uint32_t *ports, const uint32_t *rids, uint32_t n) {
+    return gf_replicas_set(p, &p->groups, &p->ngroups, gid, ports, rids, n, 0);
+}
+
+/* Replace the replicas of a clone session and its truncation length (n = 0 deletes it). */
+GF_EXPORT int gf_clone_set(gf_prog *p, uint32_t sid, const uint32_t *ports, const uint32_t *rids, uint32_t n,
+                           uint32_t truncate) {
+    return gf_replicas_set(p, &p->sessions, &p->nsessions, sid, ports, rids, n, truncate);
 }
 
 /* Replace the members of value set `vid` (n members of `stride` words each). */
@@ -329,7 +342,8 @@ GF_EXPORT void gf_prog_free(gf_prog *p) {
     free(p->profiles);
     for (int i = 0; i < p->nvsets; i++) free(p->vsets[i].items);
     free(p->vsets);
-    free(p->tables); free(p->counters); free(p->registers); free(p->meters); free(p->groups);
+    for (uint32_t i = 0; i < p->nsessions; i++) { free(p->sessions[i].ports); free(p->sessions[i].rids); }
+    free(p->tables); free(p->counters); free(p->registers); free(p->meters); free(p->groups); free(p->sessions);
     pthread_rwlock_destroy(&p->lock);
     free(p);
 }

@@ -96,14 +96,44 @@ static void gf_flush(gf_switch *sw, gf_txbatch *tx) {
     tx->n = 0;
 }
 
+static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,
+                      uint64_t deq_td, uint64_t deq_qdepth, gf_txbatch *tx, int depth);
+
+/* The E2E clones of the packet `c` whose deparsed frame is in send slot k (they leave at once,
+ * without queueing, as on the Python pipeline); the slot then holding its `len` bytes, or -1
+ * when a clone failed (the packet fails with it). */
+static int gf_depart_clones(gf_switch *sw, gf_ctx *c, int k, int len, gf_txbatch *tx, int depth) {
+    gf_prog *p = sw->p;
+    uint64_t sid = c->s[GF_CLONE_SESSION];
+    gf_mgroup *sess = sid < p->nsessions ? &p->sessions[sid] : 0;
+    if (!sess || !sess->n) return k;
+    uint8_t *copy = malloc(c->full_len);
+    memcpy(copy, tx->frames[k], c->full_len);
+    gf_ctx *t = malloc(sizeof(gf_ctx));
+    int failed = 0;
+    for (uint32_t i = 0; i < sess->n && !failed; i++) {
+        gf_clone_setup(t, c, copy, c->full_len, (uint32_t)c->s[GF_STD_INGRESS_PORT], 2, sess->rids[i], sess->truncate);
+        if (t->ndig) gf_to_cpu(sw, (const uint8_t *)t->dig, t->ndig * (uint32_t)sizeof(uint64_t), 1);
+        if (t->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); failed = 1; break; }
+        gf_depart(sw, t, sess->ports[i], 0, 0, 0, 0, tx, depth + 1);
+    }
+    free(t);
+    if (tx->n == GF_BATCH) gf_flush(sw, tx);
+    if (len > 0) memcpy(tx->frames[tx->n], copy, (size_t)len);
+    free(copy);
+    return failed ? -1 : tx->n;
+}
+
 /* Egress for one packet leaving its queue; the frame joins the send batch. */
 static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,
-                      uint64_t deq_td, uint64_t deq_qdepth, gf_txbatch *tx) {
+                      uint64_t deq_td, uint64_t deq_qdepth, gf_txbatch *tx, int depth) {
     if (tx->n == GF_BATCH) gf_flush(sw, tx);
     int k = tx->n;
     int len = gf_egress_run(c, port, enq_ts, enq_qdepth, deq_td, deq_qdepth, tx->frames[k]);
     if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);  /* log words */
-    if (c->fault) __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED);
+    if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
+    if (c->s[GF_CLONE] == 2 && depth < GF_MAX_CLONE_DEPTH && (k = gf_depart_clones(sw, c, k, len, tx, depth)) < 0)
+        return;
     if (len < 0) return;
     if ((int)port == sw->cpu_port) { gf_to_cpu(sw, tx->frames[k], (uint32_t)len, 0); return; }
     if (port >= GF_PORTS || sw->ports[port].fd < 0) { __atomic_fetch_add(&sw->stats[ST_NO_PORT], 1, __ATOMIC_RELAXED); return; }
@@ -114,8 +144,7 @@ static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, 
 }
 
 /* One job from ingress: leave at once when the port is idle, else queue (or drop). */
-static void gf_job(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t now, gf_txbatch *tx) {
-    uint32_t prio = (uint32_t)c->s[GF_STD_PRIORITY];
+static void gf_job(gf_switch *sw, gf_ctx *c, uint32_t port, uint32_t prio, uint64_t now, gf_txbatch *tx) {
     if (port >= GF_PORTS) { __atomic_fetch_add(&sw->stats[ST_NO_PORT], 1, __ATOMIC_RELAXED); return; }
     pthread_mutex_lock(&sw->tm);
     gf_port *pt = &sw->ports[port];
@@ -131,7 +160,7 @@ static void gf_job(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t now, gf_txb
         q->last_send = t; q->last_size = c->len;
         if (pt->rate > 0) pt->free_at = t + gf_service_us(pt->rate, pt->per_bit, c->len);
         pthread_mutex_unlock(&sw->tm);
-        gf_depart(sw, c, port, now, 0, 0, 0, tx);
+        gf_depart(sw, c, port, now, 0, 0, 0, tx, 0);
         return;
     }
     if (q->n >= q->depth) { sw->stats[ST_QUEUE_FULL]++; sw->qdrops[port][prio]++; pthread_mutex_unlock(&sw->tm); return; }
@@ -156,18 +185,30 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
     gf_ingress_run(c, frame, len, port, now);
     if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);
     if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
+    uint32_t prio = (uint32_t)c->s[GF_STD_PRIORITY];
+    gf_prog *p = sw->p;
+    if (c->s[GF_CLONE] == 1) {  /* I2E clones: the original frame parsed anew, queued at the packet's priority */
+        uint64_t sid = c->s[GF_CLONE_SESSION];
+        gf_mgroup *sess = sid < p->nsessions ? &p->sessions[sid] : 0;
+        for (uint32_t i = 0; sess && i < sess->n; i++) {
+            gf_clone_setup(r, c, frame, len, port, 1, sess->rids[i], sess->truncate);
+            r->s[GF_STD_EGRESS_SPEC] = sess->ports[i];
+            if (r->ndig) gf_to_cpu(sw, (const uint8_t *)r->dig, r->ndig * (uint32_t)sizeof(uint64_t), 1);
+            if (r->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
+            gf_job(sw, r, sess->ports[i], prio, now, tx);
+        }
+    }
     uint64_t grp = c->s[GF_STD_MCAST_GRP];
     if (!grp) {
-        if (c->s[GF_STD_EGRESS_SPEC] != GF_DROP) gf_job(sw, c, (uint32_t)c->s[GF_STD_EGRESS_SPEC], now, tx);
+        if (c->s[GF_STD_EGRESS_SPEC] != GF_DROP) gf_job(sw, c, (uint32_t)c->s[GF_STD_EGRESS_SPEC], prio, now, tx);
         return;
     }
-    gf_prog *p = sw->p;
     uint32_t n = grp < p->ngroups ? p->groups[grp].n : 0;
     for (uint32_t i = 0; i < n; i++) {
         memcpy(r, c, sizeof(gf_ctx));
         r->s[GF_STD_EGRESS_RID] = p->groups[grp].rids[i];
         r->s[GF_STD_INSTANCE_TYPE] = 5; r->s[GF_TRUNCATE] = 0;  /* a new packet: not cut */
-        gf_job(sw, r, p->groups[grp].ports[i], now, tx);
+        gf_job(sw, r, p->groups[grp].ports[i], prio, now, tx);
     }
 }
 
@@ -242,7 +283,7 @@ static void *gf_egress_loop(void *arg) {
         c->data = it->data; c->len = it->len; c->payload_off = it->payload_off; c->now_us = it->enq_ts;
         pthread_rwlock_rdlock(&sw->p->lock);
         gf_depart(sw, c, (uint32_t)bport, it->enq_ts, it->enq_qdepth, tick > it->enq_ts ? tick - it->enq_ts : 0,
-                  deq_qdepth, tx);
+                  deq_qdepth, tx, 0);
         pthread_rwlock_unlock(&sw->p->lock);
         if (tx->n == GF_BATCH || !pt->queued) gf_flush(sw, tx);
         free(it);

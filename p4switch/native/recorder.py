@@ -47,6 +47,7 @@ class Recorded:
     action_context: dict[int, "Recorded"] = field(default_factory=dict)  # id(ActionImpl) -> same
     missing_externs: set[str] = field(default_factory=set)  # extern functions without a body called
     assertions: dict[int, str] = field(default_factory=dict)  # assert/assume call -> failure message
+    clones: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # clone call -> (type, list)
     # id(lvalue) -> (the lvalue reading temporaries, [(temporary's var node, index expression)])
     # for an lvalue whose indices make calls (StmtCompiler.hoist_indices)
     hoisted: dict[int, tuple[Any, list[tuple[Any, Any]]]] = field(default_factory=dict)
@@ -140,6 +141,17 @@ class RecordingCompiler(Compiler):
     def _assertion(self, node: Tree, args: list, scope: Scope, what: str) -> E:
         e = super()._assertion(node, args, scope, what)
         self.recorded.assertions[id(node)] = e.extra[1]  # ("assertion", message)
+        self.recorded.keep.append(node)
+        return e
+
+    def _v1_clone(self, node: Tree, args: list, scope: Scope) -> E:
+        return self._clone_recorded(node, super()._v1_clone(node, args, scope))
+
+    def _v1_clone_preserving_field_list(self, node: Tree, args: list, scope: Scope) -> E:
+        return self._clone_recorded(node, super()._v1_clone_preserving_field_list(node, args, scope))
+
+    def _clone_recorded(self, node: Tree, e: E) -> E:
+        self.recorded.clones[id(node)] = e.extra[1:]  # ("clone", type, field list index or None)
         self.recorded.keep.append(node)
         return e
 

@@ -12,6 +12,7 @@ import ctypes
 from typing import Any
 
 from p4switch.action_profiles import ActionProfile
+from p4switch.errors import P4SwitchError
 from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine, ValueSet
 from p4switch.tables import MATCH_KINDS, Table, TableEntry, TableError
 
@@ -290,24 +291,40 @@ class NativeMeters(MeterArray):
         self.lib.gf_meter_config(self.prog, self.mid, index, None)
 
 
+MAX_REPLICATION_ID = 65536  # multicast group and clone session ids the C tables hold (gf_state.h)
+
+
 class NativeReplication(ReplicationEngine):
-    """Multicast groups pushed to the C datapath; clone sessions stay (the native backend
-    refuses programs that clone)."""
+    """Multicast groups and clone sessions pushed to the C datapath (ids below 65536)."""
 
     def bind(self, lib: Any, prog: Any) -> "NativeReplication":
         self.lib, self.prog = lib, prog
         return self
 
-    def set_multicast_group(self, gid: int, replicas: list[tuple[int, int]]) -> None:
-        super().set_multicast_group(gid, replicas)
+    def _push(self, fn: Any, what: str, id_: int, replicas: list[tuple[int, int]], *extra: int) -> None:
         n = len(replicas)
         ports = (ctypes.c_uint32 * max(n, 1))(*[p for p, _ in replicas])
         rids = (ctypes.c_uint32 * max(n, 1))(*[r for _, r in replicas])
-        self.lib.gf_mcast_set(self.prog, gid, ports, rids, n)
+        if fn(self.prog, id_, ports, rids, n, *extra) != 0:
+            raise P4SwitchError(f"{what} {id_}: the native datapath holds ids below {MAX_REPLICATION_ID}")
+
+    def set_multicast_group(self, gid: int, replicas: list[tuple[int, int]]) -> None:
+        self._push(self.lib.gf_mcast_set, "multicast group", gid, replicas)
+        super().set_multicast_group(gid, replicas)
 
     def delete_multicast_group(self, gid: int) -> None:
         super().delete_multicast_group(gid)
-        self.lib.gf_mcast_set(self.prog, gid, None, None, 0)
+        if gid < MAX_REPLICATION_ID:
+            self._push(self.lib.gf_mcast_set, "multicast group", gid, [])
+
+    def set_clone_session(self, sid: int, replicas: list[tuple[int, int]], truncate_len: int = 0) -> None:
+        self._push(self.lib.gf_clone_set, "clone session", sid, replicas, truncate_len)
+        super().set_clone_session(sid, replicas, truncate_len)
+
+    def delete_clone_session(self, sid: int) -> None:
+        super().delete_clone_session(sid)
+        if sid < MAX_REPLICATION_ID:
+            self._push(self.lib.gf_clone_set, "clone session", sid, [], 0)
 
 
 assert MATCH_KINDS[0] == "exact"  # the C side numbers match kinds in this order
