@@ -178,14 +178,18 @@ def test_digests_reach_the_p4runtime_client_from_the_native_loops(lab: Lab, tmp_
             client.close()
 
 
+def _native_args(program: str, *interfaces: str) -> list[str]:
+    """`p4switch run` arguments: tests/p4programs/`program` natively, interface i on port i + 1."""
+    ports = [arg for i, name in enumerate(interfaces) for arg in ("-i", f"{i + 1}@{name}")]
+    return [str(Path(__file__).parent / "p4programs" / program), "--device-id", "1", *ports, "--datapath", "native"]
+
+
 def test_packets_calling_an_extern_without_a_body_are_counted_and_dropped(lab: Lab, tmp_path: Path) -> None:
     """lang_extern_fn.p4 natively: a frame that reaches `scramble` is dropped and counted as
     failed; the others are forwarded."""
     h1, out1, h2, out2 = _two_hosts(lab)
-    log = tmp_path / "s.log"
-    program = Path(__file__).parent / "p4programs" / "lang_extern_fn.p4"
-    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "--datapath", "native"]
-    with switch_process(args, log, ready_timeout=60) as (_, address):
+    with switch_process(_native_args("lang_extern_fn.p4", out1, out2), tmp_path / "s.log",
+                        ready_timeout=60) as (_, address):
         assert control.call(address, "Stats", {})["datapath"] == "native"
         before = _rx_packets(h2)
         _send(h1, bytes([0xEE, 0x10]) + bytes(58), 5)  # calls scramble
@@ -203,9 +207,7 @@ def test_assume_and_log_msg_in_the_native_loops(lab: Lab, tmp_path: Path) -> Non
     switch's log on the pipeline's logger, from ingress and from egress."""
     h1, out1, h2, out2 = _two_hosts(lab)
     log = tmp_path / "s.log"
-    program = Path(__file__).parent / "p4programs" / "lang_truncate_assert_log.p4"
-    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "--datapath", "native"]
-    with switch_process(args, log, ready_timeout=60) as (_, address):
+    with switch_process(_native_args("lang_truncate_assert_log.p4", out1, out2), log, ready_timeout=60) as (_, address):
         assert control.call(address, "Stats", {})["datapath"] == "native"
         before = _rx_packets(h2)
         _send(h1, bytes([0x01, 0x20, 0x10]) + bytes(57), 3)  # forwarded, cut to 32 bytes
@@ -242,9 +244,7 @@ def test_clones_leave_the_native_loops_on_their_sessions_ports(lab: Lab, tmp_pat
 
     h1, out1, h2, out2 = _two_hosts(lab)
     h3, out3 = lab.add_host(3, "10.0.3.1")
-    program = Path(__file__).parent / "p4programs" / "lang_clone.p4"
-    args = [str(program), "--device-id", "1", "-i", f"1@{out1}", "-i", f"2@{out2}", "-i", f"3@{out3}",
-            "--datapath", "native"]
+    args = _native_args("lang_clone.p4", out1, out2, out3)
     with switch_process(args, tmp_path / "s.log", ready_timeout=60) as (_, address):
         client = _Client(address, 1)
         try:
