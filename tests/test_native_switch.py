@@ -257,7 +257,7 @@ def test_clones_leave_the_native_loops_on_their_sessions_ports(lab: Lab, tmp_pat
                 updates.append(p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT, entity=p4runtime_pb2.Entity(
                     packet_replication_engine_entry=pre)))
             client.write(updates)
-            on2, on3 = _heads(h2, 3.0), _heads(h3, 3.0)
+            on2, on3 = _heads(h2, 8.0), _heads(h3, 8.0)  # long enough for two sends on a loaded machine
             _send(h1, bytes([0x01, 0x10, 0x00, 0x00]) + bytes(56), 4)
             _send(h1, bytes([0x04, 0x10, 0x00, 0x00]) + bytes(56), 3)
             got2, got3 = _counts(on2), _counts(on3)
