@@ -184,7 +184,12 @@ def test_bmv2_paces_each_priority_queue_and_reports_its_own_queue(tmp_path: Path
         assert [p["seq"] for p in packets] == list(range(first, first + len(packets))), seen
     # Depths count the packet's own queue only, never the lows queued beside it. (``qid``,
     # BMv2's queueing_metadata.qid = the priority, is not in p4c's v1model standard_metadata_t.)
-    assert [p["enq_qdepth"] for p in high][-3:] == [0, 1, 2], seen
+    # The k-th high finds at most k (and at most 2, its queue's depth less one) queued ahead;
+    # the burst fills the queue; once the burst is in, the last three drain it. (The first high
+    # may leave before the second arrives, between the third and the fourth, or later: depths
+    # [0, 0, 1, 2], [0, 1, 2, 2] (seen in CI) or [0, 1, 2].)
+    enq = [p["enq_qdepth"] for p in high]
+    assert max(enq) == 2 and all(d <= min(k, 2) for k, d in enumerate(enq)), seen
     assert [p["deq_qdepth"] for p in high][-3:] == [2, 1, 0], seen
     # Each queue paces itself from enqueue: the k-th waits about k intervals (50 ms low,
     # 100 ms high), whatever the other queue does; a rate shared by the port would make the
