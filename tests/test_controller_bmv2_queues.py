@@ -181,7 +181,11 @@ def test_bmv2_paces_each_priority_queue_and_reports_its_own_queue(tmp_path: Path
     # are tail-dropped.
     for packets, first in ((low, 0), (high, 10)):
         assert 3 <= len(packets) <= 4, seen
-        assert [p["seq"] for p in packets] == list(range(first, first + len(packets))), seen
+        # The first three always fit; a fourth is whichever arrived after the first had left
+        # (a test run saw 10, 11, 12, 14: 13 found the queue full).
+        seqs = [p["seq"] for p in packets]
+        assert seqs[:3] == [first, first + 1, first + 2] and seqs == sorted(set(seqs)), seen
+        assert seqs[-1] < first + 6, seen
     # Depths count the packet's own queue only, never the lows queued beside it. (``qid``,
     # BMv2's queueing_metadata.qid = the priority, is not in p4c's v1model standard_metadata_t.)
     # The k-th high finds at most k (and at most 2, its queue's depth less one) queued ahead;

@@ -381,12 +381,19 @@ class StmtGen(StackGen):
         leaves = self.leaves(args[1])
         if len(leaves) != len(fields) or any(f.bitwidth > 64 for f in fields):
             raise self.fail(node, f"digest {name}: data that is not one value per field of at most 64 bits")
-        n = len(leaves)
+        values = [(code, f.bitwidth) for (code, _), f in zip(leaves, fields)]
+        self.append_words(str(list(self.compiled.digests).index(name)), values, out, ind)
+
+    @staticmethod
+    def append_words(ident: str, values: list[tuple[str, int]], out: list[str], ind: str) -> None:
+        """[ident, n, values masked to their widths...] appended to the packet's digest words,
+        left out when they do not fit."""
+        n = len(values)
         out.append(f"{ind}if (c->ndig + {n + 2} <= GF_DIGEST_WORDS) {{")
         out.append(f"{ind}    uint64_t *d_ = &c->dig[c->ndig];")
-        out.append(f"{ind}    d_[0] = {list(self.compiled.digests).index(name)}; d_[1] = {n};")
-        for k, ((code, _), f) in enumerate(zip(leaves, fields)):
-            out.append(f"{ind}    d_[{k + 2}] = ({code}) & {lit((1 << f.bitwidth) - 1)};")
+        out.append(f"{ind}    d_[0] = {ident}; d_[1] = {n};")
+        for k, (code, w) in enumerate(values):
+            out.append(f"{ind}    d_[{k + 2}] = ({code}) & {lit((1 << w) - 1)};")
         out.append(f"{ind}    c->ndig += {n + 2};")
         out.append(f"{ind}}}")
 
@@ -396,16 +403,9 @@ class StmtGen(StackGen):
         text = self.e(args[0]).const
         if not isinstance(text, str):
             raise self.fail(node, "log_msg without a string literal")
-        leaves = self.leaves(args[1]) if len(args) == 2 else []
         self.log_formats.append(text)
-        n = len(leaves)
-        out.append(f"{ind}if (c->ndig + {n + 2} <= GF_DIGEST_WORDS) {{")
-        out.append(f"{ind}    uint64_t *d_ = &c->dig[c->ndig];")
-        out.append(f"{ind}    d_[0] = GF_LOG_ID + {len(self.log_formats) - 1}; d_[1] = {n};")
-        for k, (code, w) in enumerate(leaves):
-            out.append(f"{ind}    d_[{k + 2}] = ({code}) & {lit((1 << w) - 1)};")
-        out.append(f"{ind}    c->ndig += {n + 2};")
-        out.append(f"{ind}}}")
+        leaves = self.leaves(args[1]) if len(args) == 2 else []
+        self.append_words(f"GF_LOG_ID + {len(self.log_formats) - 1}", leaves, out, ind)
 
     def checksum(self, node: Tree, name: str, args: list, out: list[str], ind: str) -> None:
         update = name.startswith("update")

@@ -21,8 +21,8 @@ static void gf_sink_words(gf_sink *k, const gf_ctx *c) {
     }
 }
 
-/* Set up clone `t` of a packet: parsed from `data`, the field list of `from`, its session's
- * replica; `prio` of the packet is not the clone's (its standard metadata starts fresh). */
+/* Set up clone `t` of packet `from`: parsed anew from `data` (fresh metadata), the field list
+ * `from` keeps, instance type `itype`, its session replica's rid and the session's truncation. */
 static void gf_clone_setup(gf_ctx *t, const gf_ctx *from, const uint8_t *data, uint32_t len, uint32_t in_port,
                            uint32_t itype, uint32_t rid, uint32_t truncate) {
     t->p = from->p; t->rng = from->rng;
@@ -38,8 +38,7 @@ static int gf_emit(gf_prog *p, gf_ctx *r, uint32_t eport, uint64_t enq_ts, gf_si
     int flen = gf_egress_run(r, eport, enq_ts, 0, 0, 0, frame), fault = r->fault;
     gf_sink_words(k, r);
     if (!fault && r->s[GF_CLONE] == 2 && depth < GF_MAX_CLONE_DEPTH) {
-        uint64_t sid = r->s[GF_CLONE_SESSION];
-        gf_mgroup *sess = sid < p->nsessions ? &p->sessions[sid] : 0;
+        gf_mgroup *sess = gf_session(p, r->s[GF_CLONE_SESSION]);
         gf_ctx *t = malloc(sizeof(gf_ctx));
         for (uint32_t i = 0; sess && i < sess->n && !fault; i++) {
             gf_clone_setup(t, r, frame, r->full_len, (uint32_t)r->s[GF_STD_INGRESS_PORT], 2, sess->rids[i],
@@ -74,8 +73,7 @@ GF_EXPORT int gf_process(gf_prog *p, const uint8_t *data, uint32_t len, uint32_t
     gf_sink_words(&k, c);
     int fault = c->fault;
     if (!fault && c->s[GF_CLONE] == 1) {  /* I2E clones: the original frame, parsed anew */
-        uint64_t sid = c->s[GF_CLONE_SESSION];
-        gf_mgroup *sess = sid < p->nsessions ? &p->sessions[sid] : 0;
+        gf_mgroup *sess = gf_session(p, c->s[GF_CLONE_SESSION]);
         for (uint32_t i = 0; sess && i < sess->n && !fault; i++) {
             gf_clone_setup(r, c, data, len, port, 1, sess->rids[i], sess->truncate);
             r->s[GF_STD_EGRESS_SPEC] = sess->ports[i];

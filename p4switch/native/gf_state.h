@@ -230,6 +230,11 @@ GF_EXPORT int gf_clone_set(gf_prog *p, uint32_t sid, const uint32_t *ports, cons
     return gf_replicas_set(p, &p->sessions, &p->nsessions, sid, ports, rids, n, truncate);
 }
 
+/* Clone session `sid`, or 0 when it has no replicas. */
+static inline gf_mgroup *gf_session(gf_prog *p, uint64_t sid) {
+    return sid < p->nsessions && p->sessions[sid].n ? &p->sessions[sid] : 0;
+}
+
 /* Replace the members of value set `vid` (n members of `stride` words each). */
 GF_EXPORT int gf_vset_set(gf_prog *p, int vid, const uint64_t *items, uint32_t stride, uint32_t n) {
     if (vid < 0 || vid >= p->nvsets) return -1;

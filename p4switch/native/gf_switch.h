@@ -96,6 +96,11 @@ static void gf_flush(gf_switch *sw, gf_txbatch *tx) {
     tx->n = 0;
 }
 
+/* The packet's digest and log words, when it has any, to the control plane. */
+static inline void gf_words_to_cpu(gf_switch *sw, const gf_ctx *c) {
+    if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);
+}
+
 static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,
                       uint64_t deq_td, uint64_t deq_qdepth, gf_txbatch *tx, int depth);
 
@@ -103,17 +108,15 @@ static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, 
  * without queueing, as on the Python pipeline); the slot then holding its `len` bytes, or -1
  * when a clone failed (the packet fails with it). */
 static int gf_depart_clones(gf_switch *sw, gf_ctx *c, int k, int len, gf_txbatch *tx, int depth) {
-    gf_prog *p = sw->p;
-    uint64_t sid = c->s[GF_CLONE_SESSION];
-    gf_mgroup *sess = sid < p->nsessions ? &p->sessions[sid] : 0;
-    if (!sess || !sess->n) return k;
+    gf_mgroup *sess = gf_session(sw->p, c->s[GF_CLONE_SESSION]);
+    if (!sess) return k;
     uint8_t *copy = malloc(c->full_len);
     memcpy(copy, tx->frames[k], c->full_len);
     gf_ctx *t = malloc(sizeof(gf_ctx));
     int failed = 0;
     for (uint32_t i = 0; i < sess->n && !failed; i++) {
         gf_clone_setup(t, c, copy, c->full_len, (uint32_t)c->s[GF_STD_INGRESS_PORT], 2, sess->rids[i], sess->truncate);
-        if (t->ndig) gf_to_cpu(sw, (const uint8_t *)t->dig, t->ndig * (uint32_t)sizeof(uint64_t), 1);
+        gf_words_to_cpu(sw, t);
         if (t->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); failed = 1; break; }
         gf_depart(sw, t, sess->ports[i], 0, 0, 0, 0, tx, depth + 1);
     }
@@ -130,7 +133,7 @@ static void gf_depart(gf_switch *sw, gf_ctx *c, uint32_t port, uint64_t enq_ts, 
     if (tx->n == GF_BATCH) gf_flush(sw, tx);
     int k = tx->n;
     int len = gf_egress_run(c, port, enq_ts, enq_qdepth, deq_td, deq_qdepth, tx->frames[k]);
-    if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);  /* log words */
+    gf_words_to_cpu(sw, c);  /* log words */
     if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
     if (c->s[GF_CLONE] == 2 && depth < GF_MAX_CLONE_DEPTH && (k = gf_depart_clones(sw, c, k, len, tx, depth)) < 0)
         return;
@@ -183,17 +186,16 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
     __atomic_fetch_add(&sw->stats[ST_RX], 1, __ATOMIC_RELAXED);
     if (len > GF_MAXFRAME) return;
     gf_ingress_run(c, frame, len, port, now);
-    if (c->ndig) gf_to_cpu(sw, (const uint8_t *)c->dig, c->ndig * (uint32_t)sizeof(uint64_t), 1);
+    gf_words_to_cpu(sw, c);
     if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
     uint32_t prio = (uint32_t)c->s[GF_STD_PRIORITY];
     gf_prog *p = sw->p;
     if (c->s[GF_CLONE] == 1) {  /* I2E clones: the original frame parsed anew, queued at the packet's priority */
-        uint64_t sid = c->s[GF_CLONE_SESSION];
-        gf_mgroup *sess = sid < p->nsessions ? &p->sessions[sid] : 0;
+        gf_mgroup *sess = gf_session(p, c->s[GF_CLONE_SESSION]);
         for (uint32_t i = 0; sess && i < sess->n; i++) {
             gf_clone_setup(r, c, frame, len, port, 1, sess->rids[i], sess->truncate);
             r->s[GF_STD_EGRESS_SPEC] = sess->ports[i];
-            if (r->ndig) gf_to_cpu(sw, (const uint8_t *)r->dig, r->ndig * (uint32_t)sizeof(uint64_t), 1);
+            gf_words_to_cpu(sw, r);
             if (r->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
             gf_job(sw, r, sess->ports[i], prio, now, tx);
         }

@@ -11,7 +11,6 @@ machine cannot run natively.
 from __future__ import annotations
 
 import ctypes
-import logging
 
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.program import Program
@@ -21,8 +20,8 @@ from p4switch.native.cgen_expr import NativeUnsupported
 from p4switch.native.recorder import compile_recorded
 from p4switch.native.state import (NativeActionProfile, NativeCounter, NativeMeters, NativeRegister,
                                    NativeReplication, NativeTable, NativeValueSet)
+from p4switch.pipeline import LOG as PIPELINE_LOG
 
-LOG = logging.getLogger("p4switch.native")
 _MAX_OUT = 64
 _OUT_BYTES = 10240 * 8
 DIGEST_WORDS = 128  # GF_DIGEST_WORDS of gf_runtime.h: the digest words one packet may send
@@ -64,7 +63,7 @@ class NativePipeline:
         self.digest_names = list(compiled.digests)
         self._digests = (ctypes.c_uint64 * DIGEST_WORDS)()
         self._ndigest = ctypes.c_uint32()
-        self.log = logging.getLogger("p4switch.pipeline").info  # log_msg lines, where the Python pipeline's go
+        self.log = PIPELINE_LOG.info  # log_msg lines go where the Python pipeline's go
         self._out = ctypes.create_string_buffer(_OUT_BYTES)
         self._ports = (ctypes.c_uint32 * _MAX_OUT)()
         self._lens = (ctypes.c_uint32 * _MAX_OUT)()
