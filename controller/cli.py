@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,6 +67,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="each switch: reachable, primary, pipeline loaded (exit 3 if not all)")
     _add_fabric(status, timeout=2.0)
     status.set_defaults(handler=_status)
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run one of these subcommands in this process (``["routes", "--fabric", F]``) and return
+    its exit code; a failure raises its :class:`GradfabricError`. For the parts below the
+    ``gradfabric`` command (the fabric launcher, experiments), which must not import it."""
+    parser = argparse.ArgumentParser(prog="gradfabric")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return int(args.handler(args) or 0)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -87,11 +87,15 @@ class FabricSite:
         return 29500 + job_id
 
     def apply(self, config: Configuration, job_ids: Sequence[int], folder: Path) -> None:
-        from gradfabric import cli
+        from controller.cli import run
+        from gradfabric.errors import GradfabricError
 
         policy = config.write_policy(folder, job_ids)
-        code = cli.main(["policy", "apply", str(policy), "--fabric", str(self.fabric.description_path),
-                         "--timeout", "20"])
+        try:
+            code = run(["policy", "apply", str(policy), "--fabric", str(self.fabric.description_path),
+                        "--timeout", "20"])
+        except GradfabricError as exc:
+            raise ExperimentError(f"`gradfabric policy apply {policy}` failed: {exc}") from exc
         if code != 0:
             raise ExperimentError(f"`gradfabric policy apply {policy}` failed (exit {code}); its message is above")
 

@@ -36,7 +36,7 @@ def counters_args(line: str) -> list[str]:
 def gradfabric_command(args: list[str], workdir: Path) -> int:
     """Run ``gradfabric ARGS`` for the fabric under ``workdir``; returns its exit code."""
     env = {**os.environ, "GRADFABRIC_WORKDIR": str(workdir)}
-    return subprocess.run([sys.executable, "-m", "gradfabric.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "gradfabric.command.cli", *args], env=env,
                           check=False).returncode
 
 

@@ -23,9 +23,12 @@ class ProgrammingError(GradfabricError):
 
 
 def controller_command(args: list[str]) -> None:
-    from gradfabric import cli
+    from controller.cli import run
 
-    code = cli.main(args)
+    try:
+        code = run(args)
+    except GradfabricError as exc:
+        raise ProgrammingError(f"`gradfabric {' '.join(args)}` failed: {exc}") from exc
     if code != 0:
         raise ProgrammingError(f"`gradfabric {' '.join(args)}` failed (exit {code}); its message is above")
 

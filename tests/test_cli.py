@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gradfabric import cli as gradfabric_cli
+from gradfabric.command import cli as gradfabric_cli
 from p4switch import cli as p4switch_cli
 
 
@@ -67,7 +67,7 @@ def test_run_handler_lets_other_errors_through() -> None:
 def test_every_option_says_what_it_does_and_its_default() -> None:
     import argparse
 
-    from gradfabric.cli import build_parser, parsers
+    from gradfabric.command.cli import build_parser, parsers
 
     silent = []
     for parser in parsers(build_parser()):

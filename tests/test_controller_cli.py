@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gradfabric import cli
+from gradfabric.command import cli
 from gradfabric import fabric as fabric_mod
 from gradfabric.paths import ROOT
 from tests.controller_helpers import leaf_spine, schema

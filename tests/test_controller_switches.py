@@ -22,7 +22,7 @@ from controller.fabric_controller import FabricController
 from controller.pipeline import Pipeline
 from controller.policy import POLICY_TABLES, load_policy, policy_entries
 from controller.routing import ROUTE_TABLES, route_entries
-from gradfabric import cli
+from gradfabric.command import cli
 from gradfabric import fabric as fabric_mod
 from gradfabric.fabric import Fabric
 from gradfabric.p4build import compile_embedded

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from gradfabric import cli
+from gradfabric.command import cli
 from gradfabric.p4build import DEFAULT_SOURCE, P4BuildError, compile_program
 from gradfabric.p4ref import ENV_PREFIX
 from p4switch.device_config import pipeline_from_device_config

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradfabric import cli as gradfabric_cli
+from gradfabric.command import cli as gradfabric_cli
 from hosts.agent import WorkerAgent
 from hosts.endpoint import Endpoint
 from hosts.model import model_from_sizes, random_source
@@ -101,7 +101,7 @@ def _listening(proc: subprocess.Popen[str]) -> str:
 def test_cli_ps_and_two_workers_write_json_lines(tmp_path: Path) -> None:
     trace = tmp_path / "tiny.csv"
     trace.write_text("name,numel,forward_us,backward_us\nconv,2000,500,800\nfc,30000,200,1500\nout,100,100,300\n")
-    cmd = [sys.executable, "-m", "gradfabric.cli", "agent"]
+    cmd = [sys.executable, "-m", "gradfabric.command.cli", "agent"]
     common = ["--model", str(trace), "--iterations", "2", "--timeout", "20", "--grad-bound", "0", "--param-bound", "0"]
     ps = subprocess.Popen([*cmd, "ps", "--bind", "127.0.0.1:0", "--workers", "2", "--update", "sum", *common],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -179,7 +179,7 @@ def _free_udp_ports(n: int) -> list[int]:
 def test_cli_ring_workers(tmp_path: Path) -> None:
     ring = ",".join(f"127.0.0.1:{p}" for p in _free_udp_ports(2))
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "gradfabric.cli", "agent", "worker", "--rank", str(r), "--ring", ring,
+        [sys.executable, "-m", "gradfabric.command.cli", "agent", "worker", "--rank", str(r), "--ring", ring,
          "--layers", "4000,700,12000", "--iterations", "2", "--scheduler", "wfbp", "--timeout", "20"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
@@ -208,7 +208,7 @@ def test_cli_send_and_recv_say_what_was_lost_and_how_the_window_went(capsys: pyt
         first = h.msg_type <= MsgType.PARAMETER and not h.flags & Flags.RETRANSMIT
         return 0 if first and h.seq in (10, 60) else 1
 
-    cmd = [sys.executable, "-m", "gradfabric.cli", "agent"]
+    cmd = [sys.executable, "-m", "gradfabric.command.cli", "agent"]
     recv = subprocess.Popen([*cmd, "recv", "--bind", "127.0.0.1:0", "--messages", "1", "--grad-bound", "0.05",
                              "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

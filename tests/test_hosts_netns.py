@@ -21,7 +21,7 @@ from tests import netns
 
 BOUND = 0.05
 ELEMENTS = 36_100  # 100 packets of 361 values
-AGENT = [sys.executable, "-m", "gradfabric.cli", "agent"]
+AGENT = [sys.executable, "-m", "gradfabric.command.cli", "agent"]
 
 
 def _two_hosts(lab: netns.Lab) -> tuple[netns.Host, netns.Host]:

@@ -178,7 +178,7 @@ def test_decode_command_reads_dlcp_packets_from_a_pcap(tmp_path, capsys) -> None
     from scapy.layers.l2 import Ether
     from scapy.utils import wrpcap
 
-    from gradfabric import cli as gradfabric_cli
+    from gradfabric.command import cli as gradfabric_cli
 
     batch = packetize(np.arange(700, dtype=np.float32), kind=MsgType.PARAMETER, job_id=4, worker_id=1,
                       tensor_id=2, iteration=3, count=300)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradfabric.cli import main
+from gradfabric.command.cli import main
 from hosts.schedulers import AlphaBeta, Layer, LossPolicy, Scheduler, Segment, Transfer, Wait, create
 from simulator.cli import DEFAULT_TRACES
 from simulator.cluster import AlphaBetaLink, Network, PushPullLink, collective_cost

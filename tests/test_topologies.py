@@ -492,14 +492,14 @@ def test_stop_after_the_launcher_was_killed_removes_everything(tmp_path: Path, p
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(10)
         env = {**os.environ, "GRADFABRIC_WORKDIR": str(tmp_path)}
-        stop = subprocess.run([sys.executable, "-m", "gradfabric.cli", "stop"], env=env,
+        stop = subprocess.run([sys.executable, "-m", "gradfabric.command.cli", "stop"], env=env,
                               capture_output=True, text=True, timeout=60)
         assert stop.returncode == 0, stop.stderr
         assert "fabric removed" in stop.stdout
         assert "left in the namespace of shell of " + prefix + "h1" in stop.stdout, stop.stdout
         assert leftovers(prefix) == []
         assert mininet_shells(prefix) == []
-        again = subprocess.run([sys.executable, "-m", "gradfabric.cli", "stop"], env=env,
+        again = subprocess.run([sys.executable, "-m", "gradfabric.command.cli", "stop"], env=env,
                                capture_output=True, text=True, timeout=60)
         assert "nothing to stop" in again.stdout
     finally:
@@ -552,7 +552,7 @@ def test_interfaces_that_already_exist_are_refused_and_left_alone(tmp_path: Path
 @pytest.mark.netns
 def test_run_and_stop_commands_check_their_input_before_touching_anything(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from gradfabric import cli
+    from gradfabric.command import cli
 
     monkeypatch.setenv("GRADFABRIC_WORKDIR", str(tmp_path))
     assert cli.main(["run", "--no-cli", "--scenario", str(tmp_path / "none.txt")]) == 1

@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gradfabric import cli
+from gradfabric.command import cli
 
 
 def test_train_runs_a_job_of_processes_over_loopback(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     logs = tmp_path / "logs"
     done = subprocess.run(
-        [sys.executable, "-m", "gradfabric.cli", "train", "--workers", "2", "--iterations", "40", "--eval-every",
+        [sys.executable, "-m", "gradfabric.command.cli", "train", "--workers", "2", "--iterations", "40", "--eval-every",
          "10", "--target", "0.5", "--json", str(out), "--logs", str(logs)],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

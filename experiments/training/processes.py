@@ -32,7 +32,7 @@ def local_spawner(argv: list[str], stderr: IO[bytes]) -> subprocess.Popen:
 
 def gradfabric_argv() -> list[str]:
     """How to run the gradfabric command with this interpreter (works inside namespaces too)."""
-    return [sys.executable, "-m", "gradfabric.cli"]
+    return [sys.executable, "-m", "gradfabric.command.cli"]
 
 
 def role_argv(role: str, config: TrainConfig, options: TransportOptions, *, workers: int,

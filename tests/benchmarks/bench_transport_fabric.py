@@ -174,7 +174,7 @@ def _dlcp_run(hosts: dict, senders: list[tuple[str, int, str]], *, bound: float,
     else:
         recv = _python(receiver.ns, RECEIVER, "127.0.0.1", "19700", str(bound))
         relay = subprocess.Popen(
-            ["ip", "netns", "exec", receiver.ns, sys.executable, "-m", "gradfabric.cli", "agent", "relay",
+            ["ip", "netns", "exec", receiver.ns, sys.executable, "-m", "gradfabric.command.cli", "agent", "relay",
              "--listen", f"{RECEIVER_IP}:19600", "--to", "127.0.0.1:19700", "--loss", str(relay_loss),
              "--seed", "1", "--seconds", "600"], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         _line(relay, '{"address"')

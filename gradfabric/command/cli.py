@@ -19,7 +19,7 @@ from p4switch.cli import reader_went_away, run_handler
 
 #: Modules that add subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
-    "gradfabric.lifecycle",
+    "gradfabric.command.lifecycle",
     "gradfabric.p4build",
     "controller.cli",
     "simulator.cli",
