@@ -133,7 +133,7 @@ typedef struct {
     uint8_t kinds[GF_MAXK], widths[GF_MAXK];
     gf_entry *e; uint32_t cap, used;     /* entries; handles are indices */
     uint32_t *freelist; uint32_t nfree;
-    int32_t *hidx; uint32_t hcap, hcount;  /* open addressing: -1 empty, -2 deleted */
+    int32_t *hidx; uint32_t hcap, hcount;  /* open addressing: handles, -1 empty */
     uint32_t plen_count[65];
     uint32_t *sorted; uint32_t nsorted;  /* scanned tables: entries by rank, then order */
     int32_t def_action; uint64_t def_args[GF_MAXA];
@@ -145,42 +145,79 @@ static uint64_t gf_key_hash(const uint64_t *k, int n, uint32_t plen) {
     return h;
 }
 
-static void gf_hash_put(gf_table *t, uint32_t idx);
+/* The index of a hashed table: open addressing with linear probing over entry handles, one
+ * slot per live entry and no tombstones (a deletion shifts the entries after it back), at
+ * most half full and resized to a quarter full when it grows past half or shrinks below an
+ * eighth (never under GF_HMIN slots), so deleted slots are reclaimed. */
+#define GF_HMIN 64u
 
-static void gf_hash_rebuild(gf_table *t, uint32_t cap) {
-    free(t->hidx);
-    t->hcap = cap; t->hcount = 0;
-    t->hidx = malloc(sizeof(int32_t) * cap);
-    for (uint32_t i = 0; i < cap; i++) t->hidx[i] = -1;
-    for (uint32_t i = 0; i < t->used; i++) if (t->e[i].live) gf_hash_put(t, i);
+static inline uint32_t gf_hash_home(const gf_table *t, const uint64_t *k, uint32_t plen) {
+    return (uint32_t)gf_key_hash(k, t->nkeys, plen) & (t->hcap - 1);
 }
 
-static void gf_hash_put(gf_table *t, uint32_t idx) {
-    if ((t->hcount + 1) * 2 > t->hcap) { gf_hash_rebuild(t, t->hcap ? t->hcap * 2 : 64); }
-    gf_entry *e = &t->e[idx];
-    uint32_t mask = t->hcap - 1, pos = (uint32_t)gf_key_hash(e->v, t->nkeys, e->plen) & mask;
+/* Slots for n entries: the smallest power of two, at least GF_HMIN, holding them a quarter full. */
+static uint32_t gf_hash_cap_for(uint32_t n) {
+    uint32_t cap = GF_HMIN;
+    while (cap < 4 * (uint64_t)n && cap < (1u << 31)) cap <<= 1;
+    return cap;
+}
+
+/* Put handle idx in the first free slot from its home (there is one: the index is at most half full). */
+static void gf_hash_place(gf_table *t, uint32_t idx) {
+    const gf_entry *e = &t->e[idx];
+    uint32_t mask = t->hcap - 1, pos = gf_hash_home(t, e->v, e->plen);
     while (t->hidx[pos] >= 0) pos = (pos + 1) & mask;
     t->hidx[pos] = (int32_t)idx; t->hcount++;
 }
 
+/* A fresh index of `cap` slots holding every live entry; -1 (index unchanged) when out of memory. */
+static int gf_hash_resize(gf_table *t, uint32_t cap) {
+    int32_t *slots = malloc(sizeof(int32_t) * cap);
+    if (!slots) return -1;
+    free(t->hidx);
+    t->hidx = slots; t->hcap = cap; t->hcount = 0;
+    for (uint32_t i = 0; i < cap; i++) slots[i] = -1;
+    for (uint32_t i = 0; i < t->used; i++) if (t->e[i].live) gf_hash_place(t, i);
+    return 0;
+}
+
+/* Add entry idx, which must not be live yet (the caller marks it live afterwards, so a resize
+ * here does not place it twice); -1 when out of memory. */
+static int gf_hash_put(gf_table *t, uint32_t idx) {
+    if ((t->hcount + 1) * 2 > t->hcap && gf_hash_resize(t, gf_hash_cap_for(t->hcount + 1)) != 0) return -1;
+    gf_hash_place(t, idx);
+    return 0;
+}
+
+/* Remove entry idx, already marked dead (its key unchanged, so a shrinking resize here does
+ * not place it again): later entries of its probe run that may move into the hole do, so
+ * every entry stays reachable from its home without tombstones. */
 static void gf_hash_del(gf_table *t, uint32_t idx) {
-    gf_entry *e = &t->e[idx];
-    uint32_t mask = t->hcap - 1, pos = (uint32_t)gf_key_hash(e->v, t->nkeys, e->plen) & mask;
-    while (t->hidx[pos] != -1) {
-        if (t->hidx[pos] == (int32_t)idx) { t->hidx[pos] = -2; return; }
-        pos = (pos + 1) & mask;
+    if (!t->hcap) return;
+    const gf_entry *e = &t->e[idx];
+    uint32_t mask = t->hcap - 1, hole = gf_hash_home(t, e->v, e->plen);
+    while (t->hidx[hole] != (int32_t)idx) {
+        if (t->hidx[hole] == -1) return;  /* not indexed */
+        hole = (hole + 1) & mask;
     }
+    for (uint32_t j = (hole + 1) & mask; t->hidx[j] != -1; j = (j + 1) & mask) {
+        const gf_entry *o = &t->e[t->hidx[j]];
+        uint32_t h = gf_hash_home(t, o->v, o->plen);
+        /* o stays when its home lies cyclically in (hole, j]; otherwise it fills the hole */
+        int stays = hole < j ? (h > hole && h <= j) : (h > hole || h <= j);
+        if (!stays) { t->hidx[hole] = t->hidx[j]; hole = j; }
+    }
+    t->hidx[hole] = -1; t->hcount--;
+    if (t->hcap > GF_HMIN && (uint64_t)t->hcount * 8 < t->hcap) gf_hash_resize(t, gf_hash_cap_for(t->hcount));
 }
 
 static inline gf_entry *gf_hash_find(const gf_table *t, const uint64_t *k, uint32_t plen) {
     if (!t->hcap) return 0;
-    uint32_t mask = t->hcap - 1, pos = (uint32_t)gf_key_hash(k, t->nkeys, plen) & mask;
+    uint32_t mask = t->hcap - 1, pos = gf_hash_home(t, k, plen);
     int32_t i;
     while ((i = t->hidx[pos]) != -1) {
-        if (i >= 0) {
-            gf_entry *e = &t->e[i];
-            if (e->plen == plen && memcmp(e->v, k, sizeof(uint64_t) * t->nkeys) == 0) return e;
-        }
+        gf_entry *e = &t->e[i];
+        if (e->live && e->plen == plen && memcmp(e->v, k, sizeof(uint64_t) * t->nkeys) == 0) return e;
         pos = (pos + 1) & mask;
     }
     return 0;

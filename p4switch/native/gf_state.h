@@ -92,7 +92,6 @@ GF_EXPORT int64_t gf_table_insert(gf_prog *p, int tid, const uint64_t *v, const 
             gf_entry *ne = realloc(t->e, sizeof(gf_entry) * cap);
             if (!ne) { pthread_rwlock_unlock(&p->lock); return -1; }
             t->e = ne; t->cap = cap;
-            if (t->hashed && t->hcap) gf_hash_rebuild(t, t->hcap);
         }
         idx = t->used++;
     }
@@ -100,10 +99,19 @@ GF_EXPORT int64_t gf_table_insert(gf_prog *p, int tid, const uint64_t *v, const 
     memset(e, 0, sizeof(*e));
     for (int i = 0; i < t->nkeys; i++) { e->v[i] = v[i]; e->m[i] = m[i]; e->hi[i] = hi[i]; }
     e->rank = rank; e->order = ++p->order; e->plen = t->lpm_index >= 0 ? plen : 0;
-    e->action = action; e->live = 1;
+    e->action = action;
     memcpy(e->args, args, sizeof(uint64_t) * nargs);
-    if (t->hashed) { gf_hash_put(t, idx); t->plen_count[e->plen]++; }
+    if (t->hashed) {
+        if (gf_hash_put(t, idx) != 0) {  /* out of memory: the slot goes back, nothing changed */
+            t->freelist = realloc(t->freelist, sizeof(uint32_t) * (t->nfree + 1));
+            t->freelist[t->nfree++] = idx;
+            pthread_rwlock_unlock(&p->lock);
+            return -1;
+        }
+        t->plen_count[e->plen]++;
+    }
     else gf_sorted_insert(t, idx);
+    e->live = 1;
     pthread_rwlock_unlock(&p->lock);
     return idx;
 }
@@ -130,9 +138,9 @@ GF_EXPORT int gf_table_delete(gf_prog *p, int tid, int64_t h) {
     int rc = -1;
     if (h >= 0 && (uint64_t)h < t->used && t->e[h].live) {
         gf_entry *e = &t->e[h];
+        e->live = 0;
         if (t->hashed) { gf_hash_del(t, (uint32_t)h); t->plen_count[e->plen]--; }
         else gf_sorted_remove(t, (uint32_t)h);
-        e->live = 0;
         t->freelist = realloc(t->freelist, sizeof(uint32_t) * (t->nfree + 1));
         t->freelist[t->nfree++] = (uint32_t)h;
         rc = 0;
@@ -156,8 +164,8 @@ GF_EXPORT int gf_table_set_default(gf_prog *p, int tid, int32_t action, const ui
 GF_EXPORT int gf_table_counter(gf_prog *p, int tid, int64_t h, uint64_t *out, const uint64_t *set) {
     if (tid < 0 || tid >= p->ntables) return -1;
     gf_table *t = &p->tables[tid];
-    if (h < 0 || (uint64_t)h >= t->used || !t->e[h].live) return -1;
     pthread_rwlock_wrlock(&p->lock);
+    if (h < 0 || (uint64_t)h >= t->used || !t->e[h].live) { pthread_rwlock_unlock(&p->lock); return -1; }
     if (out) { out[0] = t->e[h].packets; out[1] = t->e[h].bytes; }
     if (set) { t->e[h].packets = set[0]; t->e[h].bytes = set[1]; }
     pthread_rwlock_unlock(&p->lock);
