@@ -8,6 +8,7 @@ agents read all agree by construction.
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,12 +38,27 @@ def netem_available() -> bool:
     return proc.returncode == 0
 
 
+#: Packets a link's token bucket holds before it drops: a Linux host's default transmit
+#: queue (``txqueuelen`` 1000). Mininet's default (``latency_ms`` = 15,000 bytes at the link
+#: rate, 0.12 ms at 1 Gbit/s) held ten packets, so hosts dropped about half of a TCP flow's
+#: packets in their own qdisc before the switch saw them (issue 28); with a host-sized queue
+#: the switches' queues are where congestion happens.
+LINK_QUEUE_PACKETS = 1000
+FRAME_BYTES = 1514
+
+
+def tbf_latency_ms(bw_mbps: float, packets: int = LINK_QUEUE_PACKETS) -> float:
+    """The tbf ``latency`` that lets the bucket's queue hold `packets` full frames at `bw_mbps`."""
+    return packets * FRAME_BYTES * 8 / (bw_mbps * 1e6) * 1e3
+
+
 def tc_params(params: LinkParams, netem: bool = True) -> dict[str, Any]:
     """TCLink options for a link's bandwidth, and delay and loss when ``netem`` is there.
 
-    Token bucket shaping (tbf) rather than htb: same rate, no quantum warnings.
+    Token bucket shaping (tbf) rather than htb: same rate, no quantum warnings; its queue
+    holds :data:`LINK_QUEUE_PACKETS` frames (a host's transmit queue), not Mininet's ten.
     """
-    opts: dict[str, Any] = {"bw": params.bw_mbps, "use_tbf": True}
+    opts: dict[str, Any] = {"bw": params.bw_mbps, "use_tbf": True, "latency_ms": tbf_latency_ms(params.bw_mbps)}
     if netem and params.delay_ms:
         opts["delay"] = f"{params.delay_ms:g}ms"
     if netem and params.loss_pct:
@@ -73,6 +89,22 @@ class FabricTopo(Topo):
         for link in spec.links:
             self.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, cls=TCLink,
                          **tc_params(link.params, netem_available()))
+
+
+def qdisc_drops(tc_output: str) -> int:
+    """Packets dropped by every qdisc of ``tc -s qdisc show dev IFACE``'s output."""
+    return sum(int(m.group(1)) for m in re.finditer(r"\(dropped (\d+),", tc_output))
+
+
+def host_link_drops(fabric: Any) -> dict[str, int]:
+    """Qdisc drops on each host's interface of a booted fabric (the host side of its link,
+    in front of the switch), by host name (without the fabric's prefix)."""
+    out: dict[str, int] = {}
+    for host in fabric.spec.hosts:
+        node = fabric.net.get(host.name)
+        text = node.cmd(f"tc -s qdisc show dev {node.defaultIntf().name}")
+        out[host.name[len(fabric.options.prefix):]] = qdisc_drops(text)
+    return out
 
 
 def root_interfaces(spec: TopologySpec) -> list[str]:
