@@ -1,7 +1,7 @@
 """Models and gradient sources for the agents.
 
 A model is a sequence of :class:`~hosts.schedulers.Layer` (forward order): read from a trace
-CSV (every format :mod:`simulator.traces` knows: ours, the Caffe blob logs, ASTRA-sim) or
+CSV (every format :mod:`gradfabric.traces` knows: ours, pytorch, the Caffe blob logs, ASTRA-sim) or
 made from a list of layer sizes. A gradient source gives each iteration's gradients: seeded
 random values (`random`), arrays from an ``.npz`` file (one array per layer, in layer order),
 or any callable returning numpy arrays or torch tensors.
@@ -15,17 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from gradfabric.traces import Layer, load_trace  # the one trace reader, shared with the simulator
 from hosts.errors import ModelError
 from hosts.packetize import as_float32
-from hosts.schedulers import Layer
 
 GradientSource = Callable[[int], Sequence[Any]]
 
 
 def load_model(path: str | Path) -> tuple[Layer, ...]:
     """Layers of a trace CSV."""
-    from simulator.traces import load_trace  # the one trace reader, shared with the simulator
-
     layers = load_trace(path).layers
     if len(layers) > 0xFFFF:
         raise ModelError(f"{path}: {len(layers)} layers do not fit the 16-bit tensor id")

@@ -22,7 +22,7 @@ from simulator.fit import LatencySamples, fit_alpha_beta, load_osu
 from simulator.reproduce import dlcp_tail, mgwfbp_googlenet, prophet_stepwise
 from simulator.sweep import ClusterSpec, sweep
 from simulator.torch_profile import arrival_deltas, build_trace, require_torch
-from simulator.traces import format_trace, load_trace, parse_trace, stepwise_trace
+from simulator.traces import TraceError, format_trace, load_trace, parse_trace, stepwise_trace
 
 TRACES = DEFAULT_TRACES
 
@@ -78,7 +78,7 @@ def test_our_format_round_trips(tmp_path: Path) -> None:
     ],
 )
 def test_bad_traces_are_reported(text: str, message: str) -> None:
-    with pytest.raises(SimulatorError, match=message):
+    with pytest.raises(TraceError, match=message):
         parse_trace(text, name="bad")
 
 

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gradfabric.errors import GradfabricError
+from gradfabric.traces import Layer  # one definition, shared with the trace reader
 
 class SchedulerError(GradfabricError):
     """A scheduler was misused or misconfigured (unknown name, bad option, bad event)."""
@@ -51,17 +52,6 @@ class SchedulerError(GradfabricError):
 
 #: Priority range of transfers (the DLCP header's ``prio_hint``): 0 lowest, 7 most urgent.
 MAX_PRIORITY = 7
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One layer (or parameter blob) of a model, in forward order."""
-
-    index: int
-    name: str
-    numel: int
-    forward_s: float
-    backward_s: float
 
 
 @dataclass(frozen=True)
