@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from controller.switch import SwitchSession
+from controller.target_control import queue_drops
 
 PORT_TX = "DlcpEgress.port_tx"
 INGRESS_DROPS = "DlcpIngress.ingress_drops"
@@ -69,23 +70,6 @@ def policy_jobs(session: SwitchSession) -> list[int]:
             if name == "hdr.dlcp.job_id":
                 jobs.add(m.value)  # type: ignore[union-attr]
     return sorted(jobs)
-
-
-def queue_drops(address: str, timeout: float = 2.0) -> dict[tuple[int, int, str], int] | None:
-    """Queue drops by (port, priority, reason) from the embedded target's control service, or
-    None when the switch has none (BMv2: simple_switch keeps no count of tail drops)."""
-    from p4switch.errors import P4SwitchError
-    from p4switch.server.control import call
-
-    try:
-        stats = call(address, "Stats", {}, timeout=timeout)
-    except P4SwitchError:
-        return None
-    out: dict[tuple[int, int, str], int] = {}
-    for key, packets in (stats.get("queue_drops") or {}).items():
-        port, priority, reason = str(key).split(":", 2)
-        out[(int(port), int(priority), reason)] = int(packets)
-    return out
 
 
 def gather(
