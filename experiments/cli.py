@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 DEFAULT_TARGET = 0.93
 
 
+def default_out(prefix: str) -> Path:
+    """Where results go without ``--out``: a new folder under build/ (untracked), never into
+    the committed ``experiments/results/``."""
+    from datetime import datetime, timezone
+
+    from gradfabric.paths import build_dir
+
+    return build_dir() / "results" / "training" / (prefix + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="data-parallel training (PyTorch, digits) through the DLCP host agents")
     train.add_argument("--role", choices=("all", "ps", "worker"), default="all",
@@ -56,11 +66,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="run the jobs on loopback, without fabric, policies or background (a smoke test)")
     training.add_argument("--no-background", action="store_true", help="run without background traffic")
     training.add_argument("--out", type=Path, default=None,
-                          help="results folder (default: a new experiments/results/training/<UTC time>/)")
+                          help="results folder (default: a new build/results/training/<UTC time>/; "
+                               "committing results is a step of its own)")
     training.set_defaults(handler=_experiment_training)
     pooled = kinds.add_parser("report", help="one report over the runs of several sweep folders (pooled repetitions)")
     pooled.add_argument("folders", type=Path, nargs="+", help="results folders of `experiment training`")
-    pooled.add_argument("--out", type=Path, required=True, help="folder for the pooled results.md, results.json, plots")
+    pooled.add_argument("--out", type=Path, default=None,
+                        help="folder for the pooled results.md, results.json, plots "
+                             "(default: a new build/results/training/pooled-<UTC time>/)")
     pooled.set_defaults(handler=_experiment_report)
 
 
@@ -193,7 +206,7 @@ def _experiment_training(args: argparse.Namespace) -> int:
     sweep = {n: configs or base.get(n, FULL.get(n, ())) for n in names}
     if args.repetitions < 1:
         raise ExperimentError("--repetitions must be at least 1")
-    settings = SweepSettings(sweep=sweep, repetitions=args.repetitions, out=args.out,
+    settings = SweepSettings(sweep=sweep, repetitions=args.repetitions, out=args.out or default_out(""),
                              target=args.target if args.target is not None else TARGET,
                              loopback=args.loopback, background=not args.no_background,
                              command=shlex.join(["gradfabric", *sys.argv[1:]]))
@@ -211,6 +224,6 @@ def _experiment_report(args: argparse.Namespace) -> int:
 
     from experiments.sweep_report import pool
 
-    out = pool(args.folders, args.out, shlex.join(["gradfabric", *sys.argv[1:]]))
+    out = pool(args.folders, args.out or default_out("pooled-"), shlex.join(["gradfabric", *sys.argv[1:]]))
     print(f"pooled report in {out}", flush=True)
     return 0

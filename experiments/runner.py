@@ -11,7 +11,7 @@ failed with its error and its ranks' logs (``logs/<run>/``), and the sweep goes 
 
 Every run is written to ``runs/<run>.json`` as it ends, and the summary (``results.md``,
 ``results.json``, plots) is rewritten after each run, into a new timestamped folder under
-``experiments/results/training/`` unless ``--out`` names one. Progress lines go to stdout
+``build/results/training/`` (the command's default) unless ``--out`` names one. Progress lines go to stdout
 (flushed, so they show when piped).
 """
 
