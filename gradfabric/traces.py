@@ -350,19 +350,28 @@ def load_passes(path: str | Path) -> list[Passes]:
         raise TraceError(f"cannot read passes file {path}: {exc.strerror}") from None
 
 
+def passes_path(trace_path: str | Path) -> Path:
+    """Where ``sim profile`` puts the passes file of a trace: ``NAME.passes.json`` beside it."""
+    return Path(trace_path).with_suffix(".passes.json")
+
+
 def load_trace(path: str | Path, *, passes: str | Path | None = None, **options: float | int | str | None) -> ModelTrace:
     """Read a trace file; ``options`` as for :func:`parse_trace`. A pytorch-format trace takes
-    its whole-pass times from ``passes`` or from ``h100_pytorch_passes.json`` beside it."""
+    its whole-pass times from ``passes``, else from ``NAME.passes.json`` or
+    ``h100_pytorch_passes.json`` beside it."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from None
     passes_list = None
-    if text.lstrip().startswith(",".join(PYTORCH_HEADER)) or passes is not None:
-        candidate = Path(passes) if passes is not None else path.with_name(PASSES_FILE)
-        if passes is not None or candidate.exists():
-            passes_list = load_passes(candidate)
+    if passes is not None:
+        passes_list = load_passes(passes)
+    elif text.lstrip().startswith(",".join(PYTORCH_HEADER)):
+        for candidate in (passes_path(path), path.with_name(PASSES_FILE)):
+            if candidate.exists():
+                passes_list = load_passes(candidate)
+                break
     return parse_trace(text, name=path.stem, origin=str(path), passes=passes_list, **options)  # type: ignore[arg-type]
 
 

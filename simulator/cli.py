@@ -5,7 +5,7 @@
 * ``sim fit``: alpha-beta from OSU all-reduce latencies (optionally compared with a trace's
   measured per-blob all-reduce times).
 * ``sim reproduce``: regenerate every figure of the reproduction table.
-* ``sim profile``: make a trace from a PyTorch model on this CPU (needs torch).
+* ``sim profile``: make a trace (pytorch format) from a PyTorch model on this machine (needs torch).
 """
 
 from __future__ import annotations
@@ -37,6 +37,23 @@ def _name_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _trace_pick_options(parser: argparse.ArgumentParser) -> None:
+    """--model/--precision/--passes: which rows of a pytorch-format trace, and its pass times."""
+    parser.add_argument("--model", default=None,
+                        help="model to take from a pytorch-format trace (e.g. resnet50; the error lists the file's)")
+    parser.add_argument("--precision", default=None, help="precision to take from a pytorch-format trace (fp32, bf16)")
+    parser.add_argument("--passes", type=Path, default=None,
+                        help="forward/backward/optimizer times of a pytorch-format trace "
+                             "(default: h100_pytorch_passes.json beside it)")
+
+
+def load_picked_trace(args: argparse.Namespace, **options: float | int | None):  # type: ignore[no-untyped-def]
+    """The trace ``--trace`` names, with the rows --model/--precision pick."""
+    from simulator.traces import load_trace
+
+    return load_trace(args.trace, passes=args.passes, model=args.model, precision=args.precision, **options)
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("sim", help="trace-based simulation of iteration time (4 to 2048 workers)")
     simsub = sim.add_subparsers(dest="sim_command", metavar="SIM_COMMAND")
@@ -44,6 +61,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     run = simsub.add_parser("run", help="simulate schedulers on a model trace and cluster")
     run.add_argument("--trace", type=Path, required=True, help="model trace CSV (see simulator/README.md)")
+    _trace_pick_options(run)
     run.add_argument("--forward-ms", type=float, default=None, help="total forward time (spread over layers)")
     run.add_argument("--batch", type=int, default=None, help="samples per worker per iteration")
     run.add_argument("--workers", type=_int_list, default=[4, 8, 16, 32, 64],
@@ -91,15 +109,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="folder for the report, tables and figures")
     rep.set_defaults(handler=_reproduce)
 
-    prof = simsub.add_parser("profile", help="make a trace from a PyTorch model on this CPU (needs torch)")
+    prof = simsub.add_parser("profile", help="make a trace (pytorch format) from a PyTorch model on this machine "
+                                             "(needs torch)")
     prof.add_argument("--model", default="convnet", help="built-in model (mlp, convnet) or module:function")
     prof.add_argument("--batch", type=int, default=32, help="samples per iteration")
     prof.add_argument("--input-shape", type=_int_list, default=None,
                       help="input shape without the batch, for module:function models (e.g. 3,224,224)")
     prof.add_argument("--time-scale", type=float, default=1.0,
-                      help="multiply CPU times by this factor (e.g. 0.05 for a target 20x faster)")
-    prof.add_argument("--repeats", type=int, default=5, help="timed iterations; per-layer medians are kept")
-    prof.add_argument("--out", type=Path, required=True, help="trace CSV to write (our format)")
+                      help="multiply measured times by this factor (e.g. 0.05 for a target 20x faster)")
+    prof.add_argument("--repeats", type=int, default=5, help="timed iterations; medians are kept")
+    prof.add_argument("--out", type=Path, required=True,
+                      help="trace CSV to write (pytorch format); its passes go to NAME.passes.json beside it")
     prof.set_defaults(handler=_profile)
 
 
@@ -138,10 +158,9 @@ def _cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _run(args: argparse.Namespace) -> int:
     from simulator.report import rows_markdown, write_rows
     from simulator.sweep import sweep
-    from simulator.traces import load_trace
 
-    trace = load_trace(args.trace, forward_total_s=None if args.forward_ms is None else args.forward_ms * 1e-3,
-                       batch_size=args.batch)
+    trace = load_picked_trace(args, forward_total_s=None if args.forward_ms is None else args.forward_ms * 1e-3,
+                              batch_size=args.batch)
     cluster = _cluster(args)
     options: dict[str, dict[str, object]] = {}
     if args.partition_bytes is not None:
@@ -196,7 +215,7 @@ def _profile(args: argparse.Namespace) -> int:
     import importlib
 
     from simulator.torch_profile import builtin_model, profile_model, require_torch
-    from simulator.traces import format_trace
+    from simulator.traces import format_passes, format_pytorch, passes_path
 
     torch = require_torch()
     if ":" in args.model:
@@ -213,9 +232,14 @@ def _profile(args: argparse.Namespace) -> int:
         model, make_input = builtin_model(args.model)
         example = make_input(args.batch)
         name = args.model
-    trace = profile_model(model, example, name=name, repeats=args.repeats, time_scale=args.time_scale)
+    prof = profile_model(model, example, name=name, repeats=args.repeats, time_scale=args.time_scale)
+    p = prof.passes
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(format_trace(trace))
-    print(f"{name}: {len(trace.layers)} layers, {trace.numel:,} parameters, forward {trace.forward_s * 1e3:.2f} ms, "
-          f"backward {trace.backward_s * 1e3:.2f} ms (CPU times x {args.time_scale}); wrote {args.out}")
+    args.out.write_text(format_pytorch(name, p.precision, p.batch, prof.tensors))
+    env = {"device": "cpu", "torch": str(torch.__version__), "optimizer": "SGD momentum 0.9",
+           "time_scale": str(args.time_scale)}
+    passes_path(args.out).write_text(format_passes([p], env))
+    print(f"{name}: {len(prof.tensors)} tensors, {p.numel:,} parameters, forward {p.forward_s * 1e3:.2f} ms, "
+          f"backward {p.backward_s * 1e3:.2f} ms, optimizer {p.optimizer_s * 1e3:.2f} ms (times x {args.time_scale}); "
+          f"wrote {args.out} and {passes_path(args.out)}")
     return 0

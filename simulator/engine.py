@@ -13,10 +13,16 @@ One worker's view of data-parallel training (all workers are symmetric):
 * A transfer *completes* ``link.round_trip_s(t)`` after it leaves the link (0 for a ring;
   server aggregation plus the pull for a PS). The link is free meanwhile. Only at completion
   does the scheduler hear ``on_transfer_done`` (a credit returns) and is the layer updated.
-* A layer's parameters are updated when the last transfer carrying part of it completes.
+* A layer's gradient is reduced when the last transfer carrying part of it completes; its
+  parameters are updated then, by the optimizer (``optimizer_s`` for all layers, each layer
+  its share by elements). The optimizer runs on the compute resource, after backward: when
+  the next forward needs a layer whose update has not run, compute runs the reduced layers'
+  updates, the most urgent (earliest in forward) first, or waits for the next reduction.
   With ``overlap_forward`` (P3/ByteScheduler/DLCP style) the next forward of layer ``l``
   waits only for layer ``l``'s update; without it (Caffe, the MG-WFBP testbed) the next
-  forward waits for every update.
+  forward waits for every update. ``forward_order`` is the order forward uses the layers
+  (index order unless a measured trace says otherwise); ``backward_tail_s`` is backward
+  compute after the last gradient.
 * The iteration time is the steady-state distance between consecutive backward starts,
   averaged over the iterations after the first (which schedulers such as ``prophet`` use
   to profile).
@@ -25,13 +31,16 @@ One worker's view of data-parallel training (all workers are symmetric):
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from hosts.schedulers import Layer, Scheduler, Transfer, Wait, covered_numel
 from simulator.errors import SimulatorError
+
+
+#: Shortest transfer duration a scheduler is told about (a one-worker "collective" is free).
+MIN_DURATION_S = 1e-9
 
 
 class Link(Protocol):
@@ -144,7 +153,8 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
             for i in record.transfer.layer_indices:
                 update[i] = max(update[i], done)
             duration = record.end - record.start
-            rate = record.transfer.nbytes / duration if duration > 0 else math.inf
+            # A free link (one worker) reports a finite rate: schedulers multiply it by gaps.
+            rate = record.transfer.nbytes / max(duration, MIN_DURATION_S)
             scheduler.on_transfer_done(record.transfer, done, rate)
         while next_grad < n and ready_at[order[next_grad]] <= now:
             scheduler.on_gradient_ready(order[next_grad], ready_at[order[next_grad]])
@@ -193,6 +203,33 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
     return IterationTrace(0.0, backward_s, max(comm_end, backward_s), tuple(update), tuple(records))
 
 
+def _forward_with_updates(start: float, reduced: Sequence[float], forward: Sequence[float], order: Sequence[int],
+                          optimizer: Sequence[float]) -> float:
+    """When the next backward starts: compute is free at ``start``; layer ``l`` is reduced
+    at ``reduced[l]``, its update takes ``optimizer[l]`` and its forward ``forward[l]``;
+    forward runs through ``order`` and each layer needs its own update first."""
+    position = [0] * len(order)
+    for j, l in enumerate(order):
+        position[l] = j
+    pending = sorted(range(len(order)), key=lambda l: (reduced[l], position[l]))  # not yet reduced, by time
+    available: list[tuple[int, int]] = []  # (forward position, layer): reduced, update not run
+    updated = [False] * len(order)
+    t, p = start, 0
+    for l in order:
+        while not updated[l]:
+            while p < len(pending) and reduced[pending[p]] <= t:
+                heapq.heappush(available, (position[pending[p]], pending[p]))
+                p += 1
+            if not available:
+                t = reduced[pending[p]]
+                continue
+            _, u = heapq.heappop(available)
+            t += optimizer[u]
+            updated[u] = True
+        t += forward[l]
+    return t
+
+
 def simulate(
     layers: Sequence[Layer],
     scheduler: Scheduler,
@@ -200,6 +237,9 @@ def simulate(
     *,
     iterations: int = 4,
     overlap_forward: bool = True,
+    forward_order: Sequence[int] | None = None,
+    backward_tail_s: float = 0.0,
+    optimizer_s: float = 0.0,
 ) -> SimResult:
     """Run ``iterations`` training iterations and return the steady-state iteration time."""
     if not layers:
@@ -210,21 +250,36 @@ def simulate(
     for i, layer in enumerate(layers):
         if layer.index != i:
             raise SimulatorError(f"layer {layer.name!r} has index {layer.index}, expected {i}")
+    order = list(range(len(layers))) if forward_order is None else list(forward_order)
+    if sorted(order) != list(range(len(layers))):
+        raise SimulatorError(f"forward_order must list each of the {len(layers)} layers once")
+    if backward_tail_s < 0 or optimizer_s < 0:
+        raise SimulatorError(f"negative backward tail ({backward_tail_s} s) or optimizer time ({optimizer_s} s)")
     forward = [layer.forward_s for layer in layers]
+    total_numel = sum(layer.numel for layer in layers) or 1
+    optimizer = [optimizer_s * layer.numel / total_numel for layer in layers]
     compute_free = 0.0
     update_abs = [0.0] * len(layers)
     backward_starts: list[float] = []
     traces: list[IterationTrace] = []
     for _ in range(iterations):
-        if overlap_forward:
+        if optimizer_s > 0 and overlap_forward:
+            t = _forward_with_updates(compute_free, update_abs, forward, order, optimizer)
+        elif optimizer_s > 0:
             t = compute_free
-            for l, f in enumerate(forward):
-                t = max(t, update_abs[l]) + f
+            for u in sorted(range(len(layers)), key=lambda l: update_abs[l]):
+                t = max(t, update_abs[u]) + optimizer[u]
+            t += sum(forward)
+        elif overlap_forward:
+            t = compute_free
+            for l in order:
+                t = max(t, update_abs[l]) + forward[l]
         else:
             t = max(compute_free, max(update_abs)) + sum(forward)
         bstart = t
         trace = _run_backward(scheduler, layers, link)
-        trace = IterationTrace(bstart, trace.backward_s, trace.comm_end, trace.layer_update, trace.transfers)
+        trace = IterationTrace(bstart, trace.backward_s + backward_tail_s, max(trace.comm_end, trace.backward_s +
+                               backward_tail_s), trace.layer_update, trace.transfers)
         update_abs = [bstart + u for u in trace.layer_update]
         compute_free = bstart + trace.backward_s
         backward_starts.append(bstart)

@@ -74,7 +74,8 @@ def run_one(trace: ModelTrace, cluster: ClusterSpec, workers: int, scheduler: st
     cost = cluster.cost(workers)
     sched = create(scheduler, cost=cost, **dict(options or {}))
     return simulate(trace.layers, sched, cluster.link(workers), iterations=iterations,
-                    overlap_forward=cluster.overlap_forward)
+                    overlap_forward=cluster.overlap_forward, forward_order=trace.forward_order,
+                    backward_tail_s=trace.backward_tail_s, optimizer_s=trace.optimizer_s)
 
 
 def sweep(
@@ -91,7 +92,7 @@ def sweep(
     if baseline not in schedulers:
         raise SimulatorError(f"baseline {baseline!r} must be one of the schedulers simulated")
     options = options or {}
-    compute_s = trace.forward_s + trace.backward_s
+    compute_s = trace.compute_s
     if compute_s <= 0:
         raise SimulatorError(f"{trace.name}: the trace has no compute time")
     single = trace.batch_size / compute_s

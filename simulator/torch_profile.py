@@ -1,13 +1,12 @@
-"""Traces from a PyTorch model profiled on this machine's CPU (optional dependency).
+"""Traces from a PyTorch model profiled on this machine (optional dependency).
 
-For each leaf module that owns parameters (a *layer*, in the order forward first reaches
-it): its element count, its forward time (from the end of the previous layer's forward to
-the end of its own, so parameter-free modules in between are counted) and the time its
-gradient becomes ready during backward (post-accumulate-grad hooks on its parameters).
-A layer's ``backward_s`` is the time from the previous gradient arrival (or the start of
-backward) to its own, so the simulator reproduces the measured arrival pattern. Medians
-over ``repeats`` runs after one warm-up run. CPU times are multiplied by ``time_scale`` to
-stand for a target accelerator (e.g. 0.05 for one 20 times faster than this CPU).
+Writes the pytorch format the H100 traces use (see :mod:`gradfabric.traces`): one row per
+parameter tensor, in the order its gradient becomes ready, with ``grad_ready_us`` (a
+post-accumulate-grad hook, after backward starts) and ``forward_use_us`` (a forward
+pre-hook on the module that owns it, after forward starts), plus a passes file with the
+whole forward, backward and optimizer-step (SGD with momentum) times. Medians over
+``repeats`` iterations after one warm-up. Times are multiplied by ``time_scale`` to stand
+for a target accelerator (e.g. 0.05 for one 20 times faster than this CPU).
 """
 
 from __future__ import annotations
@@ -16,11 +15,11 @@ import importlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from hosts.schedulers import Layer
 from simulator.errors import SimulatorError
-from simulator.traces import ModelTrace
+from simulator.traces import Passes, TensorTiming
 
 
 def require_torch() -> Any:
@@ -34,91 +33,90 @@ def require_torch() -> Any:
         ) from None
 
 
-def arrival_deltas(ready_times: Sequence[float], start: float) -> list[float]:
-    """Per-layer backward time: the gap from the previous arrival (in time order) to each."""
-    order = sorted(range(len(ready_times)), key=lambda i: ready_times[i])
-    deltas = [0.0] * len(ready_times)
-    previous = start
-    for i in order:
-        deltas[i] = max(0.0, ready_times[i] - previous)
-        previous = max(previous, ready_times[i])
-    return deltas
+@dataclass(frozen=True)
+class Profile:
+    """One model's measurement: its tensors and whole-pass times, already scaled."""
+
+    tensors: tuple[TensorTiming, ...]
+    passes: Passes
 
 
-def build_trace(name: str, names: Sequence[str], numels: Sequence[int], forward_s: Sequence[Sequence[float]],
-                backward_s: Sequence[Sequence[float]], time_scale: float, batch_size: int) -> ModelTrace:
-    """A trace from per-run measurements (medians taken, times scaled by ``time_scale``)."""
+def summarize(name: str, precision: str, batch: int, params: Sequence[tuple[str, int]],
+              runs: Sequence[tuple[Sequence[float], Sequence[float], float, float, float]],
+              time_scale: float) -> Profile:
+    """Medians over ``runs`` (each: per-tensor grad-ready and forward-use seconds, forward,
+    backward and optimizer seconds), scaled by ``time_scale``."""
     if time_scale <= 0:
         raise SimulatorError(f"time_scale must be positive, not {time_scale}")
-    if not names:
-        raise SimulatorError(f"{name}: no layer with parameters to profile")
-    layers = tuple(
-        Layer(i, names[i], int(numels[i]),
-              statistics.median(run[i] for run in forward_s) * time_scale,
-              statistics.median(run[i] for run in backward_s) * time_scale)
-        for i in range(len(names))
+    if not params:
+        raise SimulatorError(f"{name}: no parameter to profile")
+    if not runs:
+        raise SimulatorError(f"{name}: no timed iteration")
+
+    def median(values: Any) -> float:
+        return statistics.median(values) * time_scale
+
+    tensors = tuple(
+        TensorTiming(p, numel, median(r[0][i] for r in runs), median(r[1][i] for r in runs))
+        for i, (p, numel) in enumerate(params)
     )
-    return ModelTrace(name, layers, batch_size=batch_size, source="torch profile")
+    passes = Passes(name, precision, batch, median(r[2] for r in runs), median(r[3] for r in runs),
+                    median(r[4] for r in runs), sum(n for _, n in params))
+    return Profile(tensors, passes)
 
 
 def profile_model(model: Any, example_input: Any, *, name: str = "model", repeats: int = 5,
-                  time_scale: float = 1.0, loss_fn: Callable[[Any], Any] | None = None) -> ModelTrace:
-    """Profile ``model`` on ``example_input`` (a batch); see the module docstring."""
-    require_torch()
+                  time_scale: float = 1.0, loss_fn: Callable[[Any], Any] | None = None) -> Profile:
+    """Profile ``model`` on ``example_input`` (a batch) in fp32; see the module docstring."""
+    torch = require_torch()
     if repeats < 1:
         raise SimulatorError("repeats must be at least 1")
-    leaves = [(n, m) for n, m in model.named_modules()
-              if not list(m.children()) and any(True for _ in m.parameters(recurse=False))]
-    stamps: dict[int, float] = {}
-    order: list[int] = []
-    ready: dict[int, float] = {}
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    index = {id(p): i for i, (_, p) in enumerate(params)}
+    ready = [float("nan")] * len(params)
+    first_use = [float("nan")] * len(params)
     handles = []
-    for idx, (_, module) in enumerate(leaves):
-        def after_forward(_m: Any, _i: Any, _o: Any, idx: int = idx) -> None:
-            stamps[idx] = time.perf_counter()
-            if idx not in order:
-                order.append(idx)
+    for module in model.modules():
+        owned = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+        if owned:
+            def before_forward(_m: Any, _i: Any, owned: list[int] = owned) -> None:
+                now = time.perf_counter()
+                for i in owned:
+                    if first_use[i] != first_use[i]:
+                        first_use[i] = now
 
-        handles.append(module.register_forward_hook(after_forward))
-        for p in module.parameters(recurse=False):
-            if p.requires_grad:
-                def grad_ready(_p: Any, idx: int = idx) -> None:
-                    ready[idx] = max(ready.get(idx, 0.0), time.perf_counter())
+            handles.append(module.register_forward_pre_hook(before_forward))
+    for i, (_, p) in enumerate(params):
+        def grad_ready(_p: Any, i: int = i) -> None:
+            ready[i] = time.perf_counter()
 
-                handles.append(p.register_post_accumulate_grad_hook(grad_ready))
+        handles.append(p.register_post_accumulate_grad_hook(grad_ready))
+    optimizer = torch.optim.SGD([p for _, p in params], lr=1e-3, momentum=0.9)
     loss_fn = loss_fn or (lambda out: out.float().pow(2).mean())
-    fwd_runs: list[list[float]] = []
-    bwd_runs: list[list[float]] = []
+    runs = []
     try:
         for run in range(repeats + 1):
-            stamps.clear()
-            ready.clear()
-            model.zero_grad(set_to_none=True)
+            ready[:] = [float("nan")] * len(params)
+            first_use[:] = [float("nan")] * len(params)
+            optimizer.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
             loss = loss_fn(model(example_input))
             t1 = time.perf_counter()
             loss.backward()
+            t2 = time.perf_counter()
+            optimizer.step()
+            t3 = time.perf_counter()
             if run == 0:
                 continue
-            if len(stamps) != len(leaves) or len(ready) != len(leaves):
-                raise SimulatorError(f"{name}: some layers were not used by forward or got no gradient")
-            seq = sorted(range(len(leaves)), key=lambda i: stamps[i])
-            fwd = [0.0] * len(leaves)
-            prev = t0
-            for i in seq:
-                fwd[i] = stamps[i] - prev
-                prev = stamps[i]
-            fwd_runs.append([fwd[i] for i in seq])
-            deltas = arrival_deltas([ready[i] for i in range(len(leaves))], t1)
-            bwd_runs.append([deltas[i] for i in seq])
+            missing = [params[i][0] for i in range(len(params)) if ready[i] != ready[i]]
+            if missing:
+                raise SimulatorError(f"{name}: no gradient reached {', '.join(missing[:5])}")
+            runs.append(([r - t1 for r in ready], [u - t0 for u in first_use], t1 - t0, t2 - t1, t3 - t2))
     finally:
         for h in handles:
             h.remove()
-    seq = sorted(range(len(leaves)), key=lambda i: stamps[i])
-    names = [leaves[i][0] for i in seq]
-    numels = [sum(p.numel() for p in leaves[i][1].parameters(recurse=False)) for i in seq]
     batch = int(example_input.shape[0]) if hasattr(example_input, "shape") else 1
-    return build_trace(name, names, numels, fwd_runs, bwd_runs, time_scale, batch)
+    return summarize(name, "fp32", batch, [(n, int(p.numel())) for n, p in params], runs, time_scale)
 
 
 def builtin_model(name: str) -> tuple[Any, Callable[[int], Any]]:

@@ -25,12 +25,13 @@ from gradfabric.traces import (
     load_trace,
     parse_passes,
     parse_trace,
+    passes_path,
 )
 
 __all__ = [
     "ASTRA_HEADER", "CAFFE_HEADER", "GOOGLENET_K80_ITERATION_S", "OURS_HEADER", "PASSES_FILE", "PYTORCH_HEADER",
     "RESNET50_V100_COMPUTE_S", "Layer", "ModelTrace", "Passes", "TensorTiming", "TraceError", "format_passes",
-    "format_pytorch", "format_trace", "load_passes", "load_trace", "parse_passes", "parse_trace", "stepwise_trace",
+    "format_pytorch", "format_trace", "load_passes", "load_trace", "parse_passes", "parse_trace", "passes_path", "stepwise_trace",
 ]
 
 

@@ -21,7 +21,7 @@ from simulator.errors import SimulatorError
 from simulator.fit import LatencySamples, fit_alpha_beta, load_osu
 from simulator.reproduce import dlcp_tail, mgwfbp_googlenet, prophet_stepwise
 from simulator.sweep import ClusterSpec, sweep
-from simulator.torch_profile import arrival_deltas, build_trace, require_torch
+from simulator.torch_profile import require_torch, summarize
 from simulator.traces import TraceError, format_trace, load_trace, parse_trace, stepwise_trace
 
 TRACES = DEFAULT_TRACES
@@ -385,17 +385,16 @@ def test_cli_reproduce_writes_every_result(tmp_path: Path, capsys: pytest.Captur
 
 # --- PyTorch profiling ------------------------------------------------------------------
 
-def test_arrival_deltas_follow_time_order() -> None:
-    assert arrival_deltas([5.0, 3.0, 2.5], start=2.0) == pytest.approx([2.0, 0.5, 0.5])
-
-
-def test_build_trace_takes_medians_and_scales() -> None:
-    trace = build_trace("m", ["a", "b"], [3, 4], [[1.0, 2.0], [3.0, 2.0], [2.0, 9.0]],
-                        [[0.5, 0.1], [0.7, 0.3], [0.6, 0.2]], time_scale=0.5, batch_size=8)
-    assert [l.forward_s for l in trace.layers] == pytest.approx([1.0, 1.0])
-    assert [l.backward_s for l in trace.layers] == pytest.approx([0.3, 0.1])
+def test_summarize_takes_medians_and_scales() -> None:
+    runs = [([1.0, 2.0], [0.0, 0.5], 3.0, 4.0, 1.0), ([3.0, 2.0], [0.0, 0.7], 5.0, 6.0, 1.0),
+            ([2.0, 9.0], [0.0, 0.6], 4.0, 5.0, 3.0)]
+    prof = summarize("m", "fp32", 8, [("a", 3), ("b", 4)], runs, time_scale=0.5)
+    assert [t.grad_ready_s for t in prof.tensors] == pytest.approx([1.0, 1.0])
+    assert [t.forward_use_s for t in prof.tensors] == pytest.approx([0.0, 0.3])
+    assert (prof.passes.forward_s, prof.passes.backward_s, prof.passes.optimizer_s) == pytest.approx((2.0, 2.5, 0.5))
+    assert prof.passes.numel == 7
     with pytest.raises(SimulatorError, match="time_scale"):
-        build_trace("m", ["a"], [1], [[1.0]], [[1.0]], time_scale=0, batch_size=1)
+        summarize("m", "fp32", 1, [("a", 1)], runs, time_scale=0)
 
 
 def test_missing_torch_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -412,7 +411,11 @@ def test_profile_a_small_model(tmp_path: Path) -> None:
     code = main(["sim", "profile", "--model", "mlp", "--batch", "4", "--repeats", "1",
                  "--time-scale", "0.5", "--out", str(out)])
     assert code == 0
-    trace = load_trace(out)
-    assert [l.numel for l in trace.layers] == [784 * 1024 + 1024, 1024 * 1024 + 1024, 1024 * 10 + 10]
+    assert out.read_text().startswith("model,precision,batch,ready_order,param,numel,grad_ready_us,forward_use_us\n")
+    trace = load_trace(out)  # finds mlp.passes.json beside it
+    # Backward reaches the last Linear first: its bias and weight are the last layers (index order = reverse readiness).
+    assert sorted(l.numel for l in trace.layers) == sorted([784 * 1024, 1024, 1024 * 1024, 1024, 1024 * 10, 10])
+    assert {l.numel for l in trace.layers[-2:]} == {10240, 10}
     assert trace.batch_size == 4
+    assert trace.optimizer_s > 0 and trace.forward_s > 0
     assert all(l.backward_s >= 0 and math.isfinite(l.forward_s) for l in trace.layers)

@@ -119,3 +119,42 @@ def test_every_h100_model_reads_with_its_passes() -> None:
         assert trace.optimizer_s == pytest.approx(p["optimizer_us"] * 1e-6)
         assert sorted(trace.forward_order or ()) == list(range(len(trace.layers)))
     assert len(load_passes(PASSES)) == len(passes)
+
+
+# --- the engine on measured traces ------------------------------------------------------
+
+def test_one_worker_iterates_in_forward_plus_backward_plus_optimizer(tmp_path: Path) -> None:
+    from gradfabric.command.cli import main
+
+    code = main(["sim", "run", "--trace", str(H100), "--model", "resnet50", "--precision", "bf16", "--gbps", "100",
+                 "--workers", "1", "--schedulers", "wfbp,p3", "--baseline", "wfbp", "--out", str(tmp_path)])
+    assert code == 0
+    passes = {(p["model"], p["precision"]): p for p in json.loads(PASSES.read_text())["passes"]}
+    p = passes[("resnet50", "bf16")]
+    expected_s = (p["forward_us"] + p["backward_us"] + p["optimizer_us"]) * 1e-6
+    with (tmp_path / "resnet50_bf16_ring.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["scheduler"] for r in rows] == ["wfbp", "p3"]
+    for row in rows:
+        assert float(row["iteration_s"]) == pytest.approx(expected_s, rel=1e-5)
+
+
+def _two_layer_run(forward_order: tuple[int, int]) -> float:
+    from hosts.schedulers import AlphaBeta, create
+    from simulator.cluster import AlphaBetaLink
+    from simulator.engine import simulate
+    from gradfabric.traces import Layer
+
+    layers = [Layer(0, "a", 1, 1.0, 1.0), Layer(1, "b", 1, 1.0, 1.0)]
+    cost = AlphaBeta(3.0, 0.0)
+    return simulate(layers, create("wfbp", cost=cost), AlphaBetaLink(cost), iterations=4,
+                    forward_order=forward_order, optimizer_s=2.0).iteration_s
+
+
+def test_forward_starts_a_layer_once_its_own_update_ran() -> None:
+    # Backward: layer 1 ready at 1 s, layer 0 at 2 s; each all-reduce holds the link 3 s, so
+    # layer 1 is reduced at 4 s and layer 0 at 7 s; each update takes 1 s, each forward 1 s.
+    # Forward order 0, 1: update 1 (4-5), wait, update 0 (7-8), forward 0 (8-9), forward 1 (9-10).
+    assert _two_layer_run((0, 1)) == pytest.approx(10.0)
+    # Forward order 1, 0: update 1 (4-5), forward 1 (5-6), update 0 (7-8), forward 0 (8-9).
+    assert _two_layer_run((1, 0)) == pytest.approx(9.0)
