@@ -20,7 +20,21 @@ from simulator.errors import SimulatorError
 
 #: Copies of the reference traces (public data; sources in its README.md).
 DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "traces"
-DEFAULT_RESULTS = paths.ROOT / "experiments" / "results" / "simulation"
+#: The committed results, regenerated with ``gradfabric sim reproduce --out experiments/results/simulation``.
+COMMITTED_RESULTS = paths.ROOT / "experiments" / "results" / "simulation"
+
+
+def default_results() -> Path:
+    """Where ``sim reproduce`` writes without --out: under build/, never into tracked files."""
+    return paths.build_dir() / "results" / "simulation"
+
+
+def _shown(path: Path) -> str:
+    """``path`` as a command line shows it: relative to the repository when inside it."""
+    try:
+        return shlex.quote(str(path.resolve().relative_to(paths.ROOT)))
+    except ValueError:
+        return shlex.quote(str(path))
 
 
 def _int_list(text: str) -> list[int]:
@@ -105,8 +119,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     rep = simsub.add_parser("reproduce", help="regenerate the reproduction table and its figures")
     rep.add_argument("--traces", type=Path, default=DEFAULT_TRACES,
                      help="folder of model traces and OSU latencies")
-    rep.add_argument("--out", type=Path, default=DEFAULT_RESULTS,
-                     help="folder for the report, tables and figures")
+    rep.add_argument("--out", type=Path, default=None,
+                     help="folder for the report, tables and figures (default: build/results/simulation/; "
+                          "--out experiments/results/simulation regenerates the committed ones)")
     rep.set_defaults(handler=_reproduce)
 
     prof = simsub.add_parser("profile", help="make a trace (pytorch format) from a PyTorch model on this machine "
@@ -203,11 +218,12 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     command = "gradfabric sim reproduce"
     if args.traces != DEFAULT_TRACES:
-        command += f" --traces {shlex.quote(str(args.traces))}"
-    if args.out != DEFAULT_RESULTS:
-        command += f" --out {shlex.quote(str(args.out))}"
-    print(reproduce(args.traces, args.out, command), end="")
-    print(f"wrote {args.out}", file=sys.stderr)
+        command += f" --traces {_shown(args.traces)}"
+    out = default_results() if args.out is None else args.out
+    if args.out is not None:
+        command += f" --out {_shown(args.out)}"
+    print(reproduce(args.traces, out, command), end="")
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

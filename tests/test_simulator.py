@@ -383,6 +383,20 @@ def test_cli_reproduce_writes_every_result(tmp_path: Path, capsys: pytest.Captur
     assert all(s > 1.0 for s in speedups)
 
 
+def test_reproduce_writes_outside_the_tree_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.reproduce
+    from gradfabric import paths
+
+    calls: list[tuple[Path, str]] = []
+    monkeypatch.setattr(simulator.reproduce, "reproduce", lambda traces, out, command: calls.append((out, command)) or "")
+    monkeypatch.setenv("GRADFABRIC_WORKDIR", str(tmp_path))
+    assert main(["sim", "reproduce"]) == 0
+    assert calls[-1] == (tmp_path / "build" / "results" / "simulation", "gradfabric sim reproduce")
+    committed = paths.ROOT / "experiments" / "results" / "simulation"
+    assert main(["sim", "reproduce", "--out", str(committed)]) == 0
+    assert calls[-1] == (committed, "gradfabric sim reproduce --out experiments/results/simulation")
+
+
 # --- PyTorch profiling ------------------------------------------------------------------
 
 def test_summarize_takes_medians_and_scales() -> None:
