@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,13 +50,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _add_fabric(show, timeout=2.0)
     show.set_defaults(handler=_show)
 
-    counters = sub.add_parser("counters", help="per port and priority, drops by reason, spraying balance")
-    _add_fabric(counters, timeout=2.0)
-    counters.add_argument("--switch", action="append", help="only this switch (repeatable)")
-    counters.add_argument("--watch", action="store_true", help="refresh, showing what changed since the last refresh")
-    counters.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
-    counters.add_argument("--count", type=int, default=0, help="with --watch: stop after N refreshes (0: until Ctrl-C)")
-    counters.set_defaults(handler=_counters)
+    from controller import counters_cli
+
+    counters_cli.add_command(sub, _add_fabric, _controller)
 
     shell = sub.add_parser("shell", help="open p4runtime-shell on a switch")
     shell.add_argument("switch", help="switch name, as in the fabric description")
@@ -210,80 +205,6 @@ def _show(args: argparse.Namespace) -> int:
             for e in [default, *rows]:
                 print(f"  {e.text(schema)}")
     return 0
-
-
-def _counters(args: argparse.Namespace) -> int:
-    from rich.console import Group
-    from rich.live import Live
-    from rich.text import Text
-
-    from controller.counters import gather, policy_jobs, render
-    from gradfabric.console import console as make_console
-
-    console = make_console()
-    with _controller(args, load_pipeline=False) as (fabric, controller):
-        names = args.switch or list(controller.sessions)
-        for n in names:
-            controller[n]  # an unknown name is an error before anything is read
-        # Read only the cells that can count: the switch's ports, the policy's jobs (all jobs without one).
-        ports = {n: [p.port for p in fabric.switch(n).ports] for n in names}
-        jobs: dict[str, list[int] | None] = {}
-        unreachable: dict[str, str] = {}
-
-        def read(session) -> object:
-            try:
-                if session.name not in jobs:
-                    jobs[session.name] = policy_jobs(session) or None
-                return gather(session, ports[session.name], jobs[session.name],
-                              with_queue_drops=fabric.target == "embedded")
-            except GradfabricError as exc:
-                return str(exc)
-
-        def read_all() -> dict:
-            got = dict(zip(names, controller.each(read, names)))
-            unreachable.clear()
-            unreachable.update({n: v for n, v in got.items() if isinstance(v, str)})
-            return {n: v for n, v in got.items() if not isinstance(v, str)}
-
-        def problems() -> list[Text]:
-            return [Text(f"{n}: UNREACHABLE ({why})", style="bold red") for n, why in unreachable.items()]
-
-        previous = read_all()
-        if fabric.target == "bmv2":
-            console.print(Text("queue drops: not shown on BMv2 (simple_switch keeps no count of tail drops; "
-                               "its log at debug level names each dropped packet)", style="dim"))
-        if not args.watch:
-            for item in [*render(previous), *problems()]:
-                console.print(item)
-            if not any(previous.values()) and not unreachable:
-                console.print("counters: every counter is zero")
-            return 1 if unreachable else 0
-
-        def frame(delta: dict, refreshes: int) -> Group:
-            tables = render(delta, f" (per second, last {args.interval:g} s)", per_second=args.interval)
-            body = tables or [Text(f"no traffic in the last {args.interval:g} s")]
-            stamp = Text(f"refresh {refreshes} at {time.strftime('%H:%M:%S')}", style="dim")
-            return Group(stamp, *body, *problems())
-
-        refreshes = 0
-        live = Live(console=console, auto_refresh=False, transient=False) if console.is_terminal else None
-        with live if live is not None else _nothing():
-            while args.count == 0 or refreshes < args.count:
-                time.sleep(args.interval)
-                now = read_all()
-                delta = {n: now[n].minus(previous[n]) if n in previous else now[n] for n in now}
-                refreshes += 1
-                if live is not None:
-                    live.update(frame(delta, refreshes), refresh=True)
-                else:  # piped: one frame after another
-                    console.print(frame(delta, refreshes))
-                previous = now
-    return 1 if unreachable else 0
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def _shell(args: argparse.Namespace) -> int:

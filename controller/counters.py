@@ -1,27 +1,60 @@
-"""Counter snapshots of the DLCP program, gathered per switch and rendered as tables."""
+"""Counter snapshots of the DLCP program, gathered per switch, rendered as tables or JSON.
+
+Drop reasons take the program's own names: index ``N`` of ``ingress_drops`` is the
+``const bit<32> DROP_<NAME> = N`` of the P4 source, lower-cased (``DROP_EARLY`` is shown as
+``magnitude_threshold``, the mechanism it counts). The traffic manager's queue drops come from
+the embedded target's control channel; BMv2 keeps no count of them (:data:`BMV2_QUEUE_NOTE`).
+"""
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
+from controller.errors import ControllerError
 from controller.switch import SwitchSession
 from controller.target_control import queue_drops
+from gradfabric.paths import P4SRC
 
 PORT_TX = "DlcpEgress.port_tx"
 INGRESS_DROPS = "DlcpIngress.ingress_drops"
 ECN_MARKS = "DlcpEgress.ecn_marks"
 JOB_RX = "DlcpIngress.job_rx"
+EARLY_DROPS = "DlcpIngress.early_drops"
 ECMP_MEMBER_COUNTER = "DlcpIngress.ecmp_member_counter"
-DROP_REASONS = {
-    (INGRESS_DROPS, 1): "no_route",
-    (INGRESS_DROPS, 2): "ttl_expired",
-    (INGRESS_DROPS, 3): "parser_error",
-    (INGRESS_DROPS, 6): "magnitude_threshold",  # early drop of an eligible class (before the queue)
-}
 PRIORITIES = 8
+#: The shipped program, whose drop reasons name ``ingress_drops`` cells when no source is given.
+DEFAULT_SOURCE = P4SRC / "dlcp.p4"
+#: Program constants shown under another name: the DLCP mechanism an early drop stands for.
+RENAMED = {"early": "magnitude_threshold"}
+_DROP_CONST = re.compile(r"^\s*const\s+bit<\d+>\s+DROP_([A-Z0-9_]+)\s*=\s*(\d+)\s*;", re.MULTILINE)
+BMV2_QUEUE_NOTE = (
+    "queue drops: not counted on BMv2 (simple_switch 1.15 tail-drops at a full queue without a "
+    "counter; its debug log names each dropped packet). What it reports is the program's counters: "
+    "drops in ingress by reason, early drops and ECN marks per job (a mark: the packet found its "
+    "queue at the job's ECN threshold), packets sent per port and priority")
+
+
+@functools.lru_cache(maxsize=8)
+def drop_reason_names(source: Path | None = None) -> dict[int, str]:
+    """``ingress_drops`` index -> reason, from the ``DROP_*`` constants of the P4 source
+    (``DROP_REASONS``, the counter's size, is not a reason)."""
+    path = source or DEFAULT_SOURCE
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ControllerError(f"cannot read the program {path} for its drop reasons: {exc.strerror}") from exc
+    names = {}
+    for name, value in _DROP_CONST.findall(text):
+        if name != "REASONS":
+            names[int(value)] = RENAMED.get(name.lower(), name.lower())
+    return names
 
 
 @dataclass
@@ -36,6 +69,7 @@ class SwitchCounters:
     #: Packets the traffic manager dropped, by (port, priority, reason); None when the target
     #: does not expose them (BMv2 counts no queue drops).
     queue_drops: dict[tuple[int, int, str], int] | None = None
+    early_drops: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def minus(self, before: SwitchCounters) -> SwitchCounters:
         def sub(now: dict, old: dict) -> dict:
@@ -57,7 +91,15 @@ class SwitchCounters:
             sub(self.job_rx, before.job_rx),
             sub(self.ecmp, before.ecmp),
             queue_drops,
+            sub(self.early_drops, before.early_drops),
         )
+
+    def went_backwards(self) -> bool:
+        """True for a difference with a negative count: the switch was restarted (or its
+        counters written) in between, so the difference means nothing."""
+        pairs = [*self.port_prio.values(), *self.drops.values(), *self.ecn_marks.values(),
+                 *self.job_rx.values(), *self.ecmp.values(), *self.early_drops.values()]
+        return any(p < 0 or b < 0 for p, b in pairs) or any(n < 0 for n in (self.queue_drops or {}).values())
 
 
 def policy_jobs(session: SwitchSession) -> list[int]:
@@ -74,10 +116,14 @@ def policy_jobs(session: SwitchSession) -> list[int]:
 
 def gather(
     session: SwitchSession, ports: Iterable[int] | None = None, jobs: Iterable[int] | None = None,
-    *, with_queue_drops: bool = True,
+    *, with_queue_drops: bool = True, reasons: dict[int, str] | None = None,
 ) -> SwitchCounters:
     """Read the counters of one switch: only the cells of ``ports`` and ``jobs`` when given
-    (reading every cell of ``port_tx`` costs a switch thousands of entities)."""
+    (reading every cell of ``port_tx`` costs a switch thousands of entities). ``reasons``
+    names the cells of ``ingress_drops`` (default: the shipped program's, see
+    :func:`drop_reason_names`); a named reason is shown even at zero."""
+    if reasons is None:
+        reasons = drop_reason_names()
     out = SwitchCounters()
     if with_queue_drops:
         out.queue_drops = queue_drops(session.address)
@@ -85,20 +131,62 @@ def gather(
     for c in session.read_counter(PORT_TX, cells):
         if c.packets or c.bytes:
             out.port_prio[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
-    for name in (INGRESS_DROPS,):
-        for c in session.read_counter(name):
-            reason = DROP_REASONS.get((name, c.index), f"{name.split('.')[-1]}[{c.index}]")
-            if c.packets or c.bytes or (name, c.index) in DROP_REASONS:
-                out.drops[reason] = (c.packets, c.bytes)
+    for c in session.read_counter(INGRESS_DROPS):
+        assert c.index is not None
+        if c.packets or c.bytes or c.index in reasons:
+            out.drops[reasons.get(c.index, f"ingress_drops[{c.index}]")] = (c.packets, c.bytes)
     job_cells = None if jobs is None else list(jobs)
-    for name, target in ((ECN_MARKS, out.ecn_marks), (JOB_RX, out.job_rx)):
+    for name, target in ((ECN_MARKS, out.ecn_marks), (JOB_RX, out.job_rx), (EARLY_DROPS, out.early_drops)):
         for c in session.read_counter(name, job_cells):
             if c.packets or c.bytes:
+                assert c.index is not None
                 target[c.index] = (c.packets, c.bytes)
     for d in session.read_direct_counters(ECMP_MEMBER_COUNTER):
         assert d.entry is not None
         match = {name: m.value for name, m in d.entry.match}  # type: ignore[union-attr]
         out.ecmp[(match.get("meta.ecmp_group_id", 0), match.get("meta.ecmp_member", 0))] = (d.packets, d.bytes)
+    return out
+
+
+# -- JSON ------------------------------------------------------------------------------------
+def to_json(c: SwitchCounters) -> dict[str, Any]:
+    """One switch's counters as plain JSON: lists of records, each naming what it counts."""
+    jobs = sorted(set(c.job_rx) | set(c.ecn_marks) | set(c.early_drops))
+    return {
+        "ports": [{"port": port, "priority": prio, "packets": p, "bytes": b}
+                  for (port, prio), (p, b) in sorted(c.port_prio.items())],
+        "drops": [{"reason": reason, "packets": p, "bytes": b} for reason, (p, b) in c.drops.items()],
+        "queue_drops": None if c.queue_drops is None else [
+            {"port": port, "priority": prio, "reason": reason, "packets": n}
+            for (port, prio, reason), n in sorted(c.queue_drops.items())],
+        "ecmp": [{"group": g, "member": m, "packets": p, "bytes": b} for (g, m), (p, b) in sorted(c.ecmp.items())],
+        "jobs": [{"job": job,
+                  "received_packets": c.job_rx.get(job, (0, 0))[0], "received_bytes": c.job_rx.get(job, (0, 0))[1],
+                  "ecn_marked_packets": c.ecn_marks.get(job, (0, 0))[0],
+                  "ecn_marked_bytes": c.ecn_marks.get(job, (0, 0))[1],
+                  "early_dropped_packets": c.early_drops.get(job, (0, 0))[0],
+                  "early_dropped_bytes": c.early_drops.get(job, (0, 0))[1]} for job in jobs],
+    }
+
+
+def from_json(data: dict[str, Any], where: str = "snapshot") -> SwitchCounters:
+    """The inverse of :func:`to_json`; a malformed record is a :class:`ControllerError` naming it."""
+    try:
+        out = SwitchCounters(
+            port_prio={(r["port"], r["priority"]): (r["packets"], r["bytes"]) for r in data["ports"]},
+            drops={r["reason"]: (r["packets"], r["bytes"]) for r in data["drops"]},
+            ecmp={(r["group"], r["member"]): (r["packets"], r["bytes"]) for r in data["ecmp"]},
+        )
+        if data["queue_drops"] is not None:
+            out.queue_drops = {(r["port"], r["priority"], r["reason"]): r["packets"] for r in data["queue_drops"]}
+        for r in data["jobs"]:
+            for key, target in (("received", out.job_rx), ("ecn_marked", out.ecn_marks),
+                                ("early_dropped", out.early_drops)):
+                if r[f"{key}_packets"] or r[f"{key}_bytes"]:
+                    target[r["job"]] = (r[f"{key}_packets"], r[f"{key}_bytes"])
+    except (KeyError, TypeError) as exc:
+        raise ControllerError(f"{where}: not a counters snapshot of `gradfabric counters --json` "
+                              f"(missing or malformed {exc})") from None
     return out
 
 
@@ -124,7 +212,7 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
     for col in ("switch", "group", "member", f"packets{unit}", "share"):
         ecmp.add_column(col)
     jobs = Table(title=f"per job{title_suffix}")
-    for col in ("switch", "job", f"received packets{unit}", f"ECN-marked packets{unit}"):
+    for col in ("switch", "job", f"received packets{unit}", f"ECN-marked packets{unit}", f"early-dropped packets{unit}"):
         jobs.add_column(col)
     queues = Table(title=f"queue drops per port and priority (traffic manager){title_suffix}")
     for col in ("switch", "port", "priority", "reason", f"packets{unit}"):
@@ -140,8 +228,8 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
         for (group, member), (p, _) in sorted(c.ecmp.items()):
             share = f"{100 * p / totals[group]:.1f}%" if totals[group] else "-"
             ecmp.add_row(name, str(group), str(member), amount(p), share)
-        for job in sorted(set(c.job_rx) | set(c.ecn_marks)):
-            jobs.add_row(name, str(job), amount(c.job_rx.get(job, (0, 0))[0]), amount(c.ecn_marks.get(job, (0, 0))[0]))
+        for job in sorted(set(c.job_rx) | set(c.ecn_marks) | set(c.early_drops)):
+            jobs.add_row(name, str(job), *(amount(d.get(job, (0, 0))[0]) for d in (c.job_rx, c.ecn_marks, c.early_drops)))
         for (port, prio, reason), n in sorted((c.queue_drops or {}).items()):
             queues.add_row(name, str(port), str(prio), reason, amount(n))
     return [t for t in (ports, queues, drops, ecmp, jobs) if t.row_count]
