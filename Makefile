@@ -41,7 +41,7 @@ help:
 	@echo "make test    set up what is missing, then run the test suite"
 	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
 	@echo "make fuzz-bmv2  differential fuzzer p4switch vs BMv2 with FUZZ_PACKETS (default 3000) per program"
-	@echo "make soak    10^5 fuzzed P4Runtime RPCs and 10^6 malformed frames: crashes and memory"
+	@echo "make soak    10^5 fuzzed P4Runtime RPCs, 10^6 malformed frames, 10^5 control-plane writes native vs Python (SANITIZE=1: native under ASan/UBSan)"
 	@echo "make p4      compile p4src/ with the embedded front end into build/ (and p4c, from \$$GRADFABRIC_P4REF/bin or PATH, into build/bmv2/)"
 	@echo "make stop    stop the fabric: every switch process, namespace and interface it made"
 	@echo "make clean   stop, then remove .venv, build/, logs/, pcaps/ and caches"
@@ -93,8 +93,22 @@ FUZZ_PACKETS ?= 3000
 fuzz-bmv2: install
 	@GRADFABRIC_FUZZ_PACKETS=$(FUZZ_PACKETS) $(PY) -m pytest -s -p no:cacheprovider tests/test_bmv2_fuzz.py
 
+# SANITIZE=1: the native runtime built with AddressSanitizer and UBSan (its own cache entry),
+# libasan preloaded into Python; the native tests, then the control-plane differential and the
+# native malformed-frame soak run under it.
+SANITIZE ?=
+SANITIZE_ENV = P4SWITCH_NATIVE_SANITIZE=1 ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  LD_PRELOAD="$$($${CC:-cc} -print-file-name=libasan.so) $$($${CC:-cc} -print-file-name=libubsan.so)"
 soak: install
+ifneq ($(filter 1 yes true,$(SANITIZE)),)
+	@$(SANITIZE_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/test_native_index.py \
+	  tests/test_native_control_plane.py tests/test_native_pipeline.py tests/test_native_selectors.py \
+	  tests/test_native_fuzz.py tests/test_native_switch.py
+	@$(SANITIZE_ENV) $(PY) -m tests.benchmarks.soak_p4runtime --rpcs 0 --frames 0 $(SOAK_ARGS)
+else
 	@$(PY) -m tests.benchmarks.soak_p4runtime $(SOAK_ARGS)
+endif
 
 p4: install
 	@$(VENV)/bin/gradfabric compile
