@@ -49,3 +49,143 @@ def test_the_check_catches_a_drifted_figure() -> None:
     source = (ROOT / "experiments/results/simulation/README.md").read_text()
     assert "1.186" in numbers(source) and "1.187" not in numbers(source)
     assert numbers("1.187x (OSU fit)") - numbers(source) == {"1.187"}
+
+
+# -- rates and figures the folder READMEs quote ----------------------------------------------
+# Every rate (packets/s) quoted in these files must be matched by a rule below that ties it to
+# the file or constant that sets it; a new quote without a rule fails, as does a stale one.
+RATE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)\s*(?:packets/s|pps)\b")
+QUOTING = ["README.md", "hosts/README.md", "experiments/README.md", "mininet_topos/*.yaml",
+           "experiments/topologies/*.yaml"]
+#: The commit that raised the fabrics' rates (40,000 and 20,000 packets/s); its parent holds
+#: the rates of the runs made before it (2026-11-23).
+RATES_RAISED = "f3fdea5"
+TRAINING_TOPO = "experiments/topologies/leafspine_training.yaml"
+GOOGLENET = "simulator/data/traces/googlenet_k80_4nodes_caffe.csv"
+
+
+def normalized(path: Path) -> str:
+    return " ".join(path.read_text().split())
+
+
+def topology_switch(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text)["defaults"]["switch"]
+
+
+def bench_constant(name: str) -> int:
+    import ast
+
+    tree = ast.parse((ROOT / "tests/benchmarks/bench_transport_fabric.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]:
+            return int(ast.literal_eval(node.value))
+    raise AssertionError(f"no {name} in tests/benchmarks/bench_transport_fabric.py")
+
+
+def before_raise(path: str) -> dict:
+    """The topology's switch defaults as they were before the rates were raised (git history)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("the rates of earlier runs are read from git history, which this tree lacks")
+    done = subprocess.run(["git", "show", f"{RATES_RAISED}^:{path}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"git history without {RATES_RAISED} (a shallow clone?): {done.stderr.strip()}")
+    return topology_switch(done.stdout)
+
+
+def googlenet() -> tuple[int, int]:
+    """Bytes and packets one worker pushes per GoogLeNet iteration: float32 values of the trace's
+    layers, one message per layer, at most MAX_COUNT_MTU_1500 values a packet."""
+    import csv
+    import math
+
+    from hosts.wire import MAX_COUNT_MTU_1500
+
+    with open(ROOT / GOOGLENET) as f:
+        sizes = [int(row["numel"]) for row in csv.DictReader(f)]
+    return 4 * sum(sizes), sum(math.ceil(n / MAX_COUNT_MTU_1500) for n in sizes)
+
+
+FABRIC = lambda: topology_switch((ROOT / "mininet_topos/leafspine.yaml").read_text())["egress_rate_pps"]  # noqa: E731
+TRAINING = lambda: topology_switch((ROOT / TRAINING_TOPO).read_text())["egress_rate_pps"]  # noqa: E731
+TRAINING_BEFORE = lambda: before_raise(TRAINING_TOPO)["egress_rate_pps"]  # noqa: E731
+BENCH = lambda: bench_constant("PORT_RATE_PPS")  # noqa: E731
+
+#: (file, pattern, the value each group must show). A group's value is compared at the
+#: precision it is written with (1.9 matches 1.857).
+RULES: list[tuple[str, str, tuple]] = [
+    ("hosts/README.md", r"limited to ([\d,]+) packets/s with a (\d+)-packet queue",
+     (BENCH, lambda: bench_constant("DEPTH"))),
+    ("hosts/README.md", r"a port of the default fabric runs at ([\d,]+) packets/s", (FABRIC,)),
+    ("hosts/README.md", r"bound 0, ([\d,]+) packets/s port", (BENCH,)),
+    ("hosts/README.md", r"low on purpose \(([\d,]+) packets/s\)", (BENCH,)),
+    ("hosts/README.md", r"default fabric egresses at ([\d,]+) packets/s .{0,200}?pushes and pulls ([\d.]+) MB "
+     r"per worker, ([\d,]+) packets each way, so with two workers the pushes alone take ([\d.]+) s through "
+     r"the server's switch port \(([\d,]+) packets\)",
+     (FABRIC, lambda: googlenet()[0] / 1e6, lambda: googlenet()[1],
+      lambda: 2 * googlenet()[1] / FABRIC(), lambda: 2 * googlenet()[1])),
+    ("experiments/topologies/leafspine_training.yaml",
+     r"switch ports forward ([\d,]+) packets/s from (\d+)-packet queues",
+     (TRAINING, lambda: topology_switch((ROOT / TRAINING_TOPO).read_text())["queue_depth"])),
+    ("experiments/README.md", r"port rate \| ([\d,]+) packets/s per switch port \(about 12 Mbit/s with 1,500-byte "
+     r"frames\) in the sweeps of 2026-11-23 below; ([\d,]+) packets/s \(1 Gbit/s links\) since",
+     (TRAINING_BEFORE, TRAINING)),
+    ("experiments/README.md", r"\(([\d,]+) packets/s then, ([\d,]+) now;", (TRAINING_BEFORE, TRAINING)),
+    ("experiments/README.md", r"about \d+ ms at ([\d,]+) packets/s \(about \d+ ms at ([\d,]+);",
+     (TRAINING_BEFORE, TRAINING)),
+    ("experiments/README.md", r"### At ([\d,]+) packets/s per port \(native switches\)", (TRAINING,)),
+    ("experiments/README.md", r"rates of the native datapath: ([\d,]+) packets/s per switch port", (TRAINING,)),
+    ("experiments/README.md", r"the DLCP sender paced from ([\d,]+) packets/s", (TRAINING,)),
+    ("experiments/README.md", r"take about \d+ ms at ([\d,]+) packets/s against", (TRAINING,)),
+    ("experiments/README.md", r"the sweeps at ([\d,]+) packets/s keep", (TRAINING_BEFORE,)),
+    ("README.md", r"Training over the emulated leaf-spine at ([\d,]+) packets/s per port", (TRAINING_BEFORE,)),
+    ("README.md", r"The same at ([\d,]+) packets/s per port \(native switches", (TRAINING,)),
+]
+
+
+def shown_as(written: str, value: float) -> bool:
+    """``written`` (``40,000``, ``1.9``) is ``value`` at the precision it is written with."""
+    plain = written.replace(",", "")
+    decimals = len(plain.split(".")[1]) if "." in plain else 0
+    return round(value, decimals) == float(plain)
+
+
+def quoting_files() -> list[Path]:
+    return sorted({p for pattern in QUOTING for p in ROOT.glob(pattern)})
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r[0]}: {r[1][:40]}")
+def test_quoted_rate_or_figure_is_what_its_source_sets(rule: tuple) -> None:
+    name, pattern, sources = rule
+    found = list(re.finditer(pattern, normalized(ROOT / name)))
+    assert found, f"{name} no longer says /{pattern}/: update the rule in tests/test_readme_claims.py with the text"
+    for match in found:
+        for written, source in zip(match.groups(), sources):
+            value = source()
+            assert shown_as(written, value), f"{name} quotes {written} in {match.group(0)!r}; its source sets {value}"
+
+
+def test_every_quoted_rate_has_a_rule() -> None:
+    uncovered = []
+    for path in quoting_files():
+        name = str(path.relative_to(ROOT))
+        text = normalized(path)
+        spans = [m.span() for r in RULES if r[0] == name for m in re.finditer(r[1], text)]
+        for m in RATE.finditer(text):
+            if not any(a <= m.start() and m.end() <= b for a, b in spans):
+                uncovered.append(f"{name}: ...{text[max(0, m.start() - 60):m.end() + 20]}...")
+    assert not uncovered, ("rates quoted without a rule tying them to their source "
+                           "(add one to RULES in tests/test_readme_claims.py):\n" + "\n".join(uncovered))
+
+
+def test_the_rate_check_catches_the_stale_default() -> None:
+    """The old sentence (default fabric at 2,000 packets/s) fails against leafspine.yaml's rate."""
+    stale = "a port of the default fabric runs at 2,000 packets/s"
+    match = re.search(RULES[1][1], stale)
+    assert match and not shown_as(match.group(1), FABRIC())
+    assert shown_as("1.9", 1.857) and not shown_as("1.8", 1.857) and shown_as("40,000", 40000)
