@@ -17,7 +17,7 @@ from mininet.net import Mininet
 
 
 #: Options of `gradfabric counters` followed by a value (anything else bare is a switch).
-OPTIONS_WITH_VALUES = frozenset({"--interval", "--count", "--timeout", "--fabric", "--switch"})
+OPTIONS_WITH_VALUES = frozenset({"--interval", "--count", "--timeout", "--fabric", "--switch", "--since"})
 
 
 def counters_args(line: str) -> list[str]:
@@ -48,7 +48,7 @@ class FabricCLI(CLI):
         super().__init__(mininet, **kwargs)
 
     def do_counters(self, line: str) -> None:
-        """counters [SWITCH ...] [--watch]: per port and priority, drops by reason, spraying balance."""
+        """counters [SWITCH ...] [--watch] [--json] [--since SNAPSHOT]: per port and priority, drops by reason, spraying balance."""
         gradfabric_command(counters_args(line), self.workdir)
 
     def do_policy(self, line: str) -> None:

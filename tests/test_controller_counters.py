@@ -175,3 +175,11 @@ def test_json_round_trip() -> None:
                        queue_drops={(3, 7, "queue_full"): 2}, early_drops={4: (2, 20)})
     assert from_json(json.loads(json.dumps(to_json(c)))) == c
     assert from_json(to_json(SwitchCounters())) == SwitchCounters()
+
+
+def test_the_mininet_cli_passes_a_snapshot_through() -> None:
+    pytest.importorskip("mininet", reason="the Mininet CLI needs Debian's mininet module")
+    from mininet_topos.console import counters_args
+
+    assert counters_args("l1 --since before.json --json") == [
+        "counters", "--switch", "l1", "--since", "before.json", "--json"]

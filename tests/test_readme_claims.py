@@ -1,8 +1,11 @@
-"""Every figure README.md quotes in its Results section comes from a file a listed command makes.
+"""Every figure README.md quotes in its Results section comes from a file a listed command makes,
+and every rate the READMEs and topology files quote is the one the file or constant setting it holds.
 
 Each row of the Results table names, in its last column, the command (in backticks) and the
 file it writes (a Markdown link). Every number of the row's figures column must appear in that
-file as a number, and the file must say which command made it.
+file as a number, and the file must say which command made it. Rates (packets/s) in README.md,
+hosts/, experiments/ and the topology files are tied by RULES below to the topology YAML, the
+benchmark's constants or the trace they come from.
 """
 
 from __future__ import annotations
