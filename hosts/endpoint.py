@@ -26,6 +26,7 @@ Scapy is not involved here (it is far too slow per packet).
 from __future__ import annotations
 
 import itertools
+import logging
 import select
 import socket
 import threading
@@ -39,6 +40,7 @@ import numpy as np
 
 from hosts.auth import TAG_LEN, Signer
 from hosts.errors import TransportError
+from hosts.fastpath import BatchReceiver, BatchSender, native
 from hosts.liveness import Liveness
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
 from hosts.pacing import Aimd, Pacer, RttEstimator, Window
@@ -53,6 +55,7 @@ SOCKET_BUFFER = 8 << 20
 ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
+_log = logging.getLogger("hosts.endpoint")
 
 
 def set_buffer(sock: socket.socket, force: int, plain: int, size: int) -> None:
@@ -74,7 +77,8 @@ class Endpoint:
     the quiet time `close()` waits for; `ecn=False` sends Not-ECT. `peers` (worker id ->
     address) is the job's membership: datagrams from anyone else are dropped and never
     answered (see :class:`~hosts.receiver.Reassembler`). `key`: the job's shared key; every
-    datagram is then signed and checked (:mod:`hosts.auth`)."""
+    datagram is then signed and checked (:mod:`hosts.auth`). `fast`: use the C data path
+    (:mod:`hosts.fastpath`; None: when it can be built), False: the Python one."""
 
     def __init__(
         self,
@@ -101,6 +105,7 @@ class Endpoint:
         peers: Mapping[int, Address] | None = None,
         send_threads: int = 32,
         key: bytes | None = None,
+        fast: bool | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
@@ -135,6 +140,16 @@ class Endpoint:
         except OSError as exc:
             self._sock.close()
             raise TransportError(f"cannot bind a DLCP socket to {host}:{port}: {exc}") from exc
+        self._tx: BatchSender | None = None
+        self._rx: BatchReceiver | None = None
+        nat = native() if fast is not False else None
+        if nat is not None and self.signer is not None:
+            _log.info("hosts data path: Python for endpoint %d, because a job key signs every datagram", worker_id)
+            nat = None
+        if fast and nat is None:
+            _log.warning("hosts data path: the C data path was asked for but is unavailable; using Python")
+        if nat is not None:
+            self._tx, self._rx = BatchSender(nat, self._sock), BatchReceiver(nat, self._sock)
         self._inbox: OrderedDict[MessageKey, Delivered] = OrderedDict()
         self._inbox_ready = threading.Condition()
         self._cond = threading.Condition()  # guards the window, in_flight and chunk answers
@@ -150,6 +165,11 @@ class Endpoint:
         self._last_peer_rx = 0.0  # last data or probe handled (bitmaps excluded)
         self._thread = threading.Thread(target=self._receive_loop, name=f"dlcp-rx-{worker_id}", daemon=True)
         self._thread.start()
+
+    @property
+    def fast(self) -> bool:
+        """True when this endpoint uses the C data path."""
+        return self._tx is not None
 
     @property
     def address(self) -> Address:
@@ -244,6 +264,9 @@ class Endpoint:
             return self._inbox.pop(key)
 
     def _receive_loop(self) -> None:
+        if self._rx is not None:
+            self._receive_batches(self._rx)
+            return
         buf = bytearray(65536)
         view = memoryview(buf)
         poller = select.poll()
@@ -285,10 +308,61 @@ class Endpoint:
                     except OSError:
                         self.reassembler.stats.drops["reply_failed"] += 1
                 if delivered:
-                    with self._inbox_ready:
-                        for message in delivered:
-                            self._inbox[message.key] = message
-                        self._inbox_ready.notify_all()
+                    self._deliver(delivered)
+
+    def _deliver(self, delivered: list[Delivered]) -> None:
+        with self._inbox_ready:
+            for message in delivered:
+                self._inbox[message.key] = message
+            self._inbox_ready.notify_all()
+
+    def _reply(self, replies: list[bytes], source: Address) -> None:
+        for reply in replies:
+            try:
+                self._sock.sendto(reply, source)
+            except OSError:
+                self.reassembler.stats.drops["reply_failed"] += 1
+
+    def _receive_batches(self, rx: BatchReceiver) -> None:
+        """The receive loop of the C data path: batches of datagrams, runs of one message's
+        data placed at once (:meth:`Reassembler.handle_run`), everything else one by one."""
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        reassembler = self.reassembler
+        heard = self.liveness.heard
+        tos = rx.tos
+        while not self._stop.is_set():
+            if not poller.poll(50):
+                continue
+            while not self._stop.is_set():
+                try:
+                    n = rx.recv()
+                except OSError:
+                    break
+                if n == 0:
+                    break
+                now = self._last_rx = time.monotonic()
+                delivered: list[Delivered] = []
+                i = 0
+                while i < n:
+                    j = rx.run_end(i, n)
+                    source = rx.source(i)
+                    data = rx.packet(j - 1)
+                    heard(source, now, bytes(data[:HEADER_LEN]))
+                    if j - i > 1:
+                        self._last_peer_rx = now
+                        ce = int(np.count_nonzero((tos[i:j] & ECN_CE) == ECN_CE))
+                        delivered += reassembler.handle_run(rx, i, j, source, ce)
+                    elif len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
+                        self._on_bitmap(data, source, now)
+                    else:
+                        self._last_peer_rx = now
+                        replies, done = reassembler.handle(data, source, int(tos[i]) & ECN_CE == ECN_CE)
+                        self._reply(replies, source)
+                        delivered += done
+                    i = j
+                if delivered:
+                    self._deliver(delivered)
 
     def _on_bitmap(self, data: memoryview, source: Address, now: float) -> None:
         _vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = (
@@ -371,22 +445,24 @@ class Endpoint:
     # -- used by hosts.sender ------------------------------------------------------------------
 
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None:
-        sendto = self._sock.sendto
-        views = batch.views()
-        if self.signer is not None:
-            sign = self.signer.sign
-            views = {j: sign(views[j]) for j in indices.tolist()}  # type: ignore[assignment]
-        order = indices.tolist()
-        i, total = 0, len(order)
+        total = len(indices)
+        i = 0
         with self._tx_lock:
-            while i < total:
-                allowed = self.pacer.burst()
-                for j in order[i:i + allowed]:
-                    try:
-                        sendto(views[j], dest)
-                    except OSError as exc:
-                        raise TransportError(f"cannot send to {dest[0]}:{dest[1]}: {exc}") from exc
-                i += allowed
+            try:
+                while i < total:
+                    allowed = self.pacer.burst(total - i)
+                    if self._tx is not None:
+                        self._tx.send(batch, indices[i:i + allowed], dest)
+                    elif self.signer is not None:
+                        for j in indices[i:i + allowed].tolist():
+                            self._sock.sendto(self.signer.sign(batch.packet(j)), dest)
+                    else:
+                        sendmsg = self._sock.sendmsg
+                        for j in indices[i:i + allowed].tolist():
+                            sendmsg(batch.parts(j), (), 0, dest)
+                    i += allowed
+            except OSError as exc:
+                raise TransportError(f"cannot send to {dest[0]}:{dest[1]}: {exc}") from exc
 
     def _send_control(self, data: bytes, dest: Address) -> None:
         if self.signer is not None:

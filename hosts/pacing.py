@@ -142,8 +142,9 @@ class Pacer:
         self.burst_interval = burst_interval
         self._next = time.perf_counter()
 
-    def burst(self) -> int:
-        """Wait until the next burst is due; return how many packets it may carry."""
+    def burst(self, wanted: int | None = None) -> int:
+        """Wait until the next burst is due; return how many packets it may carry (at most
+        `wanted`). Only the packets granted take up pacing time."""
         now = time.perf_counter()
         if now < self._next:
             time.sleep(self._next - now)
@@ -151,5 +152,7 @@ class Pacer:
             self._next = now  # idle time earns no credit
         rate = self.aimd.rate
         allowed = max(1, int(rate * self.burst_interval))
+        if wanted is not None:
+            allowed = max(1, min(allowed, wanted))
         self._next += allowed / rate
         return allowed

@@ -1,8 +1,8 @@
 """Tensor to DLCP packets: packetisation, magnitude classes, drop eligibility, priority hint.
 
-The whole message is packed at once with numpy: one buffer of ``n`` rows, each row a
-28-byte header followed by up to ``count`` float32 values; a packet is a row (the last one
-may be shorter).
+The headers of a whole message are packed at once with numpy (one 28-byte row per packet);
+the values stay where they are: packet ``i`` is its header row followed by up to ``count``
+float32 values read in place from the tensor (the last packet may be shorter).
 
 Drop-eligibility rule (documented policy, applied per message):
 
@@ -20,6 +20,7 @@ Drop-eligibility rule (documented policy, applied per message):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,23 +101,39 @@ class DropRule:
 
 @dataclass
 class PacketBatch:
-    """All data packets of one message, packed in one buffer."""
+    """All data packets of one message: a 28-byte header row per packet and the values, read
+    in place (packet i carries ``values[i * count : i * count + counts[i]]``)."""
 
-    buffer: np.ndarray  # (n, HEADER_LEN + 4 * count) uint8
-    lengths: np.ndarray  # bytes of each packet
-    headers: np.ndarray  # structured view (HEADER_DTYPE) of the header columns
+    rows: np.ndarray  # (n, HEADER_LEN) uint8: the header of each packet
+    values: np.ndarray  # the message's float32 values (little-endian), not copied
+    count: int  # values per full packet
+    headers: np.ndarray  # structured view (HEADER_DTYPE) of the rows
+    nvals: np.ndarray  # values of each packet (uint16)
+    _native: Any = None  # C pointers (hosts.fastpath), made on first use
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return len(self.nvals)
 
-    def packet(self, i: int) -> memoryview:
-        return memoryview(self.buffer[i, : self.lengths[i]])
+    @property
+    def lengths(self) -> np.ndarray:
+        """Bytes of each packet."""
+        return HEADER_LEN + 4 * self.nvals.astype(np.int64)
 
-    def views(self) -> list[memoryview]:
-        """Every packet as a memoryview (built once per call; cheap to send)."""
-        flat = memoryview(self.buffer).cast("B")
-        width = self.buffer.shape[1]
-        return [flat[i * width:i * width + n] for i, n in enumerate(self.lengths.tolist())]
+    def parts(self, i: int) -> tuple[memoryview, memoryview]:
+        """Packet `i` as (header, payload) buffers, for a scatter-gather send."""
+        start = i * self.count
+        return memoryview(self.rows[i]), memoryview(self.values[start:start + int(self.nvals[i])]).cast("B")
+
+    def packet(self, i: int) -> bytes:
+        """Packet `i` as one datagram."""
+        head, payload = self.parts(i)
+        return bytes(head) + bytes(payload)
+
+    def native_ptrs(self, nat: Any) -> tuple[Any, Any, Any]:
+        """(headers, values, per-packet value counts) as C pointers of `nat` (hosts.fastpath)."""
+        if self._native is None:
+            self._native = (nat.ptr(self.rows), nat.ptr(self.values), nat.ptr(self.nvals, "uint16_t[]"))
+        return self._native
 
     @property
     def eligible(self) -> np.ndarray:
@@ -124,7 +141,7 @@ class PacketBatch:
 
     @property
     def counts(self) -> np.ndarray:
-        return self.headers["count"].astype(np.int64)
+        return self.nvals.astype(np.int64)
 
 
 def packetize(
@@ -158,19 +175,20 @@ def packetize(
     if flat.size == 0 or start < 0 or start + flat.size > total or total > 0xFFFFFFFF:
         raise TransportError(
             f"cannot send {flat.size} elements at {start} of a tensor of {total} (1..2**32-1 elements)")
+    if sys.byteorder != "little":
+        flat = flat.astype("<f4")
     n = math.ceil(flat.size / count)
-    width = HEADER_LEN + 4 * count
-    buffer = np.zeros((n, width), dtype=np.uint8)
-    payload = buffer[:, HEADER_LEN:].view("<f4")  # (n, count), zero padded
-    full, rest = divmod(flat.size, count)
-    payload[:full] = flat[: full * count].reshape(full, count)
-    if rest:
-        payload[full, :rest] = flat[full * count:]
-    headers = buffer[:, :HEADER_LEN].view(HEADER_DTYPE).reshape(n)
+    rows = np.zeros((n, HEADER_LEN), dtype=np.uint8)
+    headers = rows.view(HEADER_DTYPE).reshape(n)
     offsets = np.arange(n, dtype=np.int64) * count
     counts = np.minimum(count, flat.size - offsets)
     offsets += start
-    classes = _classes_of_rows(payload)
+    full, rest = divmod(flat.size, count)
+    classes = np.zeros(n, dtype=np.uint8)
+    if full:
+        classes[:full] = _classes_of_rows(flat[: full * count].reshape(full, count))
+    if rest:
+        classes[full] = _classes_of_rows(flat[full * count:].reshape(1, rest))[0]
     headers["ver_type"] = (VERSION << 4) | int(kind)
     headers["job_id"] = job_id
     headers["worker_id"] = worker_id
@@ -187,4 +205,4 @@ def packetize(
         flags[drop_rule.eligible(classes, counts, flat.size, position)] |= int(Flags.DROP_ELIGIBLE)
     flags[-1] |= int(Flags.LAST)
     headers["flags"] = flags
-    return PacketBatch(buffer=buffer, lengths=HEADER_LEN + 4 * counts, headers=headers)
+    return PacketBatch(rows=rows, values=flat, count=count, headers=headers, nvals=counts.astype(np.uint16))

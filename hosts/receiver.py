@@ -25,6 +25,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class ReceiverStats:
 class Assembly:
     """A message being rebuilt."""
 
-    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source")
+    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address) -> None:
         self.key = key
@@ -87,6 +88,7 @@ class Assembly:
         self.seqs = bytearray(tensor_len)  # 1 where a data packet arrived (a packet holds >= 1 element)
         self.received = 0
         self.source = source
+        self.cptrs: tuple[Any, Any, Any] | None = None  # C pointers of the fast path, made on first use
 
 
 class Reassembler:
@@ -167,6 +169,66 @@ class Reassembler:
         if msg_type == 3:
             return self._drop(DropReason.UNEXPECTED)
         return self._drop(DropReason.BAD_TYPE)
+
+    def handle_run(self, rx: Any, i: int, j: int, source: Address, ce: int = 0) -> list[Delivered]:
+        """Packets ``i .. j-1`` of the batch receiver `rx` (:class:`hosts.fastpath.BatchReceiver`):
+        data of one message from `source`, well-formed headers that agree (``rx.run_end``),
+        `ce` of them CE-marked. Counts, drops, places and completes exactly as :meth:`handle`
+        does packet by packet, with the per-packet work in C; returns the completed message."""
+        n = j - i
+        _vt, _f, job, worker, tensor, iteration, _o, tensor_len = HEADER_STRUCT.unpack_from(rx.packet(i))[:8]
+        if self.job_id is not None and job != self.job_id:
+            self.stats.drops[DropReason.WRONG_JOB.value] += n
+            return []
+        if not self.admit(worker, source, pin=True):
+            self.stats.drops[DropReason.UNKNOWN_PEER.value] += n
+            return []
+        key = MessageKey(job, worker, iteration, tensor, _KINDS[_vt & 0x0F])
+        for _ in range(ce):
+            self._note_ce(key)
+        if tensor_len == 0 or tensor_len > self.max_tensor_len:
+            self.stats.drops[DropReason.TOO_LARGE.value] += n
+            return []
+        delivered: list[Delivered] = []
+        k = i
+        while k < j:
+            reject = (DropReason.LATE if key in self._done else
+                      DropReason.TOO_LARGE if tensor_len > self.max_open_elements else None)
+            asm = self._open.get(key) if reject is None else None
+            if reject is None and asm is None:  # allocate only for a packet that passes the checks
+                k = self._place_counts(rx.place(k, j, tensor_len, None, 0, 0))
+                if k >= j:
+                    break
+                asm = self._assembly(key, tensor_len, source)
+                assert asm is not None
+            if asm is not None and asm.values.size != tensor_len:
+                reject = DropReason.INCONSISTENT
+            if reject is not None:
+                res = rx.place(k, j, tensor_len, None, 0, 1)
+                self._place_counts(res)
+                self.stats.drops[reject.value] += int(res[6])
+                if reject is DropReason.LATE:
+                    self.stats.duplicates += int(res[6])
+                break
+            assert asm is not None
+            if asm.cptrs is None:
+                asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
+            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, 0)
+            k = self._place_counts(res)
+            self.stats.data_packets += int(res[1])
+            self.stats.duplicates += int(res[2])
+            asm.received += int(res[5])
+            if asm.received == tensor_len:
+                delivered.append(self._complete(asm))
+        return delivered
+
+    def _place_counts(self, res: Any) -> int:
+        """Note the packet-level drops of a gfh_place result; the index it stopped at."""
+        if res[3]:
+            self.stats.drops[DropReason.OUT_OF_BOUNDS.value] += int(res[3])
+        if res[4]:
+            self.stats.drops[DropReason.BAD_PAYLOAD.value] += int(res[4])
+        return int(res[0])
 
     def admit(self, worker: int, source: Address, pin: bool = False) -> bool:
         """Whether `source` may speak for `worker` (see the constructor)."""

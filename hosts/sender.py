@@ -24,6 +24,7 @@ round trip, :class:`hosts.pacing.Window`).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -184,16 +185,9 @@ class MessageSender:
                     grant = room
                 else:
                     return
-                lo = hi = self.pending[0]
-                take: list[int] = []
-                while self.pending and len(take) < grant:
-                    nxt = self.pending[0]
-                    if max(hi, nxt) - min(lo, nxt) >= BITMAP_BITS_PER_PACKET:
-                        break  # one bitmap answer covers the chunk's range
-                    lo, hi = min(lo, nxt), max(hi, nxt)
-                    take.append(self.pending.popleft())
-                ep.in_flight += len(take)
-            packets = np.asarray(take, dtype=np.int64)
+                packets = self._take(grant)
+                ep.in_flight += packets.size
+            lo, hi = int(packets.min()), int(packets.max())
             again = packets[self.sent_once[packets]]
             if again.size:
                 self.batch.headers["flags"][again] |= np.uint8(Flags.RETRANSMIT)
@@ -201,6 +195,18 @@ class MessageSender:
             self.sent_once[packets] = True
             ep._transmit(self.batch, packets, self.dest)
             self._open(lo, hi - lo + 1, packets, last=not self.pending)
+
+    def _take(self, grant: int) -> np.ndarray:
+        """Up to `grant` pending packets, in order, whose range one bitmap answer covers."""
+        k = min(grant, len(self.pending))
+        cand = np.fromiter(itertools.islice(self.pending, k), np.int64, k)
+        span = np.maximum.accumulate(cand) - np.minimum.accumulate(cand)
+        fits = span < BITMAP_BITS_PER_PACKET
+        m = k if fits[-1] else int(np.argmin(fits))
+        popleft = self.pending.popleft
+        for _ in range(m):
+            popleft()
+        return cand[:m]
 
     def _open(self, first: int, nbits: int, packets: np.ndarray, last: bool,
               confirms: np.ndarray | None = None) -> None:

@@ -19,6 +19,7 @@ from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
 from hosts.ring import RingAllReduce
 from hosts.schedulers import AlphaBeta, create
 from hosts.wire import MsgType
+from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
 LAYERS = model_from_sizes([3_000, 20_000, 500, 9_000], backward_s=0.002)
 COST = AlphaBeta(alpha=1e-4, beta=1e-9)

@@ -11,6 +11,7 @@ from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
 from hosts.relay import Relay
 from hosts.ring import RingAllReduce
 from hosts.wire import MAX_COUNT_MTU_1500, Flags, Header, MsgType
+from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
 SIZES = {0: 5_000, 1: 123, 2: 40_000}
 #: Loss bounds of zero for the exact-sum tests: with the default bounds a message may end

@@ -13,6 +13,7 @@ from hosts.packetize import packetize
 from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
 from hosts.receiver import Reassembler
 from hosts.wire import AMPLIFICATION, HEADER_LEN, Header, MsgType, pack_header, pack_packet, unpack_header
+from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
 LEGIT = ("127.0.0.1", 40001)
 FORGER = ("127.0.0.1", 40666)

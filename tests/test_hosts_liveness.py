@@ -23,6 +23,7 @@ from hosts.messages import MessageKey
 from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
 from hosts.relay import Relay, random_impairment
 from hosts.wire import MsgType
+from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
 BOUNDS = {MsgType.GRADIENT: 0.03, MsgType.PARAMETER: 0.01}
 SIZES = {0: 30_000, 1: 4_000, 2: 60_000}

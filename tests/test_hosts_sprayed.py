@@ -15,6 +15,7 @@ from hosts.packetize import packetize
 from hosts.receiver import Reassembler
 from hosts.relay import Relay
 from hosts.wire import Flags, Header, MsgType, pack_header, unpack_header
+from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
 BOUNDS = {MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.01}
 ELEMENTS = 36_000  # 100 packets of 360 values

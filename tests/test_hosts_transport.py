@@ -12,6 +12,7 @@ from hosts.packetize import packetize
 from hosts.receiver import Reassembler
 from hosts.relay import Relay
 from hosts.wire import Flags, Header, MsgType, pack_header
+from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
 BOUNDS = {MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.01}
 

@@ -1,0 +1,231 @@
+/* The host data path's per-packet work, in batches (loaded by hosts/fastpath.py).
+ *
+ * gfh_send:  a message's data packets, each a 28-byte header row plus its values read in
+ *            place from the tensor, with sendmmsg (two iovecs per packet, no copy in user
+ *            space) and, on loopback, UDP GSO (one datagram of up to 44 packets).
+ * gfh_recv:  recvmmsg of up to `slots` datagrams with their IP TOS byte and UDP GRO segment
+ *            size; coalesced datagrams are split back into packets.
+ * gfh_runs:  where the run of data packets of one message from one source ends.
+ * gfh_place: checks a run's packets (bounds, length, duplicates) and places their values
+ *            into the message's arrays, stopping when the message is complete.
+ * Protocol decisions (windows, probes, bounds, membership) stay in Python.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+#define HDR 28
+#define BATCH 64
+#define GSO_MAX_BYTES 65000
+#define GSO_MAX_SEGS 64
+#define IOV_MAX_BATCH 2048
+
+static uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* Send packets idx[0..n) of a message: header i at hdrs + 28 i, values at values + 4 count i,
+ * nvals[i] values. gso: packets per datagram (<= 1: no GSO). Returns packets sent or -errno. */
+int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
+             uint32_t count, const uint16_t *nvals, const int64_t *idx, int n, int gso) {
+    struct sockaddr_in dst;
+    memset(&dst, 0, sizeof dst);
+    dst.sin_family = AF_INET;
+    dst.sin_addr.s_addr = ip_be;
+    dst.sin_port = port_be;
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[IOV_MAX_BATCH];
+    union { char buf[CMSG_SPACE(sizeof(uint16_t))]; struct cmsghdr align; } ctl[BATCH];
+    uint32_t full = HDR + 4 * count;
+    int per = gso > 1 ? gso : 1;
+    if (per > GSO_MAX_SEGS) per = GSO_MAX_SEGS;
+    if ((uint32_t)per * full > GSO_MAX_BYTES) per = (int)(GSO_MAX_BYTES / full);
+    if (per < 1) per = 1;
+    int done = 0;
+    while (done < n) {
+        int m = 0, k = done, v = 0;
+        while (m < BATCH && k < n && v + 2 * per <= IOV_MAX_BATCH) {
+            int segs = 0;
+            struct mmsghdr *mh = &msgs[m];
+            memset(mh, 0, sizeof *mh);
+            mh->msg_hdr.msg_name = &dst;
+            mh->msg_hdr.msg_namelen = sizeof dst;
+            mh->msg_hdr.msg_iov = &iov[v];
+            while (k < n && segs < per) {
+                int64_t i = idx[k];
+                iov[v].iov_base = (void *)(hdrs + (size_t)i * HDR);
+                iov[v].iov_len = HDR;
+                iov[v + 1].iov_base = (void *)(values + (size_t)i * count * 4);
+                iov[v + 1].iov_len = (size_t)nvals[i] * 4;
+                v += 2;
+                segs++;
+                k++;
+                if (HDR + 4u * nvals[i] != full) break; /* a short packet ends a GSO datagram */
+            }
+            mh->msg_hdr.msg_iovlen = (size_t)segs * 2;
+            if (segs > 1) {
+                mh->msg_hdr.msg_control = ctl[m].buf;
+                mh->msg_hdr.msg_controllen = sizeof ctl[m].buf;
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh->msg_hdr);
+                cm->cmsg_level = SOL_UDP;
+                cm->cmsg_type = UDP_SEGMENT;
+                cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                uint16_t seg = (uint16_t)full;
+                memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+            }
+            m++;
+        }
+        int sent = 0;
+        while (sent < m) {
+            int r = sendmmsg(fd, msgs + sent, (unsigned)(m - sent), 0);
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                return -errno;
+            }
+            sent += r;
+        }
+        done = k;
+    }
+    return done;
+}
+
+/* Receive up to `slots` datagrams (MSG_DONTWAIT) into buf (slots x slot_size bytes) and list
+ * their packets: off/len into buf, source, TOS byte. Returns packets listed (0: nothing
+ * queued) or -errno. `max_pkts` must be at least slots x (slot_size / 28 + 1). */
+int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
+             uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts) {
+    if (slots > BATCH) slots = BATCH;
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_in from[BATCH];
+    union { char buf[CMSG_SPACE(sizeof(int)) * 2 + 16]; struct cmsghdr align; } ctl[BATCH];
+    memset(msgs, 0, sizeof(msgs[0]) * (size_t)slots);
+    for (int i = 0; i < slots; i++) {
+        iov[i].iov_base = buf + (size_t)i * slot_size;
+        iov[i].iov_len = slot_size;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = &from[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+        msgs[i].msg_hdr.msg_control = ctl[i].buf;
+        msgs[i].msg_hdr.msg_controllen = sizeof ctl[i].buf;
+    }
+    int r;
+    do {
+        r = recvmmsg(fd, msgs, (unsigned)slots, MSG_DONTWAIT, NULL);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    int p = 0;
+    for (int i = 0; i < r && p < max_pkts; i++) {
+        uint32_t total = msgs[i].msg_len, seg = 0;
+        uint8_t t = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm; cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+            if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1)) {
+                t = *(uint8_t *)CMSG_DATA(cm);
+            } else if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+                int s;
+                memcpy(&s, CMSG_DATA(cm), sizeof s);
+                if (s > 0) seg = (uint32_t)s;
+            }
+        }
+        if (seg == 0 || seg >= total) seg = total;
+        uint32_t base = (uint32_t)i * slot_size;
+        for (uint32_t at = 0; at < total && p < max_pkts; at += seg) {
+            off[p] = base + at;
+            len[p] = total - at < seg ? total - at : seg;
+            src_ip[p] = from[i].sin_addr.s_addr;
+            src_port[p] = from[i].sin_port;
+            tos[p] = t;
+            p++;
+            if (seg < HDR) break; /* not DLCP packets: one truncated datagram */
+        }
+    }
+    return p;
+}
+
+/* The end of the run starting at packet `i`: data packets (type 0/1, version 1, no reserved
+ * flags) whose headers agree on type, job, worker, tensor, iteration and tensor_len, from one
+ * source. Returns i + 1 when packet i itself is not such a packet. */
+int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
+             const uint16_t *src_port, int i, int n) {
+    const uint8_t *a = buf + off[i];
+    if (len[i] < HDR || (a[0] >> 4) != 1 || (a[0] & 0x0F) > 1 || (a[1] & 0xF0)) return i + 1;
+    int j = i + 1;
+    for (; j < n; j++) {
+        const uint8_t *b = buf + off[j];
+        if (len[j] < HDR || src_ip[j] != src_ip[i] || src_port[j] != src_port[i] || b[0] != a[0] ||
+            (b[1] & 0xF0) || memcmp(a + 2, b + 2, 10) != 0 || memcmp(a + 16, b + 16, 4) != 0)
+            break;
+    }
+    return j;
+}
+
+/* Result slots of gfh_place. */
+enum { R_USED, R_DATA, R_DUP, R_OOB, R_PAYLOAD, R_RECEIVED, R_OTHER, R_SLOTS };
+
+/* Check packets i..n of a run of `tensor_len` elements and place them. values/have/seqs NULL:
+ * stop at the first packet that passes the packet checks (R_USED tells which) without using
+ * it. mode 1: every packet passing the checks is counted in R_OTHER (late, inconsistent...).
+ * Otherwise place, and stop after the packet that completes the message (received ==
+ * tensor_len). res[R_USED] is the index after the last packet looked at. */
+void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
+               uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res) {
+    for (int k = 0; k < R_SLOTS; k++) res[k] = 0;
+    int j = i;
+    for (; j < n; j++) {
+        const uint8_t *p = buf + off[j];
+        uint32_t offset = be32(p + 12), count = be16(p + 20), seq = be32(p + 24);
+        if (count == 0 || (uint64_t)offset + count > tensor_len || seq >= tensor_len) {
+            res[R_OOB]++;
+            continue;
+        }
+        if (len[j] != HDR + 4 * count) {
+            res[R_PAYLOAD]++;
+            continue;
+        }
+        if (mode == 1) {
+            res[R_OTHER]++;
+            continue;
+        }
+        if (values == NULL) break;
+        res[R_DATA]++;
+        if (seqs[seq]) {
+            res[R_DUP]++;
+            continue;
+        }
+        seqs[seq] = 1;
+        const uint8_t *src = p + HDR;
+        if (memchr(have + offset, 1, count) == NULL) {
+            memcpy(values + (size_t)offset * 4, src, (size_t)count * 4);
+            res[R_RECEIVED] += count;
+        } else {
+            for (uint32_t e = 0; e < count; e++) {
+                if (!have[offset + e]) {
+                    memcpy(values + (size_t)(offset + e) * 4, src + (size_t)e * 4, 4);
+                    res[R_RECEIVED]++;
+                }
+            }
+        }
+        memset(have + offset, 1, count);
+        if (received + res[R_RECEIVED] == (int64_t)tensor_len) {
+            j++;
+            break;
+        }
+    }
+    res[R_USED] = j;
+}

@@ -1,0 +1,277 @@
+"""The host data path's per-packet work in C (``hosts/fastpath.c``), loaded through cffi.
+
+Built once per source, compiler and flags into ``$GRADFABRIC_HOSTPATH_CACHE`` (default
+``~/.cache/gradfabric/hostpath``) as ``<sha256>.so``, like the switch's native datapath
+(:mod:`p4switch.native.build`); later loads are a file lookup. When it cannot be built or
+loaded (no compiler, no cffi, ``GRADFABRIC_FASTPATH=0``) :func:`native` returns None, one
+log line says why, and the endpoints use the Python data path, which does the same work
+packet by packet.
+
+* :class:`BatchSender` sends a message's packets with ``sendmmsg``: each packet is its
+  28-byte header row plus its values read in place from the tensor (two iovecs, no copy in
+  user space); towards a local address (the route's device is loopback) it uses UDP GSO,
+  one datagram of up to 44 packets, which a receiver with UDP GRO takes whole. Any other
+  route gets one datagram per packet, so frames that reach a switch stay within the MTU.
+* :class:`BatchReceiver` reads up to 64 datagrams per ``recvmmsg`` with their IP TOS bytes
+  and GRO segment sizes, lists their packets, finds runs of one message's data and places a
+  run's values into the message's arrays (:meth:`Reassembler.handle_run
+  <hosts.receiver.Reassembler.handle_run>` decides everything else).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("hosts.fastpath")
+
+CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
+SOURCE = "fastpath.c"
+CDEF = """
+int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
+             uint32_t count, const uint16_t *nvals, const int64_t *idx, int n, int gso);
+int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
+             uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts);
+int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
+             const uint16_t *src_port, int i, int n);
+void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
+               uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res);
+"""
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+#: Packets per GSO datagram (44 x 1472 bytes stays under the 64 kB datagram limit).
+GSO_PACKETS = 44
+#: Result slots of gfh_place.
+R_USED, R_DATA, R_DUP, R_OOB, R_PAYLOAD, R_RECEIVED, R_OTHER = range(7)
+
+
+class FastPathError(RuntimeError):
+    """The C data path could not be built or loaded (the message says why)."""
+
+
+class Native:
+    """The loaded library and its cffi handle."""
+
+    def __init__(self, ffi: Any, lib: Any, path: Path) -> None:
+        self.ffi = ffi
+        self.lib = lib
+        self.path = path
+
+    def ptr(self, array: Any, ctype: str = "uint8_t[]") -> Any:
+        """A C pointer to a writable buffer (numpy array, bytearray)."""
+        return self.ffi.from_buffer(ctype, array, require_writable=False)
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("GRADFABRIC_HOSTPATH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gradfabric" / "hostpath"
+
+
+def find_compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _compiler_id(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return cc + "\n" + (out.splitlines()[0] if out else "")
+
+
+def build() -> Path:
+    """The shared object of ``fastpath.c``, compiled unless already cached."""
+    source = (resources.files("hosts") / SOURCE).read_text()
+    cc = find_compiler()
+    if cc is None:
+        raise FastPathError("no C compiler found (set CC, or install gcc)")
+    digest = hashlib.sha256(source.encode())
+    digest.update(_compiler_id(cc).encode() + b"\0" + " ".join(CFLAGS).encode())
+    target = cache_dir() / f"{digest.hexdigest()[:32]}.so"
+    if target.exists():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FastPathError(f"cannot create the cache folder {target.parent}: {exc}") from exc
+    with tempfile.TemporaryDirectory(prefix="gradfabric-hostpath-") as tmp:
+        src, out = Path(tmp) / SOURCE, Path(tmp) / "fastpath.so"
+        src.write_text(source)
+        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
+            raise FastPathError(f"{cc} failed on hosts/{SOURCE} (exit {proc.returncode}):\n{tail}")
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(out, partial)
+        os.replace(partial, target)  # atomic: concurrent builders agree
+    return target
+
+
+_lock = threading.Lock()
+_loaded: list[Native | None] = []
+
+
+def native() -> Native | None:
+    """The C data path, or None (logged once, with the reason) when it cannot be used or
+    ``GRADFABRIC_FASTPATH`` is 0 (read at every call, so tests can turn it off)."""
+    if os.environ.get("GRADFABRIC_FASTPATH", "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    with _lock:
+        if not _loaded:
+            _loaded.append(_load())
+        return _loaded[0]
+
+
+def _load() -> Native | None:
+    try:
+        import cffi
+    except ImportError:
+        log.warning("hosts data path: Python, because cffi is not installed (pip install cffi)")
+        return None
+    try:
+        path = build()
+        ffi = cffi.FFI()
+        ffi.cdef(CDEF)
+        lib = ffi.dlopen(str(path))
+    except (FastPathError, OSError) as exc:
+        log.warning("hosts data path: Python, because the C data path is unavailable: %s", exc)
+        return None
+    return Native(ffi, lib, path)
+
+
+_local_cache: dict[str, bool] = {}
+
+
+def is_local(ip: str) -> bool:
+    """True when datagrams to `ip` stay on this host (the route's device is loopback)."""
+    known = _local_cache.get(ip)
+    if known is not None:
+        return known
+    local = ip.startswith("127.")
+    if not local:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.connect((ip, 9))
+            local = probe.getsockname()[0] == ip
+        except OSError:
+            local = False
+        finally:
+            probe.close()
+    if len(_local_cache) > 4096:
+        _local_cache.clear()
+    _local_cache[ip] = local
+    return local
+
+
+def enable_gro(sock: socket.socket) -> bool:
+    """Turn UDP GRO on for `sock` (coalesced datagrams arrive whole); False when refused."""
+    try:
+        sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+    except OSError:
+        return False
+    return True
+
+
+class BatchSender:
+    """Sends packets of a :class:`~hosts.packetize.PacketBatch` with sendmmsg (and GSO)."""
+
+    def __init__(self, nat: Native, sock: socket.socket) -> None:
+        self.nat = nat
+        self.fd = sock.fileno()
+        self.gso_ok = True
+        self._dest: dict[tuple[str, int], tuple[int, int, bool]] = {}
+
+    def _target(self, dest: tuple[str, int]) -> tuple[int, int, bool]:
+        hit = self._dest.get(dest)
+        if hit is None:
+            ip = int.from_bytes(socket.inet_aton(dest[0]), "little")  # network order in memory
+            port = int.from_bytes(dest[1].to_bytes(2, "big"), "little")
+            hit = self._dest[dest] = (ip, port, is_local(dest[0]))
+            if len(self._dest) > 4096:
+                self._dest.clear()
+        return hit
+
+    def send(self, batch: Any, indices: np.ndarray, dest: tuple[str, int]) -> None:
+        """Send packets `indices` (int64) of `batch` to `dest`; OSError when the socket refuses."""
+        ip, port, local = self._target(dest)
+        idx = np.ascontiguousarray(indices, dtype=np.int64)
+        gso = GSO_PACKETS if (local and self.gso_ok) else 1
+        ptrs = batch.native_ptrs(self.nat)
+        r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2],
+                                  self.nat.ptr(idx, "int64_t[]"), idx.size, gso)
+        if r < 0 and gso > 1 and -r in (5, 22, 95):  # EIO, EINVAL, EOPNOTSUPP: no GSO here
+            log.warning("hosts data path: UDP GSO refused (%s), sending one datagram per packet", os.strerror(-r))
+            self.gso_ok = False
+            r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2],
+                                      self.nat.ptr(idx, "int64_t[]"), idx.size, 1)
+        if r < 0:
+            raise OSError(-r, os.strerror(-r))
+
+
+class BatchReceiver:
+    """recvmmsg buffers, the packet list of the last batch, and run placement."""
+
+    SLOTS = 32
+    SLOT_SIZE = 65536
+
+    def __init__(self, nat: Native, sock: socket.socket) -> None:
+        self.nat = nat
+        self.fd = sock.fileno()
+        self.gro = enable_gro(sock)
+        self.max_pkts = self.SLOTS * (self.SLOT_SIZE // 28 + 1)
+        self.buf = np.zeros(self.SLOTS * self.SLOT_SIZE, dtype=np.uint8)
+        self.off = np.zeros(self.max_pkts, dtype=np.uint32)
+        self.len = np.zeros(self.max_pkts, dtype=np.uint32)
+        self.src_ip = np.zeros(self.max_pkts, dtype=np.uint32)
+        self.src_port = np.zeros(self.max_pkts, dtype=np.uint16)
+        self.tos = np.zeros(self.max_pkts, dtype=np.uint8)
+        self.res = np.zeros(8, dtype=np.int64)
+        p = nat.ptr
+        self._c = (p(self.buf), p(self.off, "uint32_t[]"), p(self.len, "uint32_t[]"),
+                   p(self.src_ip, "uint32_t[]"), p(self.src_port, "uint16_t[]"), p(self.tos), p(self.res, "int64_t[]"))
+        self.view = memoryview(self.buf)
+
+    def recv(self) -> int:
+        """Packets of the next batch (0: nothing queued); OSError on a socket error."""
+        c = self._c
+        n = self.nat.lib.gfh_recv(self.fd, c[0], self.SLOTS, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
+                                  self.max_pkts)
+        if n < 0:
+            raise OSError(-n, os.strerror(-n))
+        return int(n)
+
+    def run_end(self, i: int, n: int) -> int:
+        c = self._c
+        return int(self.nat.lib.gfh_runs(c[0], c[1], c[2], c[3], c[4], i, n))
+
+    def source(self, i: int) -> tuple[str, int]:
+        return (socket.inet_ntoa(int(self.src_ip[i]).to_bytes(4, "little")),
+                int.from_bytes(int(self.src_port[i]).to_bytes(2, "little"), "big"))
+
+    def packet(self, i: int) -> memoryview:
+        o = int(self.off[i])
+        return self.view[o:o + int(self.len[i])]
+
+    def place(self, i: int, n: int, tensor_len: int, arrays: tuple[Any, Any, Any] | None, received: int,
+              mode: int) -> np.ndarray:
+        """gfh_place over packets i..n; the result slots (R_*)."""
+        c = self._c
+        ffi = self.nat.ffi
+        values, have, seqs = arrays if arrays is not None else (ffi.NULL, ffi.NULL, ffi.NULL)
+        self.nat.lib.gfh_place(c[0], c[1], c[2], i, n, tensor_len, values, have, seqs, received, mode, c[6])
+        return self.res
