@@ -91,7 +91,7 @@ def _build_dir(work: Path, stf_root: Path) -> Path:
 
 def run_p4c_stf(program: Path, stf: Path, *, settle_scale: float = 3.0,
                 switch_args: tuple[str, ...] = (), keep: bool = False, queue_depth: int = 0,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> StfRun:
+                timeout_s: float = DEFAULT_TIMEOUT_S, target_args: tuple[str, ...] = ()) -> StfRun:
     """Run `stf` against `program` on BMv2; the work folder is removed unless `keep` or failed.
 
     `queue_depth` (packets, 0 = BMv2's default of 64) deepens every egress queue before the
@@ -109,6 +109,8 @@ def run_p4c_stf(program: Path, stf: Path, *, settle_scale: float = 3.0,
                "-bd", str(build), "-td", str(work), "-b"]
     for arg in switch_args:
         command.append(f"--switch-arg={arg}")
+    for arg in target_args:  # simple_switch's own options (after its `--`), e.g. --priority-queues
+        command.append(f"--target-specific-switch-arg={arg}")
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     if include.is_dir():
         env["P4C_16_INCLUDE_PATH"] = str(include)

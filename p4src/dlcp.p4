@@ -13,6 +13,12 @@
  *     into a register at every departure and ingress adds the packets it sends there since.
  *   - ECN marking in egress, per job with its own depth threshold, on the depth the packet
  *     met in its own queue.
+ *   - Traffic classes for any other traffic: DSCP (optionally the 5-tuple) -> queue priority,
+ *     and per queue class a RED-like step: Not-ECT packets are dropped early (in ingress) when
+ *     their queue holds the class's threshold, ECN-capable ones are marked CE (in egress).
+ *   - A commodity profile (keyless table `profile`): DLCP packets are treated like any other
+ *     traffic (class from DSCP only, the per-class drop/mark step, flow hashing), as a switch
+ *     with DSCP queues and WRED/ECN would treat them.
  * Each mechanism has its own table; none implies another.
  * The controller writes tables only and reads counters only (BMv2 does not expose registers
  * over P4Runtime); the registers below are private to the data plane.
@@ -37,12 +43,14 @@ const bit<32> DROP_PARSER_ERROR   = 3;
 const bit<32> DROP_NOT_IPV4       = 4;
 const bit<32> DROP_IPV4_CHECKSUM  = 5;
 const bit<32> DROP_EARLY          = 6;   /* drop-eligible class over its depth threshold */
+const bit<32> DROP_RED            = 7;   /* Not-ECT packet of a traffic class over its threshold */
 
 const bit<32> DROP_REASONS   = 8;
 const bit<32> MAX_JOBS       = 1024;
 const bit<32> PORT_TX_SIZE   = 4096;   /* 512 ports x 8 priorities */
 const bit<32> QUEUES         = 4096;   /* queue_depth: index egress_port * 8 + priority */
 const bit<32> ECMP_GROUPS    = 1024;   /* round-robin state: group ids below this */
+const bit<32> SPRAY_MEMBERS  = 16;     /* sprayed_member counts members below this per group */
 
 /* Member selection modes (metadata only). */
 const bit<2> LB_FLOW_HASH   = 0;
@@ -128,11 +136,14 @@ struct metadata_t {
     bit<16> ecmp_group_size;
     bit<16> ecmp_member;
     bit<2>  lb_mode;
-    bit<3>  dlcp_prio;        /* queue priority of the packet (0 for non-DLCP traffic) */
+    bit<3>  dlcp_prio;        /* queue priority of the packet (DLCP's or its traffic class's) */
     bit<32> seed;             /* this switch's spraying seed (switch_seed) */
     bit<19> drop_threshold;   /* early-drop depth threshold of the packet's class */
     bit<1>  drop_class;       /* 1: the packet's class is listed in drop_class */
     bit<19> ecn_threshold;
+    bit<1>  commodity;        /* 1: the commodity profile (profile table) */
+    bit<1>  dlcp_tables;      /* 1: a DLCP packet handled by the DLCP tables (DLCP profile) */
+    bit<1>  red_class;        /* 1: the early-drop threshold is its traffic class's (queue_red) */
 }
 
 /* Estimated depth of each queue (index egress_port * 8 + priority), shared by ingress and
@@ -209,6 +220,11 @@ control DlcpIngress(inout headers_t hdr,
     counter(MAX_JOBS, CounterType.packets_and_bytes) job_rx;
     direct_counter(CounterType.packets_and_bytes) ecmp_member_counter;
     counter(MAX_JOBS, CounterType.packets_and_bytes) early_drops;
+    /* Not-ECT packets dropped early by their traffic class's threshold: egress_port * 8 + priority. */
+    counter(QUEUES, CounterType.packets_and_bytes) queue_red_drops;
+    /* Sprayed DLCP packets per ECMP member: group_id * SPRAY_MEMBERS + member (groups below
+     * ECMP_GROUPS, members below SPRAY_MEMBERS); flow-hashed traffic is not counted here. */
+    counter(ECMP_GROUPS * SPRAY_MEMBERS, CounterType.packets_and_bytes) sprayed_member;
     /* Next round-robin position per ECMP group: internal state, never read by the controller. */
     register<bit<32>>(ECMP_GROUPS) rr_position;
 
@@ -258,6 +274,25 @@ control DlcpIngress(inout headers_t hdr,
     action drop_above(bit<19> queue_threshold) {
         meta.drop_class = 1;
         meta.drop_threshold = queue_threshold;
+    }
+
+    action set_traffic_class(bit<3> prio) {
+        standard_metadata.priority = prio;
+        meta.dlcp_prio = prio;
+    }
+
+    action red_drop_above(bit<19> queue_threshold) {
+        meta.drop_class = 1;
+        meta.red_class = 1;
+        meta.drop_threshold = queue_threshold;
+    }
+
+    action profile_dlcp() {
+        meta.commodity = 0;
+    }
+
+    action profile_commodity() {
+        meta.commodity = 1;
     }
 
     table ipv4_lpm {
@@ -338,6 +373,49 @@ control DlcpIngress(inout headers_t hdr,
         size = 4096;
     }
 
+    /* Keyless: the controller sets the default action (the policy's profile). */
+    table profile {
+        key = { }
+        actions = {
+            profile_dlcp;
+            profile_commodity;
+        }
+        default_action = profile_dlcp();
+        size = 1;
+    }
+
+    /* Any traffic the DLCP tables do not handle (all of it in the commodity profile):
+     * DSCP, optionally the 5-tuple, -> queue priority. Entries need a priority (highest wins). */
+    table traffic_class {
+        key = {
+            hdr.ipv4.dscp: ternary;
+            hdr.ipv4.protocol: ternary;
+            hdr.ipv4.srcAddr: ternary;
+            hdr.ipv4.dstAddr: ternary;
+            meta.l4_src: ternary;
+            meta.l4_dst: ternary;
+        }
+        actions = {
+            set_traffic_class;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 1024;
+    }
+
+    /* Early drop of Not-ECT packets per queue class (the drop half of a WRED/ECN profile). */
+    table queue_red {
+        key = {
+            meta.dlcp_prio: exact;
+        }
+        actions = {
+            red_drop_above;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 8;
+    }
+
     apply {
         meta.ecmp_group_id = 0;
         meta.ecmp_group_size = 0;
@@ -346,7 +424,10 @@ control DlcpIngress(inout headers_t hdr,
         meta.dlcp_prio = 0;
         meta.drop_class = 0;
         meta.drop_threshold = 0;
+        meta.red_class = 0;
+        meta.dlcp_tables = 0;
         switch_seed.apply();
+        profile.apply();
 
         if (standard_metadata.parser_error != error.NoError) {
             drop_with_reason(DROP_PARSER_ERROR);
@@ -365,14 +446,20 @@ control DlcpIngress(inout headers_t hdr,
             return;
         }
 
-        if (hdr.dlcp.isValid()) {
-            if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
-                job_rx.count((bit<32>)hdr.dlcp.job_id);
-            }
+        if (hdr.dlcp.isValid() && (bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
+            job_rx.count((bit<32>)hdr.dlcp.job_id);
+        }
+        if (hdr.dlcp.isValid() && meta.commodity == 0) {
+            meta.dlcp_tables = 1;
             layer_priority.apply();
             spray_mode.apply();
             if (hdr.dlcp.drop_eligible == 1) {
                 drop_class.apply();
+            }
+        } else {
+            traffic_class.apply();
+            if (hdr.ipv4.ecn == ECN_NOT_ECT) {
+                queue_red.apply();
             }
         }
 
@@ -407,6 +494,12 @@ control DlcpIngress(inout headers_t hdr,
                     drop_no_route();   /* a member index without an entry */
                     return;
                 }
+                if (meta.lb_mode != LB_FLOW_HASH
+                    && (bit<32>)meta.ecmp_group_id < ECMP_GROUPS
+                    && (bit<32>)meta.ecmp_member < SPRAY_MEMBERS) {
+                    sprayed_member.count((bit<32>)meta.ecmp_group_id * SPRAY_MEMBERS
+                                         + (bit<32>)meta.ecmp_member);
+                }
             }
             default: {
             }
@@ -419,9 +512,14 @@ control DlcpIngress(inout headers_t hdr,
             bit<19> depth;
             queue_depth.read(depth, queue);
             if (meta.drop_class == 1 && depth >= meta.drop_threshold) {
-                ingress_drops.count(DROP_EARLY);
-                if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
-                    early_drops.count((bit<32>)hdr.dlcp.job_id);
+                if (meta.red_class == 1) {
+                    ingress_drops.count(DROP_RED);
+                    queue_red_drops.count(queue);
+                } else {
+                    ingress_drops.count(DROP_EARLY);
+                    if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
+                        early_drops.count((bit<32>)hdr.dlcp.job_id);
+                    }
                 }
                 mark_to_drop(standard_metadata);
                 return;
@@ -439,6 +537,8 @@ control DlcpEgress(inout headers_t hdr,
 
     counter(PORT_TX_SIZE, CounterType.packets_and_bytes) port_tx;
     counter(MAX_JOBS, CounterType.packets_and_bytes) ecn_marks;
+    /* ECN-capable packets marked CE by their traffic class's threshold: egress_port * 8 + priority. */
+    counter(PORT_TX_SIZE, CounterType.packets_and_bytes) queue_ecn_marks;
 
     action mark_above(bit<19> queue_threshold) {
         meta.ecn_threshold = queue_threshold;
@@ -456,17 +556,39 @@ control DlcpEgress(inout headers_t hdr,
         size = 1024;
     }
 
+    /* ECN marking per queue class (the marking half of a WRED/ECN profile). */
+    table queue_ecn {
+        key = {
+            meta.dlcp_prio: exact;
+        }
+        actions = {
+            mark_above;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 8;
+    }
+
     apply {
         bit<32> queue = (bit<32>)standard_metadata.egress_port * 8 + (bit<32>)meta.dlcp_prio;
         if (queue < QUEUES) {
             queue_depth.write(queue, standard_metadata.deq_qdepth);
         }
-        if (hdr.dlcp.isValid() && hdr.ipv4.ecn != ECN_NOT_ECT) {
+        if (meta.dlcp_tables == 1 && hdr.ipv4.ecn != ECN_NOT_ECT) {
             if (ecn_threshold.apply().hit) {
                 if (standard_metadata.enq_qdepth >= meta.ecn_threshold) {
                     hdr.ipv4.ecn = ECN_CE;
                     if ((bit<32>)hdr.dlcp.job_id < MAX_JOBS) {
                         ecn_marks.count((bit<32>)hdr.dlcp.job_id);
+                    }
+                }
+            }
+        } else if (hdr.ipv4.isValid() && hdr.ipv4.ecn != ECN_NOT_ECT) {
+            if (queue_ecn.apply().hit) {
+                if (standard_metadata.enq_qdepth >= meta.ecn_threshold) {
+                    hdr.ipv4.ecn = ECN_CE;
+                    if (queue < QUEUES) {
+                        queue_ecn_marks.count(queue);
                     }
                 }
             }

@@ -32,6 +32,12 @@ TABLE_KEYS = {
                                ("hdr.dlcp.mag_class", MF.RANGE, 8)],
     "DlcpIngress.switch_seed": [],
     "DlcpEgress.ecn_threshold": [("hdr.dlcp.job_id", MF.EXACT, 16)],
+    "DlcpIngress.profile": [],
+    "DlcpIngress.traffic_class": [("hdr.ipv4.dscp", MF.TERNARY, 6), ("hdr.ipv4.protocol", MF.TERNARY, 8),
+                                  ("hdr.ipv4.srcAddr", MF.TERNARY, 32), ("hdr.ipv4.dstAddr", MF.TERNARY, 32),
+                                  ("meta.l4_src", MF.TERNARY, 16), ("meta.l4_dst", MF.TERNARY, 16)],
+    "DlcpIngress.queue_red": [("meta.dlcp_prio", MF.EXACT, 3)],
+    "DlcpEgress.queue_ecn": [("meta.dlcp_prio", MF.EXACT, 3)],
 }
 TABLE_ACTIONS = {
     "DlcpIngress.ipv4_lpm": {"DlcpIngress.set_nhop", "DlcpIngress.set_ecmp_group",
@@ -43,6 +49,10 @@ TABLE_ACTIONS = {
     "DlcpIngress.drop_class": {"DlcpIngress.drop_above"},
     "DlcpIngress.switch_seed": {"DlcpIngress.set_seed"},
     "DlcpEgress.ecn_threshold": {"DlcpEgress.mark_above"},
+    "DlcpIngress.profile": {"DlcpIngress.profile_dlcp", "DlcpIngress.profile_commodity"},
+    "DlcpIngress.traffic_class": {"DlcpIngress.set_traffic_class"},
+    "DlcpIngress.queue_red": {"DlcpIngress.red_drop_above"},
+    "DlcpEgress.queue_ecn": {"DlcpEgress.mark_above"},
 }
 ACTION_PARAMS = {
     "DlcpIngress.set_nhop": [("port", 9), ("smac", 48), ("dmac", 48)],
@@ -55,6 +65,10 @@ ACTION_PARAMS = {
     "DlcpIngress.drop_above": [("queue_threshold", 19)],
     "DlcpIngress.set_seed": [("seed", 32)],
     "DlcpEgress.mark_above": [("queue_threshold", 19)],
+    "DlcpIngress.profile_dlcp": [],
+    "DlcpIngress.profile_commodity": [],
+    "DlcpIngress.set_traffic_class": [("prio", 3)],
+    "DlcpIngress.red_drop_above": [("queue_threshold", 19)],
 }
 COUNTERS = {
     "DlcpEgress.port_tx": 4096,
@@ -62,6 +76,9 @@ COUNTERS = {
     "DlcpIngress.early_drops": 1024,
     "DlcpEgress.ecn_marks": 1024,
     "DlcpIngress.job_rx": 1024,
+    "DlcpIngress.queue_red_drops": 4096,
+    "DlcpEgress.queue_ecn_marks": 4096,
+    "DlcpIngress.sprayed_member": 16384,
 }
 
 

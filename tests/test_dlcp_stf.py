@@ -24,7 +24,8 @@ def run_stf(stf: Path) -> subprocess.CompletedProcess[str]:
 def test_every_mechanism_has_an_stf_file() -> None:
     names = {f.stem for f in STF_FILES}
     assert {"dlcp_forwarding", "dlcp_flow_hash", "dlcp_priority", "dlcp_spray",
-            "dlcp_threshold_calm", "dlcp_drop_congested", "dlcp_ecn_congested"} <= names
+            "dlcp_threshold_calm", "dlcp_drop_congested", "dlcp_ecn_congested",
+            "dlcp_traffic_class", "dlcp_commodity"} <= names
 
 
 @pytest.mark.parametrize("stf", STF_FILES, ids=[f.stem for f in STF_FILES])

@@ -45,6 +45,10 @@ P4C_REFUSES = {
 }
 
 
+#: simple_switch's options for dlcp.p4 (p4src/README.md: start it with 8 priority queues).
+DLCP_QUEUES = ("--priority-queues", "8")
+
+
 def program_of(stf: Path) -> Path:
     own = stf.with_suffix(".p4")
     return own if own.is_file() else P4SRC / "dlcp.p4"
@@ -101,7 +105,8 @@ def test_extensions_are_reported_as_such() -> None:
 @pytest.mark.parametrize("stf", STF_FILES, ids=[p.stem for p in STF_FILES])
 def test_same_verdict_on_bmv2(stf: Path) -> None:
     program = program_of(stf)
-    run = run_p4c_stf(program, stf)
+    # dlcp.p4 sets queue priorities: BMv2 drops a priority its port has no queue for
+    run = run_p4c_stf(program, stf, target_args=DLCP_QUEUES if program == P4SRC / "dlcp.p4" else ())
     if stf.stem in P4C_REFUSES:
         assert not run.ok and P4C_REFUSES[stf.stem] in run.output, (
             f"p4c now compiles {program.name}: run {stf.name} on BMv2 (remove it from P4C_REFUSES)\n"
