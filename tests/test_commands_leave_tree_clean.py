@@ -19,13 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent
 GIT = shutil.which("git")
 TRAINING = "experiments/results/training"
 
-#: Cheap documented commands (README.md, experiments/README.md, simulator/README.md), each as
-#: run from the top of the tree without --out.
+#: Cheap documented commands (README.md, experiments/README.md, simulator/README.md,
+#: p4switch/README.md), each as run from the top of the tree without --out.
 COMMANDS: list[list[str]] = [
     ["gradfabric", "compile"],
     ["gradfabric", "experiment", "report", f"{TRAINING}/20261124-222721", f"{TRAINING}/20261124-231711"],
     ["gradfabric", "sim", "run", "--trace", "simulator/data/traces/googlenet_k80_8nodes_caffe.csv",
      "--workers", "4", "--schedulers", "wfbp,mgwfbp", "--gbps", "10"],
+    ["p4switch", "compile", "p4src/dlcp.p4"],
+    ["p4switch", "stf", "p4src/dlcp.p4", "tests/stf/dlcp_flow_hash.stf"],
 ]
 
 
