@@ -5,6 +5,7 @@
 * ``sim fit``: alpha-beta from OSU all-reduce latencies (optionally compared with a trace's
   measured per-blob all-reduce times).
 * ``sim reproduce``: regenerate every figure of the reproduction table.
+* ``sim validate``: predict the training experiment's raw runs and compare.
 * ``sim profile``: make a trace (pytorch format) from a PyTorch model on this machine (needs torch).
 """
 
@@ -124,6 +125,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "--out experiments/results/simulation regenerates the committed ones)")
     rep.set_defaults(handler=_reproduce)
 
+    val = simsub.add_parser("validate", help="predict the training experiment's runs and compare (table and plot)")
+    val.add_argument("results", type=Path, help="a sweep folder of `gradfabric experiment training`, or a folder of them")
+    val.add_argument("--job-trace", type=Path, default=None,
+                     help="the CNN job's trace (a `sim profile` of experiments.training.cnn:build_cnn), for runs "
+                          "that do not name an H100 model")
+    val.add_argument("--baseline", type=Path, default=None,
+                     help="runs of the same job without the fabric (`experiment training --loopback`): their "
+                          "iteration times replace the trace's compute (the hosts' own time, replayed)")
+    val.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
+    val.add_argument("--out", type=Path, default=None,
+                     help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
+    val.set_defaults(handler=_validate)
+
     prof = simsub.add_parser("profile", help="make a trace (pytorch format) from a PyTorch model on this machine "
                                              "(needs torch)")
     prof.add_argument("--model", default="convnet", help="built-in model (mlp, convnet) or module:function")
@@ -133,6 +147,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     prof.add_argument("--time-scale", type=float, default=1.0,
                       help="multiply measured times by this factor (e.g. 0.05 for a target 20x faster)")
     prof.add_argument("--repeats", type=int, default=5, help="timed iterations; medians are kept")
+    prof.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     prof.add_argument("--out", type=Path, required=True,
                       help="trace CSV to write (pytorch format); its passes go to NAME.passes.json beside it")
     prof.set_defaults(handler=_profile)
@@ -227,6 +242,24 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from simulator.validate import validate
+
+    command = f"gradfabric sim validate {_shown(args.results)}"
+    if args.job_trace is not None:
+        command += f" --job-trace {_shown(args.job_trace)}"
+    if args.baseline is not None:
+        command += f" --baseline {_shown(args.baseline)}"
+    if args.traces != DEFAULT_TRACES:
+        command += f" --traces {_shown(args.traces)}"
+    out = default_results() / "validation" if args.out is None else args.out
+    if args.out is not None:
+        command += f" --out {_shown(args.out)}"
+    print(validate(args.results, out, args.job_trace, args.traces, command, args.baseline), end="")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def _profile(args: argparse.Namespace) -> int:
     import importlib
 
@@ -234,6 +267,8 @@ def _profile(args: argparse.Namespace) -> int:
     from simulator.traces import format_passes, format_pytorch, passes_path
 
     torch = require_torch()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     if ":" in args.model:
         module_name, _, func = args.model.partition(":")
         try:

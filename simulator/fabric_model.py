@@ -1,0 +1,157 @@
+"""What a training-experiment scenario does to a job's messages: one port model per
+scenario x configuration, and the link and scheduler the engine drives with it.
+
+The bottleneck is the egress port towards a rank's host, shared with the scenario's
+background (``experiments/scenarios.py``: long TCP flows into the job's host ports, or UDP
+at half a port). Per port: ``port_pps`` full frames per second, a queue of
+``queue_packets`` per priority, strict priority between queues, non-preemptive.
+
+* **Priority queue** (the job one class above the background): the job's packets find at
+  most the packet in service ahead (half a packet on average) and get the whole port.
+* **Shared FIFO with a long TCP flow**: TCP fills a drop-tail queue until a loss and then
+  cuts its window by CUBIC's factor 0.7, so the queue holds between 0.7 and 1 of its depth:
+  0.85 on average (the path's own delay is small beside the queue). Flow-level max-min
+  sharing gives the job half the port while both send. Packets are lost as the TCP flow's
+  are; Mathis' law (``rate = 1.22 MSS / (RTT sqrt(p))``) with the flow's window of about
+  the queue gives ``p = (1.22 / W)^2``.
+* **Shared FIFO with UDP at a share u of the port**: max-min sharing leaves the job
+  ``max(1 - u, 1/2)`` of the port; no standing queue, no loss (the UDP flows are below the
+  port's rate).
+* **Hops**: each store-and-forward switch port on the path adds one frame's time.
+* **ECMP**: the tcp and udp scenarios' background and job meet at the hosts' ports, below
+  any ECMP choice, so hashing (per flow) or spraying (per packet) does not change the
+  bottleneck; collisions on the spines are not modelled.
+
+A collective's step costs ``(hops + queued packets) / port_pps`` of latency and its bytes
+at the job's share of the port. A ring of ``N`` ranks: ``2(N-1)`` steps of ``M/N`` bytes. A
+star (parameter server on rank 0): the server's port carries every worker's push and pull.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hosts.schedulers import Decision, Layer, Scheduler, Segment, Transfer, Wait
+from simulator.errors import SimulatorError
+
+#: Gradient payload of one DLCP packet (361 float32 values) and of one TCP segment.
+DLCP_PAYLOAD_BYTES = 361 * 4
+TCP_PAYLOAD_BYTES = 1448
+#: CUBIC's multiplicative decrease: the queue oscillates between 0.7 and 1 of its depth.
+CUBIC_BETA = 0.7
+#: Mathis' constant for periodic loss.
+MATHIS_C = 1.22
+
+
+@dataclass(frozen=True)
+class PortModel:
+    """The job's view of its bottleneck port."""
+
+    port_pps: float
+    share: float  # of the port's rate the job gets while it sends
+    queued_packets: float  # packets ahead of each of the job's packets
+    loss_rate: float  # per packet
+    hops: int
+    payload_bytes: int
+
+    @property
+    def step_latency_s(self) -> float:
+        return (self.hops + self.queued_packets) / self.port_pps
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.share * self.port_pps * self.payload_bytes
+
+    def packets(self, nbytes: float) -> int:
+        return max(1, math.ceil(nbytes / self.payload_bytes))
+
+
+def port_model(*, port_pps: float, queue_packets: int, background: str, job_above_background: bool,
+               udp_share: float = 0.5, hops: int = 3, payload_bytes: int = DLCP_PAYLOAD_BYTES) -> PortModel:
+    """The port model of one scenario x configuration (module doc); ``background`` is
+    ``tcp``, ``udp`` or ``none``."""
+    if port_pps <= 0 or queue_packets < 1:
+        raise SimulatorError(f"bad port: {port_pps} packets/s, queue of {queue_packets}")
+    if background not in ("tcp", "udp", "none"):
+        raise SimulatorError(f"unknown background {background!r}; choose tcp, udp or none")
+    if job_above_background or background == "none":
+        return PortModel(port_pps, 1.0, 0.5 if background != "none" else 0.0, 0.0, hops, payload_bytes)
+    if background == "udp":
+        return PortModel(port_pps, max(1.0 - udp_share, 0.5), 0.0, 0.0, hops, payload_bytes)
+    queued = (1 + CUBIC_BETA) / 2 * queue_packets
+    window = queued + hops
+    return PortModel(port_pps, 0.5, queued, (MATHIS_C / window) ** 2, hops, payload_bytes)
+
+
+@dataclass(frozen=True)
+class CollectiveLink:
+    """A collective on the port model: the bytes hold the link, the steps' latency is the
+    round trip (the link is free meanwhile, so windows of several messages overlap it)."""
+
+    port: PortModel
+    ranks: int
+    collective: str = "ring"
+
+    def __post_init__(self) -> None:
+        if self.ranks < 2 or self.collective not in ("ring", "star"):
+            raise SimulatorError(f"a collective needs 2 or more ranks and ring or star, not {self.ranks}, "
+                                 f"{self.collective!r}")
+
+    def steps(self) -> int:
+        return 2 * (self.ranks - 1) if self.collective == "ring" else 2
+
+    def wire_bytes(self, nbytes: int) -> float:
+        """Bytes through the busiest port for a message of ``nbytes``."""
+        if self.collective == "ring":
+            return 2 * (self.ranks - 1) / self.ranks * nbytes
+        return 2 * (self.ranks - 1) * nbytes  # the server's port: every worker's push, then every pull
+
+    def seconds(self, transfer: Transfer) -> float:
+        return self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
+
+    def round_trip_s(self, transfer: Transfer) -> float:
+        return self.steps() * self.port.step_latency_s
+
+    def packets(self, nbytes: int) -> int:
+        """Packets of one message on the busiest port."""
+        per_step = self.wire_bytes(nbytes) / self.steps()
+        return self.steps() * self.port.packets(per_step)
+
+
+class WindowScheduler(Scheduler):
+    """Each layer's gradient alone, in ready order, at most ``window`` messages in flight
+    (DDP's buckets on gloo: one at a time; the DLCP hook: ``in_flight`` sender threads)."""
+
+    name = "window"
+
+    def __init__(self, window: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        if window < 1:
+            raise SimulatorError(f"window must be at least 1, not {window}")
+        self.window = window
+        self._ready: list[int] = []
+        self._sent = 0
+        self._outstanding = 0
+
+    def start_iteration(self, layers: Sequence[Layer], now: float) -> None:
+        super().start_iteration(layers, now)
+        self._ready, self._sent, self._outstanding = [], 0, 0
+
+    def on_gradient_ready(self, layer_index: int, now: float) -> None:
+        self._ready.append(layer_index)
+
+    def next_transfer(self, now: float, link_idle: bool) -> Decision:
+        if self._sent == len(self.layers):
+            return None
+        if self._sent == len(self._ready) or self._outstanding >= self.window:
+            return Wait()
+        layer = self.layers[self._ready[self._sent]]
+        self._sent += 1
+        self._outstanding += 1
+        segments = (Segment(layer.index, 0, layer.numel),)
+        return Transfer(segments=segments, nbytes=self.segment_bytes(segments))
+
+    def on_transfer_done(self, transfer: Transfer, now: float, achieved_bytes_per_s: float) -> None:
+        self._outstanding -= 1

@@ -1,0 +1,60 @@
+"""`sim validate`: the port model's figures by hand, and a validation of synthetic runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from gradfabric.command.cli import main
+from simulator.errors import SimulatorError
+from simulator.fabric_model import port_model
+
+
+def test_port_model_by_scenario() -> None:
+    above = port_model(port_pps=1000, queue_packets=32, background="tcp", job_above_background=True)
+    assert (above.share, above.queued_packets, above.loss_rate) == (1.0, 0.5, 0.0)
+    assert above.step_latency_s == pytest.approx(3.5e-3)  # 3 hops + half a packet, 1 ms each
+    fifo = port_model(port_pps=1000, queue_packets=32, background="tcp", job_above_background=False)
+    # CUBIC keeps 0.7..1 of the queue: 27.2 packets; Mathis with a 30.2-packet window: (1.22 / 30.2)^2.
+    assert fifo.share == 0.5 and fifo.queued_packets == pytest.approx(27.2)
+    assert fifo.loss_rate == pytest.approx(0.0016320, rel=1e-4)
+    udp = port_model(port_pps=1000, queue_packets=32, background="udp", job_above_background=False, udp_share=0.3)
+    assert udp.share == pytest.approx(0.7) and udp.loss_rate == 0.0
+    with pytest.raises(SimulatorError, match="unknown background"):
+        port_model(port_pps=1000, queue_packets=32, background="icmp", job_above_background=False)
+
+
+def _run(folder: Path, index: int, scenario: str, config: str, iterations: list[float]) -> None:
+    records = [{"iteration": i, "iteration_s": t} for i, t in enumerate([9.9] + iterations)]  # iteration 0 left out
+    run = {"index": index, "scenario": scenario, "config": config, "status": "ok", "port_pps": 1000,
+           "jobs": {"1": {"ranks": {"0": {"records": records}}}}}
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    (folder / "runs" / f"{index:03d}-{scenario}-{config}.json").write_text(json.dumps(run))
+
+
+def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.csv"
+    job.write_text("name,numel,forward_us,backward_us\nw,722,1000,1000\n")
+    sweep = tmp_path / "sweep"
+    _run(sweep, 0, "tcp", "qos", [0.010, 0.012])
+    _run(sweep, 1, "multitenant", "qos", [0.020])
+    out = tmp_path / "out"
+    assert main(["sim", "validate", str(sweep), "--job-trace", str(job), "--out", str(out)]) == 0
+    with (out / "validation.csv").open() as f:
+        rows = {r["scenario"]: r for r in csv.DictReader(f)}
+    # By hand: 2,888 bytes at 1,000 x 1,444 B/s hold the port 2 ms; two ring steps of 3.5 ms
+    # latency; forward 1 ms + backward 1 ms + 9 ms of all-reduce after it = 11 ms.
+    qos = rows["tcp"]
+    assert qos["p50 measured (ms)"] == "11.0" and qos["p50 predicted (ms)"] == "11.0"
+    assert qos["p99 predicted (ms)"] == "11.0" and qos["p50 error"] == "+0%"
+    assert rows["multitenant"]["p50 error"] == "out of reach"
+    assert (out / "validation.png").stat().st_size > 0
+    assert "Median absolute error of the predicted iteration p50: **0%** over 1" in (out / "validation.md").read_text()
+
+
+def test_validate_needs_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "validate", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
+    assert "no raw runs" in capsys.readouterr().err
