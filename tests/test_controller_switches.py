@@ -210,3 +210,35 @@ def test_cli_and_counters_on_real_switches(
     assert sum(p for p, _ in counters.ecmp.values()) > 0, "the ECMP member counters saw the pings"
     assert cli.main(["counters", "--fabric", str(path), "--switch", "s1"]) == 0
     assert "spraying balance per ECMP group" in capsys.readouterr().out
+
+
+def test_counters_since_a_snapshot_name_a_non_ipv4_drop(
+    testbed: LeafSpineBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A phase on the embedded target, read as differences: pings, and one frame that is not
+    IPv4, counted under the program's name for it."""
+    import json
+
+    path = fabric_mod.save(testbed.fabric, tmp_path / "fabric.json")
+    assert cli.main(["routes", "--fabric", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["counters", "--fabric", str(path), "--switch", "s1", "--json"]) == 0
+    before = tmp_path / "before.json"
+    before.write_text(capsys.readouterr().out)
+    assert ping(testbed, "h11", "h22")
+    host = testbed.hosts["h11"]
+    frame = "ff" * 6 + host.mac.replace(":", "") + "88b5" + "00" * 46  # local experimental EtherType
+    send = (f"import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(({host.iface!r}, 0)); "
+            f"s.send(bytes.fromhex({frame!r}))")
+    netns.in_ns(host.ns, sys.executable, "-c", send)
+    deadline = time.monotonic() + 20  # the switch counts the frame once its thread gets a turn
+    while True:
+        assert cli.main(["counters", "--fabric", str(path), "--switch", "s1", "--since", str(before), "--json"]) == 0
+        s1 = json.loads(capsys.readouterr().out)["switches"]["s1"]
+        drops = {d["reason"]: d["packets"] for d in s1["drops"]}
+        if drops.get("not_ipv4", 0) >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert drops.get("not_ipv4", 0) >= 1, f"the frame is counted as not_ipv4: {drops}"
+    assert not any(name.startswith("ingress_drops[") for name in drops)
+    assert sum(p["packets"] for p in s1["ports"]) > 0, "the pings were sent during the phase"
