@@ -83,7 +83,14 @@ $(PIP_STAMP): $(DEB_STAMP) pyproject.toml $(wildcard */__init__.py)
 run: install
 	@$(VENV)/bin/gradfabric run --topo $(TOPO) --target $(TARGET) $(if $(filter 1 yes true,$(PCAP)),--pcap) $(ARGS)
 
-test: install
+# The packet simulation's optional extra (ns-3), which the tests need: once, then a stamp.
+NS3_STAMP    := $(VENV)/.ns3-ok
+$(NS3_STAMP): $(PIP_STAMP)
+	@$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ns3') is None)" \
+	  || $(PY) -m pip install -q -e '.[ns3]' || { echo "install: pip install -e .[ns3] failed" >&2; exit 1; }
+	@touch $@
+
+test: install $(NS3_STAMP)
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -1,0 +1,108 @@
+"""A :class:`~simulator.packet.topology.Topology` built in ns-3.
+
+Every link is an ns-3 point-to-point link (its rate and propagation delay), one /30 subnet
+each. Every switch port gets gradfabric's ``PortQueueDisc`` (strict priority, per-queue
+depth, early drop of drop-eligible packets, ECN marks) in front of a one-packet device
+queue, so the queue disc, not the device, holds the backlog. Hosts keep a FIFO of
+``host_queue_packets`` in their device. Every node routes with gradfabric's ``EcmpRouting``:
+the equal-cost next hops of :meth:`Topology.next_hops`, a per-flow hash with the switch's
+own seed, or per-packet random choice for DLCP packets when spraying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.packet.runtime import PacketSimulationError, load
+from simulator.packet.topology import Topology
+
+
+@dataclass
+class Network:
+    """The ns-3 objects of a built topology, by name."""
+
+    topology: Topology
+    nodes: dict[str, Any]
+    addresses: dict[str, int]  # host -> IPv4 address as an integer
+    queues: dict[tuple[str, str], Any] = field(default_factory=dict)  # (switch, neighbour) -> queue disc
+    routing: dict[str, Any] = field(default_factory=dict)
+
+    def address(self, host: str) -> int:
+        try:
+            return self.addresses[host]
+        except KeyError:
+            raise PacketSimulationError(f"{host!r} is not a host of {self.topology.name}") from None
+
+    def queue_totals(self) -> dict[str, int]:
+        """Summed switch-port counters: overflow drops, early drops, ECN marks, packets queued."""
+        total = {"overflow_drops": 0, "early_drops": 0, "ecn_marks": 0, "enqueued": 0, "max_depth": 0}
+        for qd in self.queues.values():
+            total["overflow_drops"] += int(qd.overflowDrops)
+            total["early_drops"] += int(qd.earlyDrops)
+            total["ecn_marks"] += int(qd.marks)
+            total["enqueued"] += int(qd.enqueued)
+            total["max_depth"] = max(total["max_depth"], int(qd.maxDepth))
+        return total
+
+
+def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: int = 0) -> Network:
+    """Build ``topology`` in ns-3 (module doc). ``seed`` derives every switch's ECMP seed."""
+    ns, gf = load()
+    topology.validate()
+    nodes: dict[str, Any] = {}
+    for name in topology.hosts + topology.switches:
+        container = ns.NodeContainer()
+        container.Create(1)
+        nodes[name] = container.Get(0)
+    stack = ns.InternetStackHelper()
+    for name in topology.hosts + topology.switches:
+        stack.Install(nodes[name])
+    switches = set(topology.switches)
+    address = ns.Ipv4AddressHelper()
+    address.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
+    device_of: dict[tuple[str, str], Any] = {}
+    ip_of: dict[tuple[str, str], int] = {}
+    p2p = ns.PointToPointHelper()
+    for link in topology.links:
+        p2p.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(link.rate_bps))))
+        p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(round(link.delay_s * 1e9))))
+        pair = ns.NodeContainer()
+        pair.Add(nodes[link.a])
+        pair.Add(nodes[link.b])
+        devices = p2p.Install(pair)
+        for i, (me, other) in enumerate(((link.a, link.b), (link.b, link.a))):
+            dev = devices.Get(i)
+            depth = 1 if me in switches else topology.host_queue_packets
+            queue = dev.GetObject[ns.PointToPointNetDevice]().GetQueue()
+            queue.SetMaxSize(ns.QueueSize(f"{depth}p"))
+            device_of[(me, other)] = dev
+        interfaces = address.Assign(devices)
+        ip_of[(link.a, link.b)] = interfaces.GetAddress(0).Get()
+        ip_of[(link.b, link.a)] = interfaces.GetAddress(1).Get()
+        address.NewNetwork()
+    net = Network(topology, nodes, {h: ip_of[(h, _neighbour(topology, h))] for h in topology.hosts})
+    port = topology.port
+    for (me, other), dev in device_of.items():
+        if me in switches:
+            net.queues[(me, other)] = gf.InstallPortQueue(
+                dev, port.priorities, port.queue_packets, port.drop_threshold, port.ecn_threshold, port.port_scope)
+    hops = topology.next_hops()
+    for index, name in enumerate(topology.hosts + topology.switches):
+        routing = gf.InstallEcmpRouting(nodes[name], seed * 1_000_003 + index, spray and name in switches, spray_port)
+        ipv4 = nodes[name].GetObject[ns.Ipv4]()
+        for host, neighbours in hops[name].items():
+            for other in neighbours:
+                interface = ipv4.GetInterfaceForDevice(device_of[(name, other)])
+                routing.AddRoute(net.addresses[host], interface, ip_of[(other, name)])
+        net.routing[name] = routing
+    return net
+
+
+def _neighbour(topology: Topology, host: str) -> str:
+    for link in topology.links:
+        if link.a == host:
+            return link.b
+        if link.b == host:
+            return link.a
+    raise PacketSimulationError(f"host {host} has no link")

@@ -1,0 +1,138 @@
+"""Packet simulation on ns-3: topologies as data (always), and hand-computed runs on ns-3
+(skipped, with the reason, where the optional ``ns3`` extra is not installed; `make test`
+installs it).
+
+The hand-computed runs use h1 -- s1 -- h2: h1's link at 1 Gbit/s, s1's port to h2 at
+100 Mbit/s, 1 us of propagation on each. A UDP payload of 970 bytes is a 1,000-byte frame
+(20 IPv4 + 8 UDP + 2 PPP bytes): 8 us on h1's link, 80 us on the port. Eight datagrams
+leave h1 back to back at t = 0 and reach s1 every 8 us (the first at 9 us); the port sends
+one every 80 us, so none leaves before the eighth arrives (65 us). The port holds one
+packet on the wire, one in the device's one-packet queue and 4 per priority queue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import SimulatorError
+from simulator.packet.runtime import missing_reason
+from simulator.packet.topology import Port, fattree, from_yaml, leafspine, tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT = 9000
+PAYLOAD = 970
+
+
+def test_fattree_k4_shape_and_equal_cost_next_hops() -> None:
+    topo = fattree(4, Port())
+    assert (len(topo.hosts), len(topo.switches), len(topo.links)) == (16, 20, 48)
+    hops = topo.next_hops()
+    # h1 sits under edge e0_0; h16 under e3_1 in another pod.
+    assert hops["e0_0"]["h16"] == ["a0_0", "a0_1"]  # up: both aggregation switches
+    assert hops["a0_0"]["h16"] == ["c1", "c2"]  # up: the aggregation switch's two cores
+    assert hops["c1"]["h16"] == ["a3_0"]  # down: one way
+    assert hops["e0_0"]["h2"] == ["h2"]  # same edge: straight down
+    assert hops["h1"]["h16"] == ["e0_0"]
+
+
+def test_fattree_k_out_of_range_is_refused() -> None:
+    for k in (2, 5, 18):
+        with pytest.raises(SimulatorError, match="even and 4..16"):
+            fattree(k, Port())
+
+
+def test_experiment_yaml_is_read_with_the_fabric_port() -> None:
+    topo = from_yaml(ROOT / "experiments" / "topologies" / "leafspine_training.yaml")
+    assert topo.hosts == ["h1", "h2", "h3", "h4", "h5", "h6"]
+    assert topo.port.rate_bps == 20_000 * 1500 * 8  # 20,000 full frames/s
+    assert (topo.port.priorities, topo.port.queue_packets) == (8, 32)
+    assert topo.next_hops()["l1"]["h4"] == ["s1", "s2"]
+
+
+def test_generated_leafspine_matches_the_experiment_shape() -> None:
+    topo = leafspine(2, 2, 3, Port())
+    assert len(topo.links) == 10
+    assert topo.next_hops()["l2"]["h1"] == ["s1", "s2"]
+
+
+needs_ns3 = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
+
+
+@pytest.fixture(scope="module")
+def ns3():  # type: ignore[no-untyped-def]
+    from simulator.packet.runtime import load
+
+    return load()
+
+
+def _tiny_run(ns3, bursts: list[tuple[int, int]], port: Port):  # type: ignore[no-untyped-def]
+    """Send ``bursts`` (count, TOS) from h1 at t = 0, in order; returns (sink, network)."""
+    from simulator.packet.network import build
+
+    ns, gf = ns3
+    net = build(tiny(1e9, 1e8, 1e-6, port))
+    sink = gf.RecordingSink(net.nodes["h2"], PORT)
+    first = 0
+    for count, tos in bursts:
+        gf.SendBurst(net.nodes["h1"], net.address("h2"), PORT, count, PAYLOAD, tos, 0.0, first)
+        first += count
+    ns.Simulator.Stop(ns.Seconds(1))
+    ns.Simulator.Run()
+    result = (list(sink.sequences), [round(t * 1e9) for t in sink.times], [int(t) for t in sink.tos])
+    totals = net.queue_totals()
+    ns.Simulator.Destroy()
+    return result, totals
+
+
+@needs_ns3
+def test_delays_and_the_packet_where_the_queue_overflows(ns3) -> None:  # type: ignore[no-untyped-def]
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(8, 0)], Port(rate_bps=1e8, queue_packets=4))
+    # Packet 0: 8 us + 1 us to s1, 80 us + 1 us to h2 = 90 us; then one every 80 us.
+    # On arrival of packet 6 the port holds 0 (wire), 1 (device queue), 2..5 (queue full).
+    assert seqs == [0, 1, 2, 3, 4, 5]
+    assert times_ns == [90_000 + 80_000 * i for i in range(6)]
+    assert (totals["overflow_drops"], totals["early_drops"], totals["max_depth"]) == (2, 0, 4)
+
+
+@needs_ns3
+def test_drop_eligible_packets_go_first_and_the_others_are_marked(ns3) -> None:  # type: ignore[no-untyped-def]
+    # Odd packets drop-eligible, all ECN-capable; both thresholds at a depth of 2 packets.
+    port = Port(rate_bps=1e8, queue_packets=4, drop_threshold=2, ecn_threshold=2)
+    bursts = [(1, 0x06 if i % 2 else 0x02) for i in range(8)]
+    (seqs, _, tos), totals = _tiny_run(ns3, bursts, port)
+    # Queue depth on arrival: 2 -> 0 (then 1), 3 -> 1 (then 2), 4 -> 2: kept, marked (3),
+    # 5 -> 3: eligible, dropped early; 6 -> 3: kept, marked (4); 7 -> 4: the queue is full.
+    assert seqs == [0, 1, 2, 3, 4, 6]
+    ce = [s for s, t in zip(seqs, tos) if t & 0x03 == 0x03]
+    assert ce == [4, 6]
+    assert (totals["early_drops"], totals["overflow_drops"], totals["ecn_marks"]) == (1, 1, 2)
+
+
+@needs_ns3
+def test_strict_priority_serves_the_higher_queue_first(ns3) -> None:  # type: ignore[no-untyped-def]
+    # Four packets of priority 0, then two of priority 7, all at t = 0.
+    (seqs, times_ns, _), _ = _tiny_run(ns3, [(4, 0x00), (2, 0xE0)], Port(rate_bps=1e8, queue_packets=4))
+    # 0 on the wire and 1 in the device queue before the others arrive; then 4, 5 jump 2, 3.
+    assert seqs == [0, 1, 4, 5, 2, 3]
+    assert times_ns == [90_000 + 80_000 * i for i in range(6)]
+
+
+@needs_ns3
+def test_per_flow_ecmp_keeps_a_path_and_spraying_uses_both(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import build
+
+    ns, gf = ns3
+    used = {}
+    for spray in (False, True):
+        net = build(leafspine(2, 2, 1, Port()), seed=7, spray=spray, spray_port=PORT)
+        sink = gf.RecordingSink(net.nodes["h2"], PORT)  # kept alive: it owns the socket's callback
+        gf.SendBurst(net.nodes["h1"], net.address("h2"), PORT, 40, PAYLOAD, 0, 0.0, 0)
+        ns.Simulator.Stop(ns.Seconds(1))
+        ns.Simulator.Run()
+        used[spray] = sorted(int(net.queues[("l1", s)].enqueued) for s in ("s1", "s2"))
+        assert len(sink.sequences) == 40
+        ns.Simulator.Destroy()
+    assert used[False] == [0, 40]
+    assert sum(used[True]) == 40 and min(used[True]) > 0
