@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.table import Table
 
-from controller.errors import ControllerError
+from controller.errors import ControllerError, SchemaError
 from controller.switch import SwitchSession
 from controller.target_control import queue_drops
 from gradfabric.paths import P4SRC
@@ -28,6 +28,11 @@ ECN_MARKS = "DlcpEgress.ecn_marks"
 JOB_RX = "DlcpIngress.job_rx"
 EARLY_DROPS = "DlcpIngress.early_drops"
 ECMP_MEMBER_COUNTER = "DlcpIngress.ecmp_member_counter"
+#: Per queue (``egress_port * 8 + priority``), in programs with traffic classes: packets a
+#: class's RED step dropped early, and ECN-capable packets marked because they found their
+#: queue at the class's threshold. Read when the program has them.
+QUEUE_RED_DROPS = "DlcpIngress.queue_red_drops"
+QUEUE_ECN_MARKS = "DlcpEgress.queue_ecn_marks"
 PRIORITIES = 8
 #: The shipped program, whose drop reasons name ``ingress_drops`` cells when no source is given.
 DEFAULT_SOURCE = P4SRC / "dlcp.p4"
@@ -37,8 +42,8 @@ _DROP_CONST = re.compile(r"^\s*const\s+bit<\d+>\s+DROP_([A-Z0-9_]+)\s*=\s*(\d+)\
 BMV2_QUEUE_NOTE = (
     "queue drops: not counted on BMv2 (simple_switch 1.15 tail-drops at a full queue without a "
     "counter; its debug log names each dropped packet). What it reports is the program's counters: "
-    "drops in ingress by reason, early drops and ECN marks per job (a mark: the packet found its "
-    "queue at the job's ECN threshold), packets sent per port and priority")
+    "drops in ingress by reason, early drops and ECN marks per job and per queue (a mark: the packet "
+    "found its queue at the threshold), packets sent per port and priority")
 
 
 @functools.lru_cache(maxsize=8)
@@ -70,6 +75,9 @@ class SwitchCounters:
     #: does not expose them (BMv2 counts no queue drops).
     queue_drops: dict[tuple[int, int, str], int] | None = None
     early_drops: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Per (port, priority): the program's RED drops and ECN marks of traffic classes.
+    queue_red: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    queue_marks: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
     def minus(self, before: SwitchCounters) -> SwitchCounters:
         def sub(now: dict, old: dict) -> dict:
@@ -92,13 +100,16 @@ class SwitchCounters:
             sub(self.ecmp, before.ecmp),
             queue_drops,
             sub(self.early_drops, before.early_drops),
+            sub(self.queue_red, before.queue_red),
+            sub(self.queue_marks, before.queue_marks),
         )
 
     def went_backwards(self) -> bool:
         """True for a difference with a negative count: the switch was restarted (or its
         counters written) in between, so the difference means nothing."""
         pairs = [*self.port_prio.values(), *self.drops.values(), *self.ecn_marks.values(),
-                 *self.job_rx.values(), *self.ecmp.values(), *self.early_drops.values()]
+                 *self.job_rx.values(), *self.ecmp.values(), *self.early_drops.values(),
+                 *self.queue_red.values(), *self.queue_marks.values()]
         return any(p < 0 or b < 0 for p, b in pairs) or any(n < 0 for n in (self.queue_drops or {}).values())
 
 
@@ -131,6 +142,12 @@ def gather(
     for c in session.read_counter(PORT_TX, cells):
         if c.packets or c.bytes:
             out.port_prio[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
+    for name, per_queue in ((QUEUE_RED_DROPS, out.queue_red), (QUEUE_ECN_MARKS, out.queue_marks)):
+        if not _has_counter(session, name):
+            continue
+        for c in session.read_counter(name, cells):
+            if c.packets or c.bytes:
+                per_queue[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
     for c in session.read_counter(INGRESS_DROPS):
         assert c.index is not None
         if c.packets or c.bytes or c.index in reasons:
@@ -148,6 +165,14 @@ def gather(
     return out
 
 
+def _has_counter(session: SwitchSession, name: str) -> bool:
+    try:
+        session.schema.counters[name]
+    except SchemaError:
+        return False
+    return True
+
+
 # -- JSON ------------------------------------------------------------------------------------
 def to_json(c: SwitchCounters) -> dict[str, Any]:
     """One switch's counters as plain JSON: lists of records, each naming what it counts."""
@@ -160,6 +185,12 @@ def to_json(c: SwitchCounters) -> dict[str, Any]:
             {"port": port, "priority": prio, "reason": reason, "packets": n}
             for (port, prio, reason), n in sorted(c.queue_drops.items())],
         "ecmp": [{"group": g, "member": m, "packets": p, "bytes": b} for (g, m), (p, b) in sorted(c.ecmp.items())],
+        "queues": [{"port": port, "priority": prio,
+                    "ecn_marked_packets": c.queue_marks.get((port, prio), (0, 0))[0],
+                    "ecn_marked_bytes": c.queue_marks.get((port, prio), (0, 0))[1],
+                    "red_dropped_packets": c.queue_red.get((port, prio), (0, 0))[0],
+                    "red_dropped_bytes": c.queue_red.get((port, prio), (0, 0))[1]}
+                   for port, prio in sorted(set(c.queue_marks) | set(c.queue_red))],
         "jobs": [{"job": job,
                   "received_packets": c.job_rx.get(job, (0, 0))[0], "received_bytes": c.job_rx.get(job, (0, 0))[1],
                   "ecn_marked_packets": c.ecn_marks.get(job, (0, 0))[0],
@@ -184,6 +215,10 @@ def from_json(data: dict[str, Any], where: str = "snapshot") -> SwitchCounters:
                                 ("early_dropped", out.early_drops)):
                 if r[f"{key}_packets"] or r[f"{key}_bytes"]:
                     target[r["job"]] = (r[f"{key}_packets"], r[f"{key}_bytes"])
+        for r in data.get("queues", []):
+            for key, target in (("ecn_marked", out.queue_marks), ("red_dropped", out.queue_red)):
+                if r[f"{key}_packets"] or r[f"{key}_bytes"]:
+                    target[(r["port"], r["priority"])] = (r[f"{key}_packets"], r[f"{key}_bytes"])
     except (KeyError, TypeError) as exc:
         raise ControllerError(f"{where}: not a counters snapshot of `gradfabric counters --json` "
                               f"(missing or malformed {exc})") from None
@@ -217,7 +252,13 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
     queues = Table(title=f"queue drops per port and priority (traffic manager){title_suffix}")
     for col in ("switch", "port", "priority", "reason", f"packets{unit}"):
         queues.add_column(col, justify="left" if col in ("switch", "reason") else "right")
+    classes = Table(title=f"per queue, traffic classes: ECN marks and RED drops (program counters){title_suffix}")
+    for col in ("switch", "port", "priority", f"ECN-marked packets{unit}", f"RED-dropped packets{unit}"):
+        classes.add_column(col, justify="left" if col == "switch" else "right")
     for name, c in counters.items():
+        for port, prio in sorted(set(c.queue_marks) | set(c.queue_red)):
+            classes.add_row(name, str(port), str(prio), amount(c.queue_marks.get((port, prio), (0, 0))[0]),
+                            amount(c.queue_red.get((port, prio), (0, 0))[0]))
         for (port, prio), (p, b) in sorted(c.port_prio.items()):
             ports.add_row(name, str(port), str(prio), amount(p), amount(b))
         for reason, (p, b) in c.drops.items():
@@ -232,4 +273,4 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
             jobs.add_row(name, str(job), *(amount(d.get(job, (0, 0))[0]) for d in (c.job_rx, c.ecn_marks, c.early_drops)))
         for (port, prio, reason), n in sorted((c.queue_drops or {}).items()):
             queues.add_row(name, str(port), str(prio), reason, amount(n))
-    return [t for t in (ports, queues, drops, ecmp, jobs) if t.row_count]
+    return [t for t in (ports, queues, classes, drops, ecmp, jobs) if t.row_count]

@@ -148,6 +148,33 @@ def test_bmv2_says_why_no_queue_drops_and_shows_what_it_counts(bmv2_fabric, caps
     assert any("not counted on BMv2" in note for note in doc["notes"])
 
 
+def test_bmv2_shows_queue_depths_seen_by_packets_per_queue(bmv2_fabric, capsys, tmp_path: Path) -> None:
+    """Traffic classes' ECN marks and RED drops per port and priority: what a packet saw of its
+    queue's depth, counted by the program, so BMv2 reports them too."""
+    if "DlcpEgress.queue_ecn_marks" not in {c.name for c in S.counters}:
+        pytest.skip("this build of p4src/dlcp.p4 has no per-queue class counters")
+    fakes, path = bmv2_fabric
+    servicer = fakes[0].servicer
+    servicer.counters[cell("queue_ecn_marks", 3 * 8 + 2)] = (7, 700)
+    servicer.counters[cell("queue_red_drops", 3 * 8 + 2)] = (5, 500)
+    servicer.counters[cell("queue_red_drops", 4 * 8 + 0)] = (1, 100)
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1")
+    assert code == 0
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()]
+    assert ["s1", "3", "2", "7", "5"] in rows and ["s1", "4", "0", "0", "1"] in rows
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1", "--json")
+    (tmp_path / "before.json").write_text(out)
+    assert json.loads(out)["switches"]["s1"]["queues"][0] == {
+        "port": 3, "priority": 2, "ecn_marked_packets": 7, "ecn_marked_bytes": 700,
+        "red_dropped_packets": 5, "red_dropped_bytes": 500}
+    servicer.counters[cell("queue_ecn_marks", 3 * 8 + 2)] = (9, 900)
+    code, out, _ = run(capsys, "counters", "--fabric", str(path), "--switch", "s1", "--json",
+                       "--since", str(tmp_path / "before.json"))
+    assert json.loads(out)["switches"]["s1"]["queues"] == [
+        {"port": 3, "priority": 2, "ecn_marked_packets": 2, "ecn_marked_bytes": 200,
+         "red_dropped_packets": 0, "red_dropped_bytes": 0}]
+
+
 def test_watch_json_prints_one_difference_a_line(fabric, capsys, monkeypatch) -> None:
     fakes, path = fabric
     servicer = fakes[0].servicer
@@ -172,7 +199,8 @@ def test_watch_json_prints_one_difference_a_line(fabric, capsys, monkeypatch) ->
 def test_json_round_trip() -> None:
     c = SwitchCounters(port_prio={(3, 7): (5, 50)}, drops={"no_route": (0, 0), "not_ipv4": (1, 60)},
                        ecn_marks={2: (1, 10)}, job_rx={2: (9, 90), 4: (1, 10)}, ecmp={(1, 0): (3, 30)},
-                       queue_drops={(3, 7, "queue_full"): 2}, early_drops={4: (2, 20)})
+                       queue_drops={(3, 7, "queue_full"): 2}, early_drops={4: (2, 20)},
+                       queue_red={(3, 1): (4, 40)}, queue_marks={(3, 1): (1, 10), (2, 0): (6, 60)})
     assert from_json(json.loads(json.dumps(to_json(c)))) == c
     assert from_json(to_json(SwitchCounters())) == SwitchCounters()
 
