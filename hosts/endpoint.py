@@ -51,7 +51,10 @@ from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, M
 
 __all__ = ["Endpoint", "SendReport", "SOCKET_BUFFER", "set_buffer"]
 
-SOCKET_BUFFER = 8 << 20
+SOCKET_BUFFER = 32 << 20
+#: Most data packets in flight: what a peer's receive buffer (SOCKET_BUFFER) holds, counting
+#: the kernel's overhead per datagram, so that a fast sender does not overrun a receiver.
+RECEIVE_WINDOW = SOCKET_BUFFER // 2048
 ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
@@ -113,6 +116,7 @@ class Endpoint:
         self.signer = Signer(key) if key is not None else None
         self.count = min(count, MAX_COUNT_MTU_1500 - TAG_LEN // 4) if key is not None else count
         self.window = window or Window()
+        self.window.max_cwnd = min(self.window.max_cwnd, RECEIVE_WINDOW)
         if aimd is not None:
             self.window.max_rate = aimd.rate
         self.probe_timeout = probe_timeout
@@ -427,14 +431,18 @@ class Endpoint:
                                elements=flat.size, is_part=(start != 0 or flat.size != total), prio=prio)
         return sender.run()
 
-    def send_async(self, dest: Address, values: Any, **options: Any) -> Future[SendReport]:
-        """:meth:`send` in the endpoint's sender threads; the future holds its report."""
+    def send_async(self, dest: Address, values: Any, *, copy: bool = True, **options: Any) -> Future[SendReport]:
+        """:meth:`send` in the endpoint's sender threads; the future holds its report.
+        `copy=False`: send from the caller's memory, which must not change until the
+        future is done (the packets read their values in place)."""
         if self._executor is None:
             with self._cond:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(self.send_threads,
                                                         thread_name_prefix=f"dlcp-tx-{self.worker_id}")
-        values = as_float32(values).copy()  # the caller may reuse its buffer
+        values = as_float32(values)
+        if copy:
+            values = values.copy()  # the caller may reuse its buffer
         return self._executor.submit(self.send, dest, values, **options)
 
     def _drop_rule(self, bound: float, eligible_share: float | None) -> DropRule:

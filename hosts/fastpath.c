@@ -6,12 +6,15 @@
  * gfh_recv:  recvmmsg of up to `slots` datagrams with their IP TOS byte and UDP GRO segment
  *            size; coalesced datagrams are split back into packets.
  * gfh_runs:  where the run of data packets of one message from one source ends.
+ * gfh_classes: the magnitude class of each packet's values, in one pass.
  * gfh_place: checks a run's packets (bounds, length, duplicates) and places their values
  *            into the message's arrays, stopping when the message is complete.
  * Protocol decisions (windows, probes, bounds, membership) stay in Python.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -228,4 +231,30 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
         }
     }
     res[R_USED] = j;
+}
+
+/* Magnitude class of each run of `count` values (the last run may be shorter): 0 when all
+ * are 0, 255 when any is not finite, else clamp(floor(log2(max |v|)) + 128, 1, 255). */
+void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out) {
+    int64_t rows = (n + count - 1) / count;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo = r * count, hi = lo + count < n ? lo + count : n;
+        float peak = 0.0f;
+        int bad = 0;
+        for (int64_t k = lo; k < hi; k++) {
+            float a = fabsf(values[k]);
+            bad |= !(a <= FLT_MAX);
+            peak = a > peak ? a : peak;
+        }
+        if (bad) {
+            out[r] = 255;
+        } else if (peak == 0.0f) {
+            out[r] = 0;
+        } else {
+            int e;
+            frexpf(peak, &e);
+            int c = e - 1 + 128;
+            out[r] = (uint8_t)(c < 1 ? 1 : c > 255 ? 255 : c);
+        }
+    }
 }

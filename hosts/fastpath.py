@@ -47,6 +47,7 @@ int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const
              const uint16_t *src_port, int i, int n);
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
                uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res);
+void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out);
 """
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -72,6 +73,16 @@ class Native:
     def ptr(self, array: Any, ctype: str = "uint8_t[]") -> Any:
         """A C pointer to a writable buffer (numpy array, bytearray)."""
         return self.ffi.from_buffer(ctype, array, require_writable=False)
+
+
+def classes(values: np.ndarray, count: int) -> np.ndarray | None:
+    """Magnitude classes of each run of `count` float32 values in C; None without the C path."""
+    nat = native()
+    if nat is None:
+        return None
+    out = np.zeros(max(1, -(-values.size // count)), dtype=np.uint8)
+    nat.lib.gfh_classes(nat.ptr(values, "float[]"), values.size, count, nat.ptr(out))
+    return out
 
 
 def cache_dir() -> Path:
@@ -112,7 +123,7 @@ def build() -> Path:
     with tempfile.TemporaryDirectory(prefix="gradfabric-hostpath-") as tmp:
         src, out = Path(tmp) / SOURCE, Path(tmp) / "fastpath.so"
         src.write_text(source)
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src)], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
             raise FastPathError(f"{cc} failed on hosts/{SOURCE} (exit {proc.returncode}):\n{tail}")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from hosts import fastpath
 from hosts.errors import TransportError
 from hosts.wire import HEADER_DTYPE, HEADER_LEN, MAX_COUNT_MTU_1500, VERSION, Flags, MsgType
 
@@ -183,12 +184,14 @@ def packetize(
     offsets = np.arange(n, dtype=np.int64) * count
     counts = np.minimum(count, flat.size - offsets)
     offsets += start
-    full, rest = divmod(flat.size, count)
-    classes = np.zeros(n, dtype=np.uint8)
-    if full:
-        classes[:full] = _classes_of_rows(flat[: full * count].reshape(full, count))
-    if rest:
-        classes[full] = _classes_of_rows(flat[full * count:].reshape(1, rest))[0]
+    classes = fastpath.classes(flat, count)
+    if classes is None:
+        full, rest = divmod(flat.size, count)
+        classes = np.zeros(n, dtype=np.uint8)
+        if full:
+            classes[:full] = _classes_of_rows(flat[: full * count].reshape(full, count))
+        if rest:
+            classes[full] = _classes_of_rows(flat[full * count:].reshape(1, rest))[0]
     headers["ver_type"] = (VERSION << 4) | int(kind)
     headers["job_id"] = job_id
     headers["worker_id"] = worker_id

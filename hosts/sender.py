@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from hosts.endpoint import Endpoint
 
 #: Most packets in one chunk (one probe per chunk).
-MAX_CHUNK = 128
+MAX_CHUNK = 512
 
 
 @dataclass

@@ -1,107 +1,166 @@
-"""Goodput of the DLCP bounded-loss transport, one sender to one receiver over loopback,
-against a plain UDP blast of the same bytes in the same packet sizes (same run).
+"""Goodput and CPU per packet of the DLCP transport over loopback, against a plain TCP
+socket carrying the same bytes in the same run.
 
-Each receiver runs in a process of its own. DLCP goodput counts a message once the sender
-has the receiver's bitmap for it (so probes, bitmaps, pacing and any retransmission are
-included); the blast counts what the receiver got between its first and last packet.
+100 MB as 25 messages of 1M float32 (bound 0, ``IN_FLIGHT`` at once), one sender to one
+receiver, each in a process of its own, on the C data path (:mod:`hosts.fastpath`) and on the Python one; TCP
+moves the same 100 MB as 4 MB writes on one connection. Goodput counts from the first send
+until the sender holds the receiver's answer for the last message (TCP: until the
+receiver's one-byte acknowledgement of the last byte). CPU is each process's user plus
+system time over the transfer, per data packet (TCP: per 1,444 payload bytes, a DLCP
+packet's payload). The runs alternate (DLCP, TCP, DLCP, ...) and each figure is the median
+of ``ROUNDS``, so a busy machine weighs on both alike.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import resource
 import socket
+import statistics
 import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 
-from hosts.endpoint import SOCKET_BUFFER, Endpoint, set_buffer
-from hosts.pacing import Aimd
-from hosts.packetize import packetize
-from hosts.wire import MsgType
 from tests.benchmarks.figure import Figure
 
-MESSAGES = 8
-ELEMENTS = 1 << 20  # 4 MiB per message
+MESSAGES = 25
+ELEMENTS = 1_000_000  # 4 MB per message, 100 MB in all
+ROUNDS = 3
+IN_FLIGHT = 1  # messages the sender keeps in flight (more overrun a loaded receiver)
+PAYLOAD = 1444  # bytes of values in a full DLCP packet
+TOTAL = MESSAGES * ELEMENTS * 4
 
 
-def _dlcp_receiver(port_out: mp.Queue, messages: int) -> None:
-    with Endpoint(worker_id=2, host="127.0.0.1") as endpoint:
-        port_out.put(endpoint.address[1])
-        for _ in range(messages):
-            endpoint.receive(timeout=60)
-        time.sleep(0.2)  # answer the last probes
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
-def _blast_receiver(port_out: mp.Queue, result: mp.Queue, expected: int) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    set_buffer(sock, getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF, SOCKET_BUFFER)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(1.0)
-    port_out.put(sock.getsockname()[1])
-    got = packets = 0
-    first = last = 0.0
-    buf = bytearray(65536)
-    while got < expected:
-        try:
-            n = sock.recv_into(buf)
-        except TimeoutError:
-            break
-        last = time.perf_counter()
-        if not packets:
-            first = last
-        got += n
-        packets += 1
-    result.put((got, packets, max(last - first, 1e-9)))
-    sock.close()
+def _dlcp_receiver(ports: mp.Queue, out: mp.Queue, fast: bool) -> None:
+    from hosts.endpoint import Endpoint
+    from hosts.wire import MsgType
 
-
-def _dlcp(ctx: mp.context.BaseContext, tensor: np.ndarray) -> tuple[float, float]:
-    ports: mp.Queue = ctx.Queue()
-    proc = ctx.Process(target=_dlcp_receiver, args=(ports, MESSAGES))
-    proc.start()
-    try:
-        dest = ("127.0.0.1", ports.get(timeout=30))
-        with Endpoint(worker_id=1, aimd=Aimd(rate=200_000, max_rate=2_000_000, increase=20_000)) as sender:
-            started = time.perf_counter()
-            packets = sum(sender.send(dest, tensor, iteration=i).packets for i in range(MESSAGES))
-            seconds = time.perf_counter() - started
-    finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-    return MESSAGES * tensor.nbytes / seconds, packets / seconds
-
-
-def _blast(ctx: mp.context.BaseContext, tensor: np.ndarray) -> tuple[float, float]:
-    batch = packetize(tensor, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=0)
-    datagrams = [bytes(batch.packet(i)) for i in range(len(batch))]
-    payload = sum(len(d) - 28 for d in datagrams)
-    ports: mp.Queue = ctx.Queue()
-    results: mp.Queue = ctx.Queue()
-    proc = ctx.Process(target=_blast_receiver, args=(ports, results, MESSAGES * sum(map(len, datagrams))))
-    proc.start()
-    try:
-        dest = ("127.0.0.1", ports.get(timeout=30))
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        set_buffer(sock, getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF, SOCKET_BUFFER)
+    bounds = {MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}
+    with Endpoint(worker_id=2, host="127.0.0.1", bounds=bounds, fast=fast, linger=0.1) as endpoint:
+        ports.put(endpoint.address[1])
+        cpu = _cpu()
         for _ in range(MESSAGES):
-            for d in datagrams:
-                sock.sendto(d, dest)
-        sock.close()
-        got, packets, seconds = results.get(timeout=60)
+            got = endpoint.receive(timeout=120)
+            assert got.received == got.values.size, "bound 0: every element arrives"
+        out.put((_cpu() - cpu, endpoint.reassembler.stats.data_packets))
+
+
+def _dlcp_sender(port: int, out: mp.Queue, fast: bool) -> None:
+    from hosts.endpoint import Endpoint
+    from hosts.pacing import Aimd
+    from hosts.wire import MsgType
+
+    bounds = {MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}
+    tensors = [np.random.default_rng(i).standard_normal(ELEMENTS, dtype=np.float32) for i in range(MESSAGES)]
+    with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, fast=fast, aimd=Aimd(rate=10_000_000)) as ep:
+        cpu, started = _cpu(), time.perf_counter()
+        futures: deque[Future] = deque()
+        packets = 0
+        for i, t in enumerate(tensors):  # IN_FLIGHT messages at once, as a collective keeps them
+            if len(futures) >= IN_FLIGHT:
+                packets += futures.popleft().result().packets
+            futures.append(ep.send_async(("127.0.0.1", port), t, copy=False, iteration=i))
+        packets += sum(f.result().packets for f in futures)
+        out.put((time.perf_counter() - started, _cpu() - cpu, packets))
+
+
+def _tcp_receiver(ports: mp.Queue, out: mp.Queue) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    ports.put(server.getsockname()[1])
+    conn, _ = server.accept()
+    cpu = _cpu()
+    buf = bytearray(1 << 20)
+    got = 0
+    while got < TOTAL:
+        n = conn.recv_into(buf)
+        if not n:
+            break
+        got += n
+    conn.sendall(b"k")
+    out.put((_cpu() - cpu, got))
+    conn.close()
+    server.close()
+
+
+def _tcp_sender(port: int, out: mp.Queue) -> None:
+    data = memoryview(np.random.default_rng(0).standard_normal(ELEMENTS, dtype=np.float32).view(np.uint8))
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        cpu, started = _cpu(), time.perf_counter()
+        for _ in range(MESSAGES):
+            sock.sendall(data)
+        sock.recv(1)
+        out.put((time.perf_counter() - started, _cpu() - cpu, TOTAL))
+
+
+def _pair(ctx: Any, receiver: Any, sender: Any, *args: Any) -> tuple[tuple, tuple]:
+    ports: mp.Queue = ctx.Queue()
+    rx_out: mp.Queue = ctx.Queue()
+    tx_out: mp.Queue = ctx.Queue()
+    rx = ctx.Process(target=receiver, args=(ports, rx_out, *args))
+    rx.start()
+    try:
+        tx = ctx.Process(target=sender, args=(ports.get(timeout=60), tx_out, *args))
+        tx.start()
+        sent = tx_out.get(timeout=300)
+        got = rx_out.get(timeout=60)
+        tx.join(timeout=30)
     finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-    return got * payload / sum(map(len, datagrams)) / seconds, packets / seconds
+        rx.join(timeout=30)
+        for proc in (rx,):
+            if proc.is_alive():
+                proc.kill()
+    return sent, got
+
+
+def measure(rounds: int = ROUNDS) -> dict[str, float]:
+    """Median goodput (bytes/s) and CPU per packet (ns) of each side, DLCP (C and Python
+    data paths) and TCP, in alternating runs."""
+    ctx = mp.get_context("spawn")
+    runs: dict[str, list[float]] = {}
+
+    def note(name: str, value: float) -> None:
+        runs.setdefault(name, []).append(value)
+
+    for r in range(rounds):
+        for label, fast in (("c", True), ("python", False)):
+            if label == "python" and r > 0:
+                continue  # the slow path once is enough to compare
+            (wall, tx_cpu, packets), (rx_cpu, rx_packets) = _pair(ctx, _dlcp_receiver, _dlcp_sender, fast)
+            note(f"{label}_goodput", TOTAL / wall)
+            note(f"{label}_tx_ns", tx_cpu / packets * 1e9)
+            note(f"{label}_rx_ns", rx_cpu / max(rx_packets, 1) * 1e9)
+            print(f"bench transport: round {r + 1} DLCP ({label}) {TOTAL / wall / 1e6:,.0f} MB/s", flush=True)
+        (wall, tx_cpu, _), (rx_cpu, _) = _pair(ctx, _tcp_receiver, _tcp_sender)
+        per = TOTAL / PAYLOAD
+        note("tcp_goodput", TOTAL / wall)
+        note("tcp_tx_ns", tx_cpu / per * 1e9)
+        note("tcp_rx_ns", rx_cpu / per * 1e9)
+        print(f"bench transport: round {r + 1} TCP {TOTAL / wall / 1e6:,.0f} MB/s", flush=True)
+    return {name: statistics.median(values) for name, values in runs.items()}
 
 
 def run() -> list[Figure]:
-    ctx = mp.get_context("spawn")
-    tensor = np.random.default_rng(0).standard_normal(ELEMENTS, dtype=np.float32)
-    dlcp_bps, dlcp_pps = _dlcp(ctx, tensor)
-    blast_bps, blast_pps = _blast(ctx, tensor)
+    m = measure()
+    what = "loopback, 100 MB in 1M-element messages, bound 0"
     return [
-        Figure("dlcp transport goodput, loopback", dlcp_bps / 1e6, "plain UDP blast, same bytes", blast_bps / 1e6, "MB/s"),
-        Figure("dlcp transport packets, loopback", dlcp_pps, "plain UDP blast, same packets", blast_pps, "packets/s"),
+        Figure(f"DLCP goodput, C data path, {what}", m["c_goodput"] / 1e6, "TCP socket, same bytes",
+               m["tcp_goodput"] / 1e6, "MB/s"),
+        Figure(f"DLCP goodput, Python data path, {what}", m["python_goodput"] / 1e6, "TCP socket, same bytes",
+               m["tcp_goodput"] / 1e6, "MB/s"),
+        Figure("DLCP sender CPU per packet, C data path", m["c_tx_ns"], "Python data path", m["python_tx_ns"],
+               "ns", higher_is_better=False),
+        Figure("DLCP receiver CPU per packet, C data path", m["c_rx_ns"], "Python data path", m["python_rx_ns"],
+               "ns", higher_is_better=False),
+        Figure("DLCP sender CPU per packet, C data path", m["c_tx_ns"], "TCP sender CPU per 1,444 bytes",
+               m["tcp_tx_ns"], "ns", higher_is_better=False),
+        Figure("DLCP receiver CPU per packet, C data path", m["c_rx_ns"], "TCP receiver CPU per 1,444 bytes",
+               m["tcp_rx_ns"], "ns", higher_is_better=False),
     ]
