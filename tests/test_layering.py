@@ -17,7 +17,9 @@ The rule, from the bottom up (README.md, "Layout"):
 - no import circle between modules.
 
 An import of ``pkg.mod`` counts as an arrow to that module (``from pkg import mod`` too when
-``mod`` is a module); ``importlib.import_module("literal")`` counts as well.
+``mod`` is a module); ``importlib.import_module("literal")`` counts as well, and so does an
+import under ``if TYPE_CHECKING:``: naming the other module's types is knowing it (a circle
+through type annotations is still two modules that cannot be read apart).
 """
 
 from __future__ import annotations
