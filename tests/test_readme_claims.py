@@ -192,3 +192,19 @@ def test_the_rate_check_catches_the_stale_default() -> None:
     match = re.search(RULES[1][1], stale)
     assert match and not shown_as(match.group(1), FABRIC())
     assert shown_as("1.9", 1.857) and not shown_as("1.8", 1.857) and shown_as("40,000", 40000)
+
+
+def test_layout_table_lists_every_part() -> None:
+    """README.md's layout table names every top-level folder of the tree and the command's package,
+    and names nothing that is gone."""
+    import subprocess
+
+    section = (ROOT / "README.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([\w/]+)/` \|", section, re.MULTILINE))
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if tracked.returncode != 0:
+        pytest.skip(f"needs the project's git repository to know its folders: {tracked.stderr.strip()}")
+    folders = {name.split("/")[0] for name in tracked.stdout.splitlines() if "/" in name and not name.startswith(".")}
+    assert folders | {"gradfabric/command"} == listed, (
+        f"layout table out of date: missing {sorted(folders - listed)}, gone {sorted(listed - folders - {'gradfabric/command'})}")
+    assert (ROOT / "gradfabric" / "command" / "cli.py").is_file()
