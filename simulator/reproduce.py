@@ -19,7 +19,7 @@ from simulator.dlcp_model import TailModel
 from simulator.engine import IterationTrace, simulate
 from simulator.errors import SimulatorError
 from simulator.fit import compare_with_measured, fit_alpha_beta, load_osu
-from simulator.report import markdown_table, write_rows
+from simulator.report import markdown_table, rows_csv, write_rows
 from simulator.sweep import ClusterSpec, Row, sweep
 from simulator.traces import load_trace, stepwise_trace
 
@@ -272,6 +272,81 @@ def resnet_scaling(traces: Path, out: Path) -> tuple[Section, list[Row]]:
     return Section("ResNet-50 from 4 to 2048 workers", md), rows
 
 
+#: The H100 scaling runs: models (bf16 autocast), link rates, worker counts, schedulers, ring step latency.
+H100_MODELS = ("resnet50", "vgg16", "googlenet", "vit_b_16", "bert_base", "gpt2_small")
+H100_PRECISION = "bf16"
+H100_GBPS = (25.0, 100.0, 400.0)
+H100_WORKERS = (8, 32, 128, 512, 2048)
+H100_SCHEDULERS = ("wfbp", "mgwfbp", "p3", "prophet", "dlcp")
+H100_STEP_US = 5.0
+#: What the validation covers (simulator/README.md, "Validation"): no scenario at these scales.
+UNVALIDATED = "unvalidated"
+
+
+def h100_scaling(traces: Path, out: Path) -> tuple[Section, list[Row]]:
+    """The five schedulers on the six H100 traces at 25, 100 and 400 Gbit/s, 8 to 2048 workers."""
+    rows: list[Row] = []
+    by_rate: dict[float, list[Row]] = {gbps: [] for gbps in H100_GBPS}
+    table = []
+    for model in H100_MODELS:
+        trace = load_trace(traces / "h100_pytorch_layer_traces.csv", model=model, precision=H100_PRECISION)
+        for gbps in H100_GBPS:
+            got = sweep(trace, ClusterSpec("ring", Network.from_gbps(gbps, H100_STEP_US)), H100_WORKERS,
+                        H100_SCHEDULERS, baseline="wfbp")
+            rows += got
+            by_rate[gbps] += got
+            by = {(r.workers, r.scheduler): r for r in got}
+            for n in (8, 128, 2048):
+                best = max(H100_SCHEDULERS, key=lambda s: by[(n, s)].throughput)
+                table.append([model, f"{gbps:g}", str(n), f"{by[(n, 'wfbp')].iteration_s * 1e3:.1f}",
+                              *(f"{by[(n, s)].speedup:.2f}x" for s in H100_SCHEDULERS[1:]),
+                              f"{best} {by[(n, best)].scaling_efficiency:.0%}", UNVALIDATED])
+    csv_rows = [[f"{gbps:g}", *rows_csv([r]).splitlines()[1].split(",")] for gbps, got in by_rate.items() for r in got]
+    _write_csv(out / "h100_scaling.csv", ["gbps", *rows_csv([]).strip().split(",")], csv_rows)
+    _h100_png(by_rate, out / "h100_scaling_efficiency.png")
+    header = ["model", "Gbit/s", "workers", "wfbp (ms)", *(f"{s} vs wfbp" for s in H100_SCHEDULERS[1:]),
+              "best, scaling eff.", "validation"]
+    md = (
+        f"The H100 traces ({H100_PRECISION} autocast; per-tensor gradient-ready times, forward uses and optimizer "
+        f"step as measured, see simulator/README.md), ring all-reduce, {H100_STEP_US:g} us per ring step, every "
+        f"link at 25, 100 or 400 Gbit/s; {', '.join(H100_SCHEDULERS)} with their defaults (4 MB partitions). "
+        "Scaling efficiency: throughput over workers x the one-GPU throughput (forward + backward + optimizer). "
+        "**No validated scenario covers these figures** (the validation is on 2-rank jobs of the emulated fabric, "
+        "see `validation/validation.md`), so every row says unvalidated.\n\n"
+        + markdown_table(header, table)
+        + "\nEvery model, rate and worker count: [h100_scaling.csv](h100_scaling.csv), "
+        "![](h100_scaling_efficiency.png)\n"
+    )
+    return Section("H100 traces from 8 to 2048 workers at 25, 100 and 400 Gbit/s", md), rows
+
+
+def _h100_png(by_rate: dict[float, list[Row]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(H100_GBPS), figsize=(14, 4.2), sharey=True)
+    for ax, gbps in zip(axes, H100_GBPS):
+        at = by_rate[gbps]
+        for model in H100_MODELS:
+            mine = [r for r in at if r.model == f"{model}_{H100_PRECISION}"]
+            best = [max((r for r in mine if r.workers == n), key=lambda r: r.throughput) for n in H100_WORKERS]
+            line = ax.plot([r.workers for r in best], [r.scaling_efficiency for r in best], marker="o", label=model)
+            wfbp = [r for r in mine if r.scheduler == "wfbp"]
+            ax.plot([r.workers for r in wfbp], [r.scaling_efficiency for r in wfbp], linestyle="--",
+                    color=line[0].get_color(), alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{gbps:g} Gbit/s")
+        ax.set_xlabel("workers")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("scaling efficiency (solid: best scheduler, dashed: wfbp)")
+    axes[-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def reproduce(traces: Path, out: Path, command: str) -> str:
     """Run every reproduction, write its files under ``out`` and return the report."""
     if not traces.is_dir():
@@ -280,6 +355,7 @@ def reproduce(traces: Path, out: Path, command: str) -> str:
     sections = [mgwfbp_googlenet(traces, out), prophet_stepwise(out), dlcp_tail(traces, out)]
     scaling, _ = resnet_scaling(traces, out)
     sections.append(scaling)
+    sections.append(h100_scaling(traces, out)[0])
     body = "\n".join(f"## {s.title}\n\n{s.markdown}" for s in sections)
     report = (
         "# Simulation results\n\n"

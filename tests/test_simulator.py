@@ -376,8 +376,15 @@ def test_cli_reproduce_writes_every_result(tmp_path: Path, capsys: pytest.Captur
     report = (tmp_path / "README.md").read_text()
     assert f"gradfabric sim reproduce --out {tmp_path}" in report
     for name in ("reproduction_mgwfbp.csv", "reproduction_prophet.csv", "reproduction_dlcp.csv",
-                 "resnet50_scaling.csv", "resnet50_scaling.png", "dlcp_tail.png"):
+                 "resnet50_scaling.csv", "resnet50_scaling.png", "dlcp_tail.png", "h100_scaling.csv",
+                 "h100_scaling_efficiency.png"):
         assert (tmp_path / name).stat().st_size > 0
+    # Every H100 figure is marked: no validated scenario covers these scales.
+    h100 = report[report.index("## H100 traces"):]
+    assert h100.count("| unvalidated |") == 6 * 3 * 3
+    with (tmp_path / "h100_scaling.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 * 3 * 5 * 5 and {r["gbps"] for r in rows} == {"25", "100", "400"}
     dlcp = (tmp_path / "reproduction_dlcp.csv").read_text().splitlines()[1:]
     speedups = [float(line.split(",")[4].rstrip("x")) for line in dlcp]
     assert all(s > 1.0 for s in speedups)
