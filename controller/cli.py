@@ -155,12 +155,12 @@ def _policy_apply(args: argparse.Namespace) -> int:
 
 
 def _policy_show(args: argparse.Namespace) -> int:
-    from controller.policy import LAYER_PRIORITY, POLICY_TABLES, mechanisms_held
+    from controller.policy import LAYER_PRIORITY, POLICY_TABLES, PROFILE, describe_held
 
     def read(session) -> tuple[list, list] | str:
         try:
             entries = session.read_entries(sorted(POLICY_TABLES))
-            return sorted(entries, key=_sort_key), [session.read_default(LAYER_PRIORITY)]
+            return sorted(entries, key=_sort_key), [session.read_default(PROFILE), session.read_default(LAYER_PRIORITY)]
         except GradfabricError as exc:
             return str(exc)
 
@@ -172,9 +172,9 @@ def _policy_show(args: argparse.Namespace) -> int:
             first, first_default = answered[first_name]
             schema = controller[first_name].schema
             print(f"mechanisms on {first_name}, per job (each on or off by itself):")
-            for job_id, state in mechanisms_held(first).items():
-                print(f"  job {job_id}: " + "  ".join(f"{k}={v}" for k, v in state.items()))
-            print(f"policy entries on {first_name} ({len(first)} entries and the default entry):")
+            for line in describe_held(first, first_default[0]):
+                print(line)
+            print(f"policy entries on {first_name} ({len(first)} entries and the default entries):")
             for e in first_default + first:
                 print(f"  {e.text(schema)}")
         for name, got in held.items():

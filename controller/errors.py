@@ -50,7 +50,10 @@ class PolicyError(ControllerError):
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__(f"{source}: " + "; ".join(problems))
+        if len(problems) == 1:
+            super().__init__(f"{source}: {problems[0]}")
+        else:  # one problem a line, each with its key path
+            super().__init__(f"{source}: {len(problems)} problems\n" + "\n".join(f"  {p}" for p in problems))
 
 
 class FabricRoutingError(ControllerError):

@@ -10,7 +10,11 @@ A policy lists jobs. Each job has four switch mechanisms, each on or off on its 
 - ``ecn``: the depth at which egress marks the job's ECN-capable packets CE;
 - ``spraying``: per-packet member choice (random or round-robin) instead of the flow hash.
 
-See policies/default.yaml and p4src/README.md.
+Beside the jobs, ``traffic_classes`` and ``queues`` give any other traffic a queue class and a
+per-queue drop/mark step, and ``profile: commodity`` makes the switches act as DSCP/WRED-ECN
+switches would (controller/policy_classes.py).
+
+See policies/default.yaml, controller/README.md and p4src/README.md.
 """
 
 from __future__ import annotations
@@ -22,14 +26,31 @@ from typing import Any
 from controller import policy_file
 from controller.entities import TableEntry
 from controller.errors import PolicyError
+from controller.policy_check import Validator as _Validator
+from controller.policy_classes import (
+    QueueStep,
+    TrafficClass,
+    check_commodity,
+    commodity_plan,
+    parse_profile,
+    parse_queues,
+    parse_traffic_classes,
+)
 from controller.schema import P4Schema
 
 SPRAY_MODE = "DlcpIngress.spray_mode"
 LAYER_PRIORITY = "DlcpIngress.layer_priority"
 DROP_CLASS = "DlcpIngress.drop_class"
 ECN_THRESHOLD = "DlcpEgress.ecn_threshold"
-POLICY_TABLES = frozenset({SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD})
-SPRAY_ACTIONS = {"random": "DlcpIngress.spray_random", "round_robin": "DlcpIngress.spray_round_robin"}
+PROFILE = "DlcpIngress.profile"
+TRAFFIC_CLASS = "DlcpIngress.traffic_class"
+QUEUE_RED = "DlcpIngress.queue_red"
+QUEUE_ECN = "DlcpEgress.queue_ecn"
+JOB_TABLES = frozenset({SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD})
+CLASS_TABLES = frozenset({TRAFFIC_CLASS, QUEUE_RED, QUEUE_ECN})
+POLICY_TABLES = JOB_TABLES | CLASS_TABLES | {PROFILE}
+SPRAY_ACTIONS = {"random": "DlcpIngress.spray_random", "round_robin": "DlcpIngress.spray_round_robin",
+                 "off": "DlcpIngress.flow_hash"}
 MAX_JOB_ID = 1023
 MAX_QUEUE_THRESHOLD = (1 << 19) - 1
 
@@ -70,54 +91,9 @@ class Job:
 class Policy:
     jobs: tuple[Job, ...]
     default_priority: int | None = None
-
-
-# -- validation ------------------------------------------------------------------------------
-class _Validator:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def fail(self, path: str, reason: str) -> None:
-        self.problems.append(f"{path}: {reason}")
-
-    def keys(self, obj: Any, path: str, allowed: set[str], required: set[str]) -> bool:
-        if not isinstance(obj, dict):
-            self.fail(path, f"must be a mapping, got {type(obj).__name__}")
-            return False
-        for key in obj:
-            if key not in allowed:
-                self.fail(f"{path}.{key}" if path else str(key), f"unknown key (known: {', '.join(sorted(allowed))})")
-        for key in sorted(required - set(obj)):
-            self.fail(f"{path}.{key}" if path else key, "is required")
-        return True
-
-    def int_in(self, value: Any, path: str, low: int, high: int) -> int | None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"must be an integer {low}..{high}, got {value!r}")
-            return None
-        if not low <= value <= high:
-            self.fail(path, f"must be {low}..{high}, got {value}")
-            return None
-        return value
-
-    def range_in(self, value: Any, path: str, low: int, high: int) -> tuple[int, int] | None:
-        """A range written 'lo..hi' or a single integer."""
-        if isinstance(value, int) and not isinstance(value, bool):
-            v = self.int_in(value, path, low, high)
-            return None if v is None else (v, v)
-        if isinstance(value, str) and ".." in value:
-            lo_text, _, hi_text = value.partition("..")
-            try:
-                lo, hi = int(lo_text), int(hi_text)
-            except ValueError:
-                self.fail(path, f"must be lo..hi with integers, got {value!r}")
-                return None
-            if not (low <= lo <= hi <= high):
-                self.fail(path, f"must be lo..hi with {low} <= lo <= hi <= {high}, got {value!r}")
-                return None
-            return lo, hi
-        self.fail(path, f"must be an integer or a range lo..hi, got {value!r}")
-        return None
+    profile: str = "dlcp"  # "dlcp" or "commodity"
+    traffic_classes: tuple[TrafficClass, ...] = ()
+    queues: tuple[QueueStep, ...] = ()
 
 
 def _layers_from_trace(v: _Validator, spec: Any, path: str, base: Path) -> tuple[LayerRule, ...]:
@@ -224,7 +200,8 @@ def _parse_dropping(v: _Validator, raw: dict, path: str) -> tuple[bool, tuple[Dr
     dpath = f"{path}.dropping"
     enabled, spec = _mechanism(v, raw["dropping"], dpath, {"classes"})
     classes: list[DropClass] = []
-    for j, rule in enumerate(_list(v, spec.get("classes"), f"{dpath}.classes", "drop classes")):
+    listed = _list(v, spec.get("classes"), f"{dpath}.classes", "drop classes")
+    for j, rule in enumerate(listed):
         cpath = f"{dpath}.classes[{j}]"
         if not v.keys(rule, cpath, {"tensors", "mag_class", "queue_threshold"}, {"queue_threshold"}):
             continue
@@ -235,7 +212,8 @@ def _parse_dropping(v: _Validator, raw: dict, path: str) -> tuple[bool, tuple[Dr
         queue = v.int_in(rule["queue_threshold"], f"{cpath}.queue_threshold", 0, MAX_QUEUE_THRESHOLD)
         if tensors and mag and queue is not None:
             classes.append(DropClass(tensors, mag, queue))
-    if enabled and not classes and spec:
+    if enabled and not listed and isinstance(spec.get("classes"), (list, type(None))):
+        # a listed but invalid class has its own problem above: only an empty list is this one
         v.fail(f"{dpath}.classes", "dropping is on but lists no drop-eligible class")
     return enabled and bool(classes), tuple(classes)
 
@@ -296,7 +274,8 @@ def parse_policy(
     """
     v = _Validator()
     data = {} if data is None else data
-    if not v.keys(data, "", {"version", "default_priority", "jobs"}, {"jobs"}):
+    top = {"version", "default_priority", "jobs", "profile", "traffic_classes", "queues"}
+    if not v.keys(data, "", top, {"jobs"}):
         raise PolicyError(source, v.problems)
     if "version" in data and data["version"] != 1:
         v.fail("version", f"must be 1, got {data['version']!r}")
@@ -313,9 +292,14 @@ def parse_policy(
             v.fail(f"jobs[{i}].id", f"{job.id} is already used by {seen[job.id]}")
         seen.setdefault(job.id, f"jobs[{i}]")
         jobs.append(job)
+    profile = parse_profile(v, data)
+    policy = Policy(tuple(jobs), default_priority, profile, parse_traffic_classes(v, data.get("traffic_classes")),
+                    parse_queues(v, data.get("queues")))
+    if profile == "commodity" and not v.problems:
+        check_commodity(v, policy)
     if v.problems:
         raise PolicyError(source, v.problems)
-    return Policy(tuple(jobs), default_priority)
+    return policy
 
 
 def load_policy(path: str | Path, *, hosts: set[str] | None = None) -> Policy:
@@ -325,10 +309,43 @@ def load_policy(path: str | Path, *, hosts: set[str] | None = None) -> Policy:
 
 
 # -- table entries ---------------------------------------------------------------------------
-def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
-    """The spray_mode, layer_priority, drop_class and ecn_threshold entries a policy means
-    (same on every switch); a mechanism that is off writes nothing."""
+def class_entries(classes: tuple[TrafficClass, ...], queues: tuple[QueueStep, ...],
+                  schema: P4Schema) -> list[TableEntry]:
+    """traffic_class entries (the first class wins), queue_red and queue_ecn entries."""
     entries: list[TableEntry] = []
+    for index, c in enumerate(classes):
+        match: dict[str, str | int] = {}
+        for key, value in (("hdr.ipv4.dscp", c.dscp), ("hdr.ipv4.protocol", c.protocol),
+                           ("meta.l4_src", c.src_port), ("meta.l4_dst", c.dst_port)):
+            if value is not None:
+                match[key] = value
+        for key, prefix in (("hdr.ipv4.srcAddr", c.src), ("hdr.ipv4.dstAddr", c.dst)):
+            if prefix is not None:
+                address, length = prefix
+                match[key] = f"{address}&&&{(0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF:#x}"
+        entries.append(TableEntry.build(schema, TRAFFIC_CLASS, match, "DlcpIngress.set_traffic_class",
+                                        {"prio": c.priority}, priority=len(classes) - index))
+    for q in queues:
+        if q.drop:
+            entries.append(TableEntry.build(schema, QUEUE_RED, {"meta.dlcp_prio": q.priority},
+                                            "DlcpIngress.red_drop_above", {"queue_threshold": q.queue_threshold}))
+        if q.ecn:
+            entries.append(TableEntry.build(schema, QUEUE_ECN, {"meta.dlcp_prio": q.priority},
+                                            "DlcpEgress.mark_above", {"queue_threshold": q.queue_threshold}))
+    return entries
+
+
+def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
+    """The entries a policy means (same on every switch): the profile (default entry); in the
+    DLCP profile each job's spray_mode, layer_priority, drop_class and ecn_threshold entries (a
+    mechanism that is off writes nothing) and the traffic classes and queue steps; in the
+    commodity profile the commodity view's classes and queue steps only."""
+    profile_action = "DlcpIngress.profile_commodity" if policy.profile == "commodity" else "DlcpIngress.profile_dlcp"
+    entries = [TableEntry.build(schema, PROFILE, action=profile_action, is_default=True)]
+    if policy.profile == "commodity":
+        plan = commodity_plan(policy)
+        return entries + class_entries(plan.classes, plan.queues, schema)
+    entries += class_entries(policy.traffic_classes, policy.queues, schema)
     if policy.default_priority is not None:
         entries.append(
             TableEntry.build(
@@ -338,6 +355,8 @@ def policy_entries(policy: Policy, schema: P4Schema) -> list[TableEntry]:
         )
     for job in policy.jobs:
         if job.spraying in SPRAY_ACTIONS:
+            # spraying off writes flow_hash (the table's default) too: the switch then names
+            # every job, one with all mechanisms off included (policy show, counters per job)
             action = SPRAY_ACTIONS[job.spraying]
             entries.append(TableEntry.build(schema, SPRAY_MODE, {"hdr.dlcp.job_id": job.id}, action))
         for index, rule in enumerate(job.layers if job.priority else ()):
@@ -399,3 +418,39 @@ def mechanisms_held(entries: list[TableEntry]) -> dict[int, dict[str, str]]:
             n = counts[(job_id, knob)] = counts.get((job_id, knob), 0) + 1
             state[knob] = f"on ({n} {noun}{'es' if noun == 'class' and n > 1 else 's' if n > 1 else ''})"
     return dict(sorted(jobs.items()))
+
+
+def describe_held(entries: list[TableEntry], profile: TableEntry | None) -> list[str]:
+    """Lines for ``policy show``: the profile, each job's mechanisms (a job with every
+    mechanism off said so), the traffic classes and the queue steps."""
+    commodity = profile is not None and (profile.action or "").endswith("profile_commodity")
+    lines = [("profile: commodity (every packet classed by DSCP, queue steps only; "
+              "DLCP jobs' own tables unused)") if commodity else
+             "profile: dlcp (DLCP jobs by their own tables; other traffic by traffic class)"]
+    for job_id, state in mechanisms_held(entries).items():
+        if all(v == "off" for v in state.values()):
+            lines.append(f"  job {job_id}: every mechanism off (priority, dropping, ecn, spraying): "
+                         "default queue, flow hash, no early drop, no ECN mark")
+        else:
+            lines.append(f"  job {job_id}: " + "  ".join(f"{k}={v}" for k, v in state.items()))
+    classes = sorted((e for e in entries if e.table == TRAFFIC_CLASS), key=lambda e: -e.priority)
+    for e in classes:
+        fields = ", ".join(f"{name.rsplit('.', 1)[-1]}={_ternary_text(m)}" for name, m in e.match) or "any packet"
+        lines.append(f"  traffic class: {fields} -> queue {dict(e.params).get('prio')}")
+    steps: dict[int, list[str]] = {}
+    for e in entries:
+        if e.table in (QUEUE_RED, QUEUE_ECN):
+            queue = int(dict((n, m.value) for n, m in e.match)["meta.dlcp_prio"])  # type: ignore[union-attr]
+            what = "drop Not-ECT" if e.table == QUEUE_RED else "mark ECT"
+            steps.setdefault(queue, []).append(f"{what} at depth >= {dict(e.params).get('queue_threshold')}")
+    for queue, what in sorted(steps.items()):
+        lines.append(f"  queue {queue}: " + ", ".join(sorted(what)))  # drop, then mark
+    return lines
+
+
+def _ternary_text(m: object) -> str:
+    """A ternary value as 'value' (all bits) or 'value&&&mask'."""
+    value, mask = getattr(m, "value", m), getattr(m, "mask", None)
+    if mask is None or ((mask + 1) & mask) == 0 and mask.bit_length() in (3, 6, 8, 16, 32):
+        return str(value)
+    return f"{value:#x}&&&{mask:#x}"

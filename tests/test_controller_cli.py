@@ -67,7 +67,7 @@ def test_policy_apply_is_idempotent_and_show_reads_it_back(fabric, capsys) -> No
     code, out, _ = run(capsys, "policy", "show", "--fabric", str(path))
     assert code == 0
     assert "DlcpIngress.spray_mode hdr.dlcp.job_id=1 -> DlcpIngress.spray_random()" in out
-    assert "policy entries on s1 (7 entries and the default entry):" in out
+    assert "policy entries on s1 (7 entries and the default entries):" in out
     assert "s4: 7 entries, same as s1" in out
     assert ("job 1: priority=on (3 layer rules)  dropping=on (2 classes)  ecn=on (depth >= 32)  "
             "spraying=random") in out

@@ -12,6 +12,7 @@ from controller.policy import (
     DROP_CLASS,
     ECN_THRESHOLD,
     LAYER_PRIORITY,
+    PROFILE,
     SPRAY_MODE,
     LayerRule,
     layers_by_volume,
@@ -46,7 +47,7 @@ def test_default_policy_is_valid_and_front_layers_come_first() -> None:
     layers = policy.jobs[0].layers
     assert layers[0].tensors[0] == 0 and layers[0].priority == max(r.priority for r in layers)
     entries = policy_entries(policy, S)
-    assert {e.table for e in entries} == {SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD}
+    assert {e.table for e in entries} == {SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD, PROFILE}
 
 
 @pytest.mark.parametrize(
@@ -127,12 +128,13 @@ def test_entries_first_rule_wins_and_classes_in_order() -> None:
         }
     )
     entries = policy_entries(policy, S)
-    assert not [e for e in entries if e.table == SPRAY_MODE], "spraying off leaves the flow-hash default"
+    (spray,) = [e for e in entries if e.table == SPRAY_MODE]
+    assert spray.action == "DlcpIngress.flow_hash", "spraying off names the job with the flow-hash default"
     layer = [e for e in entries if e.table == LAYER_PRIORITY and not e.is_default]
     assert [e.priority for e in layer] == [2, 1]
     assert dict(layer[0].match)["hdr.dlcp.mag_class"] == Range(0, 100)
     assert dict(layer[0].params)["prio"] == 7
-    default = [e for e in entries if e.is_default]
+    default = [e for e in entries if e.is_default and e.table == LAYER_PRIORITY]
     assert dict(default[0].params)["prio"] == 1
     drops = [e for e in entries if e.table == DROP_CLASS]
     assert [dict(e.params)["queue_threshold"] for e in drops] == [40, 20]
@@ -154,6 +156,7 @@ ECN = {"queue_threshold": 16}
         ({"priority": "off", "spraying": "off", "dropping": DROPPING}, {DROP_CLASS}),
         ({"priority": "off", "spraying": "off", "ecn": ECN}, {ECN_THRESHOLD}),
         ({"spraying": "off"}, {LAYER_PRIORITY}),
+        ({"priority": "off", "spraying": "off"}, set()),
         ({"dropping": DROPPING, "ecn": ECN}, {SPRAY_MODE, LAYER_PRIORITY, DROP_CLASS, ECN_THRESHOLD}),
         ({"dropping": {**DROPPING, "enabled": False}, "ecn": {**ECN, "enabled": "off"}}, {SPRAY_MODE, LAYER_PRIORITY}),
     ],
@@ -161,7 +164,10 @@ ECN = {"queue_threshold": 16}
 def test_each_mechanism_writes_only_its_own_table(knobs: dict, tables: set[str]) -> None:
     """A knob turned on writes its table and nothing else; off writes nothing (none implies another)."""
     entries = policy_entries(parse_policy({"jobs": [job(**knobs)]}), S)
-    assert {e.table for e in entries} == tables
+    # spray_mode names every job: flow_hash (its default) when spraying is off
+    written = {e.table for e in entries if e.table != PROFILE and e.action != "DlcpIngress.flow_hash"}
+    assert written == tables
+    assert {e.action for e in entries if e.table == SPRAY_MODE} <= {"DlcpIngress.spray_random", "DlcpIngress.flow_hash"}
     held = mechanisms_held(entries)[1]
     assert (held["dropping"] != "off") == (DROP_CLASS in tables)
     assert (held["ecn"] != "off") == (ECN_THRESHOLD in tables)
