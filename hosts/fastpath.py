@@ -240,10 +240,11 @@ class BatchReceiver:
     SLOTS = 32
     SLOT_SIZE = 65536
 
-    def __init__(self, nat: Native, sock: socket.socket) -> None:
+    def __init__(self, nat: Native, sock: socket.socket | None) -> None:
+        """`sock` None: no socket; :meth:`load` fills the batch (tests)."""
         self.nat = nat
-        self.fd = sock.fileno()
-        self.gro = enable_gro(sock)
+        self.fd = sock.fileno() if sock is not None else -1
+        self.gro = enable_gro(sock) if sock is not None else False
         self.max_pkts = self.SLOTS * (self.SLOT_SIZE // 28 + 1)
         self.buf = np.zeros(self.SLOTS * self.SLOT_SIZE, dtype=np.uint8)
         self.off = np.zeros(self.max_pkts, dtype=np.uint32)
@@ -265,6 +266,17 @@ class BatchReceiver:
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         return int(n)
+
+    def load(self, datagrams: list[bytes], sources: list[tuple[str, int]], tos: list[int]) -> int:
+        """Fill the batch with `datagrams` as if received (at most SLOTS x SLOT_SIZE bytes)."""
+        at = 0
+        for i, (data, (ip, port), t) in enumerate(zip(datagrams, sources, tos)):
+            self.buf[at:at + len(data)] = np.frombuffer(data, np.uint8)
+            self.off[i], self.len[i], self.tos[i] = at, len(data), t
+            self.src_ip[i] = int.from_bytes(socket.inet_aton(ip), "little")
+            self.src_port[i] = int.from_bytes(port.to_bytes(2, "big"), "little")
+            at += len(data)
+        return len(datagrams)
 
     def run_end(self, i: int, n: int) -> int:
         c = self._c

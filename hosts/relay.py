@@ -74,6 +74,11 @@ class Relay:
     def address(self) -> Address:
         return self._front.getsockname()
 
+    @property
+    def source(self) -> Address:
+        """The address the relay forwards from (what the receiver sees as the sender)."""
+        return self._back.getsockname()
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)

@@ -125,3 +125,45 @@ def test_aimd_slows_down_on_a_congested_kernel_queue(lab: netns.Lab) -> None:
     assert sent[-1]["srtt_ms"] is not None and sent[-1]["rate_pps"] < 40000  # paced by cwnd / SRTT
     # Slow start and the cut keep retransmissions a small share of what was sent.
     assert sum(s["retransmissions"] for s in sent) < 0.2 * sum(s["packets"] for s in sent)
+
+
+@pytest.mark.netns
+def test_frames_reaching_a_switch_port_fit_the_mtu(lab: netns.Lab) -> None:
+    """The C data path batches with UDP GSO only towards local addresses: every frame that
+    leaves a host's veth towards a switch (read here with AF_PACKET, as p4switch reads its
+    ports) is at most 1500 bytes of IP plus the Ethernet header."""
+    import socket
+
+    a, a_out = lab.add_host(1, "10.78.0.1")
+    b, b_out = lab.add_host(2, "10.78.0.2")
+    lab.add_bridge([a_out, b_out])
+    # Offloads on, as on a host whose veth nobody tuned: a GSO datagram would cross it whole.
+    netns.in_ns(a.ns, "ethtool", "-K", a.iface, "tx", "on", check=False)
+    capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    capture.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: hold every frame
+    capture.bind((a_out, 0))
+    capture.settimeout(0.3)
+    sizes: list[int] = []
+    recv = _agent(b.ns, "recv", "--bind", f"{b.ip}:19600", "--messages", "3", "--grad-bound", "0",
+                  "--linger", "0.3", "--timeout", "60")
+    try:
+        sender = subprocess.Popen(["ip", "netns", "exec", a.ns, *AGENT, "send", "--to", f"{b.ip}:19600",
+                                   "--messages", "3", "--elements", "400000", "--grad-bound", "0",
+                                   "--rate", "1000000", "--timeout", "30"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while True:  # until the sender is done and the capture drained
+            try:
+                sizes.append(len(capture.recv(1 << 17)))
+            except TimeoutError:
+                if sender.poll() is not None:
+                    break
+        out, err = sender.communicate(timeout=60)
+        assert sender.returncode == 0, err
+        recv.communicate(timeout=60)
+    finally:
+        capture.close()
+        _stop(recv)
+    sent = [json.loads(line) for line in out.splitlines() if '"sent"' in line]
+    assert len(sent) == 3
+    assert max(sizes) <= 1514, f"a frame of {max(sizes)} bytes reached the switch port"
+    assert len(sizes) >= sum(s["packets"] for s in sent)  # every data packet was seen, one frame each

@@ -1,0 +1,184 @@
+"""The C data path against the Python one: the same datagrams, the same outcome.
+
+Two levels: the receiver's logic (seeded streams of valid, duplicated, reordered, late and
+malformed datagrams go through :meth:`Reassembler.handle` one by one and through the batch
+receiver's runs, :meth:`Reassembler.handle_run`; every count, drop reason and delivered
+value must agree), and whole transfers through :class:`hosts.relay.Relay` (loss,
+duplication, reordering) with forged datagrams from a stranger, C endpoints against Python
+endpoints on the same seeded messages.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from hosts.endpoint import Endpoint
+from hosts.fastpath import BatchReceiver, native
+from hosts.messages import Delivered
+from hosts.packetize import magnitude_classes, packetize
+from hosts.receiver import Reassembler
+from hosts.relay import Relay, random_impairment
+from hosts.wire import HEADER_LEN, Header, MsgType, pack_header
+
+NAT = native()
+pytestmark = pytest.mark.skipif(NAT is None, reason="the C data path cannot be built here (hosts.fastpath log)")
+BOUNDS = {MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.0}
+A, B, STRANGER = ("127.0.0.1", 5001), ("127.0.0.1", 5002), ("127.0.0.9", 6000)
+
+
+def _stream(seed: int) -> list[tuple[bytes, tuple[str, int], int]]:
+    """Datagrams of three messages (two workers), shuffled in windows, with duplicates,
+    late copies, probes and malformed or foreign datagrams in between."""
+    rng = random.Random(seed)
+    out: list[tuple[bytes, tuple[str, int], int]] = []
+    for worker, source, n, kind in ((1, A, 5000, MsgType.GRADIENT), (2, B, 3000, MsgType.PARAMETER),
+                                    (1, A, 2000, MsgType.GRADIENT)):
+        values = np.random.default_rng(seed + n).standard_normal(n, dtype=np.float32)
+        batch = packetize(values, kind=kind, job_id=1, worker_id=worker, tensor_id=n % 7, iteration=seed,
+                          count=100)
+        packets = [batch.packet(i) for i in range(len(batch))]
+        order = list(range(len(packets)))
+        for k in range(0, len(order), 8):  # reorder within windows of 8
+            window = order[k:k + 8]
+            rng.shuffle(window)
+            order[k:k + 8] = window
+        for i in order:
+            if rng.random() < 0.04:
+                continue  # lost
+            data = packets[i]
+            out.append((data, source, 3 if rng.random() < 0.05 else 2))
+            if rng.random() < 0.05:
+                out.append((data, source, 2))  # duplicate
+            r = rng.random()
+            if r < 0.01:
+                out.append((data[:HEADER_LEN - 3], source, 2))  # truncated
+            elif r < 0.02:
+                out.append((data[:-4], source, 2))  # payload shorter than its count
+            elif r < 0.03:
+                out.append((data, STRANGER, 2))  # a forger replaying from elsewhere
+            elif r < 0.04:
+                bad = bytearray(data)
+                bad[1] |= 0x40  # reserved flag
+                out.append((bytes(bad), source, 2))
+            elif r < 0.05:
+                bad = bytearray(data)
+                bad[12:16] = (n + 5).to_bytes(4, "big")  # offset past the tensor
+                out.append((bytes(bad), source, 2))
+            elif r < 0.06:
+                bad = bytearray(data)
+                bad[2:4] = (9).to_bytes(2, "big")  # another job
+                out.append((bytes(bad), source, 2))
+        out.append((packets[0], STRANGER, 2))  # at least one forged copy per message
+        probe = pack_header(Header(msg_type=MsgType.PROBE, flags=0x02, job_id=1, worker_id=worker,
+                                   tensor_id=n % 7, iteration=seed, offset=0, tensor_len=n, count=77,
+                                   mag_class=int(kind), prio_hint=0, seq=len(packets)))
+        out.append((probe + bytes(max(0, -(-(HEADER_LEN + -(-len(packets) // 8)) // 3) - HEADER_LEN)), source, 2))
+        out.extend((p, source, 2) for p in packets[-20:])  # late after the last probe
+    return out
+
+
+def _python(stream: list[tuple[bytes, tuple[str, int], int]]) -> tuple[Reassembler, list[Delivered], list[bytes]]:
+    r = Reassembler(job_id=1, bounds=BOUNDS)
+    delivered: list[Delivered] = []
+    replies: list[bytes] = []
+    for data, source, tos in stream:
+        rep, done = r.handle(data, source, tos & 3 == 3)
+        replies += rep
+        delivered += done
+    return r, delivered, replies
+
+
+def _batched(stream: list[tuple[bytes, tuple[str, int], int]]) -> tuple[Reassembler, list[Delivered], list[bytes]]:
+    assert NAT is not None
+    rx = BatchReceiver(NAT, None)
+    r = Reassembler(job_id=1, bounds=BOUNDS)
+    delivered: list[Delivered] = []
+    replies: list[bytes] = []
+    for start in range(0, len(stream), 700):  # batches, as recvmmsg hands them over
+        part = stream[start:start + 700]
+        n = rx.load([d for d, _, _ in part], [s for _, s, _ in part], [t for _, _, t in part])
+        i = 0
+        while i < n:
+            j = rx.run_end(i, n)
+            source = rx.source(i)
+            if j - i > 1:
+                delivered += r.handle_run(rx, i, j, source, int(np.count_nonzero((rx.tos[i:j] & 3) == 3)))
+            else:
+                rep, done = r.handle(bytes(rx.packet(i)), source, int(rx.tos[i]) & 3 == 3)
+                replies += rep
+                delivered += done
+            i = j
+    return r, delivered, replies
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batched_runs_count_drop_and_place_as_packet_by_packet(seed: int) -> None:
+    stream = _stream(seed)
+    slow, slow_out, slow_replies = _python(stream)
+    fast, fast_out, fast_replies = _batched(stream)
+    assert slow.stats == fast.stats
+    assert slow.stats.drops["late"] > 0 and slow.stats.drops["unknown_peer"] > 0  # the stream exercised them
+    assert slow_replies == fast_replies
+    assert [d.key for d in slow_out] == [d.key for d in fast_out]
+    for a, b in zip(slow_out, fast_out):
+        assert a.received == b.received and a.source == b.source
+        np.testing.assert_array_equal(a.values, b.values)
+    assert {k: (a.values.size, a.received) for k, a in slow._open.items()} == \
+        {k: (a.values.size, a.received) for k, a in fast._open.items()}
+
+
+def test_magnitude_classes_in_c_match_numpy() -> None:
+    from hosts import fastpath
+
+    rng = np.random.default_rng(3)
+    values = (rng.standard_normal(50_017) * np.exp(rng.uniform(-80, 80, 50_017))).astype(np.float32)
+    values[:361] = 0
+    values[400] = np.nan
+    values[800] = -np.inf
+    values[1200:1561] = 1e-45  # subnormal
+    got = fastpath.classes(values, 361)
+    assert got is not None
+    np.testing.assert_array_equal(got, magnitude_classes(values, 361))
+
+
+def _transfer(fast: bool, seed: int, bound: float) -> tuple[list[np.ndarray], list[Delivered], int]:
+    bounds = {MsgType.GRADIENT: bound, MsgType.PARAMETER: bound}
+    tensors = [np.random.default_rng([seed, i]).standard_normal(20_000 + 3_000 * i, dtype=np.float32)
+               for i in range(4)]
+    sender = Endpoint(worker_id=1, bounds=bounds, fast=fast)
+    receiver = Endpoint(worker_id=2, bounds=bounds, fast=fast)
+    forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    got: list[Delivered] = []
+    with sender, receiver, Relay(receiver.address, random_impairment(loss=0.05, duplicate=0.05, seed=seed),
+                                 hold=6, record=False) as relay:
+        receiver.add_peer(1, relay.source)
+        for i, values in enumerate(tensors):
+            forged = packetize(-values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=i)
+            for k in range(0, len(forged), 3):  # a stranger claims to be worker 1
+                forger.sendto(forged.packet(k), receiver.address)
+            sender.send(relay.address, values, iteration=i)
+            got.append(receiver.receive(timeout=30))
+        time.sleep(0.05)
+        unknown = receiver.reassembler.stats.drops["unknown_peer"]
+    forger.close()
+    return tensors, got, unknown
+
+
+@pytest.mark.parametrize("bound", [0.0, 0.05])
+def test_both_paths_deliver_the_same_through_loss_duplicates_reordering_and_forgery(bound: float) -> None:
+    results = {fast: _transfer(fast, 11, bound) for fast in (True, False)}
+    for fast, (tensors, got, unknown) in results.items():
+        assert unknown > 0, f"fast={fast}: the forged datagrams reached the receiver"
+        assert [d.key.iteration for d in got] == list(range(len(tensors)))
+        for values, d in zip(tensors, got):
+            arrived = d.values != 0
+            np.testing.assert_array_equal(d.values[arrived], values[arrived])  # nothing forged got in
+            assert d.values.size - int(arrived.sum()) <= bound * values.size
+    if bound == 0:  # exact delivery: identical on both paths
+        for a, b in zip(results[True][1], results[False][1]):
+            np.testing.assert_array_equal(a.values, b.values)
