@@ -70,6 +70,7 @@ SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
 LINUX_RTO_MIN_S, DLCP_MIN_RTO_S = 0.200, 0.010
 DLCP_IN_FLIGHT = 4
 DRAWS = 20_000
+FRAME_BYTES = 1500
 
 
 @dataclass
@@ -127,7 +128,8 @@ def load_groups(results: Path) -> list[Group]:
         g = groups.setdefault(key, Group(key[0], key[1], key[2], set(), 0, [], [], []))
         g.sweeps.add(sweep.name)
         g.runs += 1
-        g.job = g.job or run.get("trace_job") or None
+        job_spec = run.get("trace_job") or run.get("job")
+        g.job = g.job or (job_spec if isinstance(job_spec, dict) and job_spec.get("model") else None)
         for job in (run.get("jobs") or {}).values():
             for rank in (job.get("ranks") or {}).values():
                 for rec in (rank.get("records") or [])[1:]:
@@ -144,7 +146,12 @@ def load_groups(results: Path) -> list[Group]:
 def scaled_trace(job: dict[str, Any], traces: Path) -> ModelTrace:
     """A trace-driven run's job: the H100 trace with sizes / b and times x k."""
     try:
-        b, k = float(job["b"]), float(job["k"])
+        k = float(job["k"])
+        scale = job.get("scale") or {}
+        if job.get("b") or scale.get("b"):
+            b = float(job.get("b") or scale["b"])
+        else:  # experiments/scaling.py: b * k = real capacity / the port's (full 1,500-byte frames)
+            b = float(job["real_gbps"]) * 1e9 / (float(job["port_pps"]) * FRAME_BYTES * 8) / k
         trace = load_trace(traces / "h100_pytorch_layer_traces.csv", model=job["model"], precision=job["precision"])
     except KeyError as exc:
         raise SimulatorError(f"a trace-driven run's record lacks {exc}") from None

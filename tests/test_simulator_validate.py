@@ -58,3 +58,18 @@ def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.Captur
 def test_validate_needs_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "validate", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
     assert "no raw runs" in capsys.readouterr().err
+
+
+def test_a_trace_driven_job_is_the_h100_trace_scaled() -> None:
+    from simulator.cli import DEFAULT_TRACES
+    from simulator.traces import load_trace
+    from simulator.validate import scaled_trace
+
+    real = load_trace(DEFAULT_TRACES / "h100_pytorch_layer_traces.csv", model="resnet50", precision="bf16")
+    # 100 Gbit/s over 20,000 frames of 1,500 bytes a second is a ratio of 416.7; k = 50 leaves b = 8.33.
+    job = scaled_trace({"model": "resnet50", "precision": "bf16", "real_gbps": 100, "port_pps": 20000, "k": 50},
+                       DEFAULT_TRACES)
+    assert job.compute_s == pytest.approx(real.compute_s * 50)
+    assert job.layers[-1].numel == -(-real.layers[-1].numel * 3 // 25)  # ceil(n / (25/3))
+    same = scaled_trace({"model": "resnet50", "precision": "bf16", "b": 25 / 3, "k": 50}, DEFAULT_TRACES)
+    assert [l.numel for l in same.layers] == [l.numel for l in job.layers]
