@@ -43,6 +43,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     show_policy = policy_sub.add_parser("show", help="the policy entries every switch holds")
     _add_fabric(show_policy, timeout=2.0)
     show_policy.set_defaults(handler=_policy_show)
+    render = policy_sub.add_parser("render", help="FILE as configuration of a commodity switch or Linux host (stdout)")
+    render.add_argument("file", type=Path, help="policy YAML")
+    render.add_argument("--for", dest="target", choices=("sonic", "linux"), required=True,
+                        help="sonic: config_db.json fragment; linux: tc script (sh SCRIPT DEV [RATE])")
+    render.add_argument("--ports", default=None,
+                        help="sonic: comma-separated port names (default Ethernet0,Ethernet4,...,Ethernet60)")
+    render.add_argument("--packet-bytes", type=int, default=None,
+                        help="bytes per packet for thresholds given in packets (default 1500)")
+    render.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+    render.set_defaults(handler=_policy_render)
 
     show = sub.add_parser("show", help="entries of a switch's tables, in p4runtime-shell syntax")
     show.add_argument("switch", help="switch name, as in the fabric description")
@@ -186,6 +196,33 @@ def _policy_show(args: argparse.Namespace) -> int:
                 verdict = f"same as {first_name}" if same else f"DIFFERS from {first_name}"
                 print(f"{name}: {len(entries)} entries, {verdict}")
     return 0 if len(answered) == len(held) else 1
+
+
+def _policy_render(args: argparse.Namespace) -> int:
+    from controller.policy import load_policy
+    from controller.render import PACKET_BYTES
+
+    policy = load_policy(args.file)
+    size = args.packet_bytes or PACKET_BYTES
+    if size < 64:
+        raise GradfabricError(f"policy render: --packet-bytes must be at least 64, got {size}")
+    if args.target == "sonic":
+        from controller.render.sonic import DEFAULT_PORTS, render_sonic
+
+        ports = tuple(p.strip() for p in args.ports.split(",") if p.strip()) if args.ports else DEFAULT_PORTS
+        rendered = render_sonic(policy, ports, size)
+    else:
+        from controller.render.linux import render_linux
+
+        rendered = render_linux(policy, size)
+    for note in rendered.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.out is None:
+        sys.stdout.write(rendered.text)
+    else:
+        args.out.write_text(rendered.text)
+        print(f"policy render: wrote {args.out}", file=sys.stderr)
+    return 0
 
 
 def _sort_key(entry) -> tuple:
