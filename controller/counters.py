@@ -33,6 +33,11 @@ ECMP_MEMBER_COUNTER = "DlcpIngress.ecmp_member_counter"
 #: queue at the class's threshold. Read when the program has them.
 QUEUE_RED_DROPS = "DlcpIngress.queue_red_drops"
 QUEUE_ECN_MARKS = "DlcpEgress.queue_ecn_marks"
+#: Sprayed DLCP packets per ECMP member (``group_id * SPRAY_MEMBERS + member``): the spraying
+#: balance apart from the flow-hashed traffic the member's direct counter also counts.
+SPRAYED_MEMBER = "DlcpIngress.sprayed_member"
+SPRAY_MEMBERS = 16
+SPRAY_GROUPS = 1024
 PRIORITIES = 8
 #: The shipped program, whose drop reasons name ``ingress_drops`` cells when no source is given.
 DEFAULT_SOURCE = P4SRC / "dlcp.p4"
@@ -78,6 +83,8 @@ class SwitchCounters:
     #: Per (port, priority): the program's RED drops and ECN marks of traffic classes.
     queue_red: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     queue_marks: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    #: Per (group, member): sprayed DLCP packets only.
+    sprayed: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
     def minus(self, before: SwitchCounters) -> SwitchCounters:
         def sub(now: dict, old: dict) -> dict:
@@ -102,6 +109,7 @@ class SwitchCounters:
             sub(self.early_drops, before.early_drops),
             sub(self.queue_red, before.queue_red),
             sub(self.queue_marks, before.queue_marks),
+            sub(self.sprayed, before.sprayed),
         )
 
     def went_backwards(self) -> bool:
@@ -109,7 +117,7 @@ class SwitchCounters:
         counters written) in between, so the difference means nothing."""
         pairs = [*self.port_prio.values(), *self.drops.values(), *self.ecn_marks.values(),
                  *self.job_rx.values(), *self.ecmp.values(), *self.early_drops.values(),
-                 *self.queue_red.values(), *self.queue_marks.values()]
+                 *self.queue_red.values(), *self.queue_marks.values(), *self.sprayed.values()]
         return any(p < 0 or b < 0 for p, b in pairs) or any(n < 0 for n in (self.queue_drops or {}).values())
 
 
@@ -162,6 +170,12 @@ def gather(
         assert d.entry is not None
         match = {name: m.value for name, m in d.entry.match}  # type: ignore[union-attr]
         out.ecmp[(match.get("meta.ecmp_group_id", 0), match.get("meta.ecmp_member", 0))] = (d.packets, d.bytes)
+    spray_cells = [g * SPRAY_MEMBERS + m for g, m in out.ecmp if g < SPRAY_GROUPS and m < SPRAY_MEMBERS]
+    if spray_cells and _has_counter(session, SPRAYED_MEMBER):
+        for c in session.read_counter(SPRAYED_MEMBER, spray_cells):
+            if c.packets or c.bytes:
+                assert c.index is not None
+                out.sprayed[divmod(c.index, SPRAY_MEMBERS)] = (c.packets, c.bytes)
     return out
 
 
@@ -184,7 +198,9 @@ def to_json(c: SwitchCounters) -> dict[str, Any]:
         "queue_drops": None if c.queue_drops is None else [
             {"port": port, "priority": prio, "reason": reason, "packets": n}
             for (port, prio, reason), n in sorted(c.queue_drops.items())],
-        "ecmp": [{"group": g, "member": m, "packets": p, "bytes": b} for (g, m), (p, b) in sorted(c.ecmp.items())],
+        "ecmp": [{"group": g, "member": m, "packets": p, "bytes": b,
+                  "sprayed_packets": c.sprayed.get((g, m), (0, 0))[0], "sprayed_bytes": c.sprayed.get((g, m), (0, 0))[1]}
+                 for (g, m), (p, b) in sorted(c.ecmp.items())],
         "queues": [{"port": port, "priority": prio,
                     "ecn_marked_packets": c.queue_marks.get((port, prio), (0, 0))[0],
                     "ecn_marked_bytes": c.queue_marks.get((port, prio), (0, 0))[1],
@@ -208,6 +224,8 @@ def from_json(data: dict[str, Any], where: str = "snapshot") -> SwitchCounters:
             drops={r["reason"]: (r["packets"], r["bytes"]) for r in data["drops"]},
             ecmp={(r["group"], r["member"]): (r["packets"], r["bytes"]) for r in data["ecmp"]},
         )
+        out.sprayed = {(r["group"], r["member"]): (r["sprayed_packets"], r["sprayed_bytes"])
+                       for r in data["ecmp"] if r.get("sprayed_packets") or r.get("sprayed_bytes")}
         if data["queue_drops"] is not None:
             out.queue_drops = {(r["port"], r["priority"], r["reason"]): r["packets"] for r in data["queue_drops"]}
         for r in data["jobs"]:
@@ -244,7 +262,7 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
     for col in ("switch", "reason", f"packets{unit}", f"bytes{unit}"):
         drops.add_column(col)
     ecmp = Table(title=f"spraying balance per ECMP group{title_suffix}")
-    for col in ("switch", "group", "member", f"packets{unit}", "share"):
+    for col in ("switch", "group", "member", f"packets{unit}", "share", f"sprayed DLCP packets{unit}", "sprayed share"):
         ecmp.add_column(col)
     jobs = Table(title=f"per job{title_suffix}")
     for col in ("switch", "job", f"received packets{unit}", f"ECN-marked packets{unit}", f"early-dropped packets{unit}"):
@@ -264,11 +282,15 @@ def render(counters: dict[str, SwitchCounters], title_suffix: str = "",
         for reason, (p, b) in c.drops.items():
             drops.add_row(name, reason, amount(p), amount(b))
         totals: dict[int, int] = {}
-        for (group, _), (p, _) in c.ecmp.items():
+        sprayed: dict[int, int] = {}
+        for (group, member), (p, _) in c.ecmp.items():
             totals[group] = totals.get(group, 0) + p
+            sprayed[group] = sprayed.get(group, 0) + c.sprayed.get((group, member), (0, 0))[0]
         for (group, member), (p, _) in sorted(c.ecmp.items()):
             share = f"{100 * p / totals[group]:.1f}%" if totals[group] else "-"
-            ecmp.add_row(name, str(group), str(member), amount(p), share)
+            own = c.sprayed.get((group, member), (0, 0))[0]
+            own_share = f"{100 * own / sprayed[group]:.1f}%" if sprayed[group] else "-"
+            ecmp.add_row(name, str(group), str(member), amount(p), share, amount(own), own_share)
         for job in sorted(set(c.job_rx) | set(c.ecn_marks) | set(c.early_drops)):
             jobs.add_row(name, str(job), *(amount(d.get(job, (0, 0))[0]) for d in (c.job_rx, c.ecn_marks, c.early_drops)))
         for (port, prio, reason), n in sorted((c.queue_drops or {}).items()):
