@@ -16,7 +16,8 @@ from typing import Any
 
 from simulator.errors import SimulatorError
 
-HEADER = Path(__file__).resolve().parent / "native" / "gradfabric_ns3.h"
+NATIVE = Path(__file__).resolve().parent / "native"
+HEADER = NATIVE / "gradfabric_transport.h"  # includes gradfabric_ns3.h
 INSTALL_HINT = "pip install '.[ns3]' (the ns3 wheel, ns-3 3.44 with cppyy bindings)"
 
 _loaded: tuple[Any, Any] | None = None
@@ -56,7 +57,7 @@ def load() -> tuple[Any, Any]:
 
             cppyy.include(str(HEADER))
             gf = cppyy.gbl.gradfabric
-            gf.PortQueueDisc  # noqa: B018  (compiles the header's classes now, not mid-run)
+            gf.PortQueueDisc, gf.DlcpEndpoint  # noqa: B018  (compiles the classes now, not mid-run)
         except Exception as exc:
             os.dup2(saved, 2)
             captured.seek(0)

@@ -1,0 +1,263 @@
+"""One packet-level run: a scenario's jobs and background on a topology, in ns-3.
+
+:func:`run` builds the topology (:mod:`simulator.packet.network`) with the configuration's
+switch policy, starts the background at t = 0 and the jobs at ``job_start_s`` (the fabric's
+runner waits 1 s for queues to fill and TCP flows to leave slow start), runs until every
+job has done its iterations, and returns a record in the fabric's raw-run format
+(``experiments/runner.py``: ``jobs -> ranks -> records/totals``, ``background``,
+``switch``), plus a ``simulation`` entry (simulated and wall time, events, port counters).
+
+Transports: DLCP jobs use one :class:`DlcpEndpoint` per host; gloo jobs one ns-3 TCP
+connection per ordered pair of ranks that talk. Background TCP is ns-3's BulkSend; UDP its
+OnOff at a constant rate; request/response flows gradfabric's ``RrFlow``. ns-3's TCP takes
+``rto_min_s`` as its minimum RTO (``TcpSocketBase::MinRto``) and NewReno.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from simulator.packet.jobs import JobRun, JobSpec
+from simulator.packet.network import Network, build
+from simulator.packet.runtime import PacketSimulationError, load
+from simulator.packet.scenarios import QUEUE_THRESHOLD, Configuration, Scenario
+from simulator.packet.topology import Topology
+from simulator.packet.workload import Workload
+
+DLCP_PORT = 40000
+VALUES_PER_PACKET = 360
+BG_PORT = 5201
+
+
+@dataclass
+class RunSettings:
+    workload: Workload
+    iterations: int = 60
+    ordering: str = "wfbp"
+    in_flight: int = 4
+    job_start_s: float = 1.0
+    rto_min_s: float = 0.2  # Linux's default, as the fabric's hosts run
+    dlcp_min_rto_s: float = 0.001
+    dlcp_initial_window: float = 10.0
+    dlcp_max_window: float = 64.0
+    dlcp_chunk: int = 16
+    seed: int = 1
+    time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
+    progress: Callable[[str], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Transport:
+    """DLCP endpoints and TCP pipes over one network, routing deliveries back to jobs."""
+
+    def __init__(self, net: Network, settings: RunSettings, gloo_hosts: set[str]) -> None:
+        self.ns, self.gf = load()
+        self.net = net
+        self.settings = settings
+        self.messages: dict[int, tuple[JobRun, int, int, int, int, int]] = {}
+        self.sizes: dict[int, tuple[int, int]] = {}  # message id -> (values, packets)
+        self.endpoints: dict[str, Any] = {}
+        self.pipes: dict[tuple[str, str], Any] = {}
+        self.keep: list[Any] = []  # Python callables handed to C++ must outlive the run
+        self.by_address = {net.address(h): h for h in net.topology.hosts}
+        self.gloo_hosts = gloo_hosts
+
+    def endpoint(self, host: str) -> Any:
+        if host not in self.endpoints:
+            s = self.settings
+            ep = self.gf.DlcpEndpoint(self.net.nodes[host], DLCP_PORT, s.dlcp_chunk, s.dlcp_initial_window,
+                                      s.dlcp_max_window, s.dlcp_min_rto_s, max(s.dlcp_min_rto_s, 0.005))
+
+            def received(src: int, msg: int, values: int, lost: int) -> None:
+                self._delivered(msg, lost)
+
+            ep.onReceived = received
+            self.keep.append(received)
+            self.endpoints[host] = ep
+        return self.endpoints[host]
+
+    def pipe(self, src: str, dst: str) -> Any:
+        if (src, dst) not in self.pipes:
+            port = 20000 + len(self.pipes)
+            p = self.gf.TcpPipe(self.net.nodes[src], self.net.nodes[dst], self.net.address(dst), port, 0, 0.0)
+
+            def received(msg: int) -> None:
+                self._delivered(msg, 0)
+
+            p.onReceived = received
+            self.keep.append(received)
+            self.pipes[(src, dst)] = p
+        return self.pipes[(src, dst)]
+
+    def prepare(self, job: JobSpec, gloo: bool) -> None:
+        """Open what the job's collective uses before it starts (connections take round trips)."""
+        n = len(job.hosts)
+        pairs = [(job.hosts[r], job.hosts[(r + 1) % n]) for r in range(n)] if job.collective == "ring" else \
+            [(h, job.hosts[0]) for h in job.hosts[1:]] + [(job.hosts[0], h) for h in job.hosts[1:]]
+        for src, dst in pairs:
+            if gloo:
+                self.pipe(src, dst)
+            else:
+                self.endpoint(src)
+                self.endpoint(dst)
+
+    def send(self, src: str, dst: str, msg: int, values: int, priority: int, urgency: int, bound: float) -> None:
+        packets = -(-values // VALUES_PER_PACKET)
+        self.sizes[msg] = (values, packets)
+        if src in self.gloo_hosts:
+            self.pipe(src, dst).Send(msg, values * 4)
+        else:
+            self.endpoint(src).Send(msg, self.net.address(dst), values, priority, urgency, bound, bound)
+
+    def _delivered(self, msg: int, lost: int) -> None:
+        entry = self.messages.pop(msg, None)
+        if entry is None:
+            return
+        job, iteration, b, step, src, dst = entry
+        values, packets = self.sizes.pop(msg)
+        job.delivered(iteration, b, step, src, dst, values, lost, packets)
+
+
+def _topology_for(topology: Topology, config: Configuration) -> Topology:
+    port = topology.port
+    if config.dropping:
+        port = replace(port, drop_threshold=QUEUE_THRESHOLD)
+    if config.ecn:
+        port = replace(port, ecn_threshold=QUEUE_THRESHOLD)
+    return replace(topology, port=port)
+
+
+def run(topology: Topology, scenario: Scenario, config: Configuration, settings: RunSettings) -> dict[str, Any]:
+    """Simulate ``scenario`` under ``config`` on ``topology`` (module doc); returns the record."""
+    ns, gf = load()
+    missing = sorted(scenario.hosts - set(topology.hosts))
+    if missing:
+        raise PacketSimulationError(f"scenario {scenario.name} names hosts {missing} that {topology.name} lacks")
+    wall0 = time.monotonic()
+    _KEEP.clear()  # the previous run's objects (its simulator is destroyed)
+    say = settings.progress or (lambda _msg: None)
+    ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(settings.rto_min_s)))
+    ns.Config.SetDefault("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TcpNewReno.GetTypeId()))
+    ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(1448))
+    ns.RngSeedManager.SetSeed(max(1, settings.seed))
+    net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT)
+    gloo = config.comm == "gloo"
+    gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
+    transport = _Transport(net, settings, gloo_hosts)
+    keep: list[Any] = []
+
+    def schedule(delay_s: float, fn: Callable[[], None]) -> None:
+        keep.append(fn)
+        gf.ScheduleCall(delay_s, fn)
+
+    jobs: list[JobRun] = []
+    for j in scenario.jobs:
+        spec = JobSpec(j.job_id, j.hosts, "ring" if gloo else j.collective, settings.workload, settings.iterations,
+                       grad_bound=config.grad_bound, priorities=config.queues, ordering=settings.ordering,
+                       in_flight=2 if gloo else settings.in_flight, start_s=settings.job_start_s)
+        transport.prepare(spec, gloo)
+        _KEEP.append(transport)
+        job = JobRun(spec, transport, schedule, gf.NowSeconds, transport.messages)
+        job.start()
+        jobs.append(job)
+    background = _start_background(ns, gf, net, scenario, settings)
+
+    # Run in slices, to tell progress and to stop once every job is done.
+    sim_t, step = 0.0, 0.25
+    while not all(j.done for j in jobs):
+        if sim_t >= settings.time_limit_s:
+            raise PacketSimulationError(f"{scenario.name}/{config.name}: jobs not done after {sim_t:g} simulated s")
+        sim_t += step
+        ns.Simulator.Stop(ns.Seconds(step))
+        ns.Simulator.Run()
+        done = sum(min(r.iteration, settings.iterations) for j in jobs for r in j.ranks)
+        total = settings.iterations * sum(j.n for j in jobs)
+        say(f"    t = {sim_t:.2f} s simulated, {time.monotonic() - wall0:.0f} s wall, {done}/{total} rank-iterations")
+    end_s = gf.NowSeconds()
+    seconds = end_s - settings.job_start_s
+    record = {"jobs": {}, "background": [b(seconds) for b in background], "switch": {}, "seconds": round(seconds, 4)}
+    for job in jobs:
+        ranks = {}
+        for r in job.ranks:
+            ranks[str(r.index)] = {"records": r.records, "totals": {
+                "packets": sum(x["packets"] for x in r.records), "lost": r.lost_values,
+                "reduced": r.reduced_values, "retransmitted": 0}, "receive": {}}
+        record["jobs"][str(job.spec.job_id)] = {"ranks": ranks}
+    for host, ep in transport.endpoints.items():
+        for job in jobs:
+            if host in job.spec.hosts:
+                totals = record["jobs"][str(job.spec.job_id)]["ranks"][str(job.spec.hosts.index(host))]["totals"]
+                totals["retransmitted"] += int(ep.stats.retransmitted)
+    ports = net.queue_totals()
+    record["switch"] = {"magnitude_drops": ports["early_drops"], "ecn_marks": ports["ecn_marks"]}
+    record["simulation"] = {"engine": "ns-3 3.44", "topology": topology.name, "hosts": len(topology.hosts),
+                            "switches": len(topology.switches), "simulated_s": round(end_s, 4),
+                            "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
+                            "workload": settings.workload.note, "ordering": settings.ordering,
+                            "rto_min_s": settings.rto_min_s, **settings.extra}
+    ns.Simulator.Destroy()
+    return record
+
+
+def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario,
+                      settings: RunSettings) -> list[Callable[[float], dict[str, Any]]]:
+    """Start every background flow at t = 0; returns a report maker per flow."""
+    reports: list[Callable[[float], dict[str, Any]]] = []
+    for i, flow in enumerate(scenario.background):
+        port = BG_PORT + i
+        src, dst = net.nodes[flow.src], net.nodes[flow.dst]
+        name = f"{flow.kind.upper()} {flow.src}->{flow.dst}"
+        if flow.kind in ("tcp", "udp"):
+            factory = "ns3::TcpSocketFactory" if flow.kind == "tcp" else "ns3::UdpSocketFactory"
+            remote = ns.InetSocketAddress(ns.Ipv4Address(net.address(flow.dst)), port).ConvertTo()
+            sink_app = ns.PacketSinkHelper(factory, ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo())
+            sinks = sink_app.Install(dst)
+            if flow.kind == "tcp":
+                helper = ns.BulkSendHelper(factory, remote)
+                helper.SetAttribute("MaxBytes", ns.UintegerValue(0))
+            else:
+                helper = ns.OnOffHelper(factory, remote)
+                helper.SetConstantRate(ns.DataRate(int(flow.mbps * 1e6)), flow.packet_bytes)
+            apps = helper.Install(src)
+            apps.Start(ns.Seconds(0.0))
+            sink = sinks.Get(0).GetObject[ns.PacketSink]()
+            start_rx = {"bytes": 0}
+
+            def mark(sink: Any = sink, start_rx: dict[str, int] = start_rx) -> None:
+                start_rx["bytes"] = int(sink.GetTotalRx())
+
+            gf.ScheduleCall(settings.job_start_s, mark)
+
+            def report(seconds: float, sink: Any = sink, start_rx: dict[str, int] = start_rx, name: str = name,
+                       kind: str = flow.kind, mbps: float = flow.mbps) -> dict[str, Any]:
+                rx = int(sink.GetTotalRx()) - start_rx["bytes"]
+                goodput = rx * 8 / max(seconds, 1e-9) / 1e6
+                loss = max(0.0, 1 - goodput / mbps) if kind == "udp" and mbps else None
+                return {"flow": name, "protocol": kind, "seconds": round(seconds, 4), "goodput_mbps": goodput,
+                        "loss": loss, "requests": None, "failed": None, "fct_s": [], "error": None}
+
+            reports.append(report)
+            _KEEP.append((sinks, apps, mark))
+        elif flow.kind == "rr":
+            rr = gf.RrFlow(src, dst, net.address(flow.dst), port, 64, flow.packet_bytes, flow.interval_s,
+                           settings.job_start_s, 1e9)
+            _KEEP.append(rr)
+
+            def report_rr(seconds: float, rr: Any = rr, name: str = name) -> dict[str, Any]:
+                fct = [float(x) for x in rr.fct]
+                return {"flow": name, "protocol": "rr", "seconds": round(seconds, 4),
+                        "goodput_mbps": len(fct) * 8000 * 8 / max(seconds, 1e-9) / 1e6, "loss": None,
+                        "requests": int(rr.started), "failed": int(rr.started) - len(fct), "fct_s": fct,
+                        "error": None}
+
+            reports.append(report_rr)
+        else:
+            raise PacketSimulationError(f"background flow kind {flow.kind!r} is not tcp, udp or rr")
+    return reports
+
+
+#: ns-3 objects and callables of the current run that C++ holds by pointer.
+_KEEP: list[Any] = []
