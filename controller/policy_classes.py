@@ -16,12 +16,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from controller.policy_check import Validator
-
-if TYPE_CHECKING:
-    from controller.policy import Policy
 
 PROFILES = ("dlcp", "commodity")
 PROTOCOLS = {"tcp": 6, "udp": 17}
@@ -75,6 +72,15 @@ class CommodityPlan:
             if c.dscp_only and c.dscp is not None:
                 out.setdefault(c.dscp, c.priority)
         return out
+
+
+class Policy(Protocol):
+    """What the commodity view reads of a policy (controller.policy.Policy; a protocol, so
+    this module does not import the one that imports it)."""
+
+    jobs: tuple[Any, ...]
+    traffic_classes: tuple[TrafficClass, ...]
+    queues: tuple[QueueStep, ...]
 
 
 # -- parsing -------------------------------------------------------------------------------

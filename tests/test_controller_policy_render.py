@@ -178,6 +178,11 @@ def test_render_refuses_what_dscp_classes_cannot_tell_apart(tmp_path: Path, caps
         {"tensors": "0..9", "priority": 7}, {"tensors": "10..99", "priority": 3}]}]}))
     assert cli.main(["policy", "render", str(policy), "--for", "sonic"]) == 1
     assert "jobs[0].layers[1].dscp: DSCP 0 already goes to queue 7" in capsys.readouterr().err
+    # in the dlcp profile the policy applies (the switch writes the DSCP), but it cannot be rendered
+    policy.write_text(policy.read_text().replace("profile: commodity", "profile: dlcp"))
+    assert load_policy(policy).profile == "dlcp"
+    assert cli.main(["policy", "render", str(policy), "--for", "linux"]) == 1
+    assert "DSCP 0 already goes to queue 7" in capsys.readouterr().err
 
 
 # -- Linux --------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controller.errors import PolicyError
+from controller.policy import Policy
+from controller.policy_check import Validator
+from controller.policy_classes import CommodityPlan, check_commodity, commodity_plan
+
 #: Bytes per packet used to turn the policy's thresholds (packets) into bytes: a DLCP data
 #: packet of 361 float32 values is 1,500 bytes on the wire (IPv4).
 PACKET_BYTES = 1500
@@ -18,3 +23,13 @@ class Rendered:
 
     text: str
     notes: list[str] = field(default_factory=list)
+
+
+def checked_plan(policy: Policy, source: str = "policy") -> CommodityPlan:
+    """The policy's commodity view; PolicyError when DSCP classes cannot express it (one DSCP
+    to two queues, layer rules split by magnitude), whatever the policy's profile."""
+    v = Validator()
+    check_commodity(v, policy)
+    if v.problems:
+        raise PolicyError(source, v.problems)
+    return commodity_plan(policy)

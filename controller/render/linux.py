@@ -14,8 +14,7 @@ from __future__ import annotations
 import ipaddress
 
 from controller.policy import Policy
-from controller.policy_classes import commodity_plan
-from controller.render import PACKET_BYTES, Rendered
+from controller.render import PACKET_BYTES, Rendered, checked_plan
 
 BANDS = 8
 
@@ -27,7 +26,7 @@ def band(priority: int) -> int:
 
 def tc_commands(policy: Policy, packet_bytes: int = PACKET_BYTES) -> tuple[list[str], list[str]]:
     """The tc argument lines (device ``$DEV``, bandwidth ``$RATE``) and notes."""
-    plan = commodity_plan(policy)
+    plan = checked_plan(policy)
     notes: list[str] = []
     default_band = band(0)
     lines = [f'qdisc replace dev "$DEV" root handle 1: prio bands {BANDS} priomap '

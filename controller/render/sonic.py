@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 
 from controller.policy import Policy
-from controller.policy_classes import commodity_plan
-from controller.render import PACKET_BYTES, Rendered
+from controller.render import PACKET_BYTES, Rendered, checked_plan
 
 MAP_NAME = "GRADFABRIC"
 STRICT = "GRADFABRIC_STRICT"
@@ -37,7 +36,7 @@ ASIC_NOTE = ("Not-ECT early drop differs between ASICs (some drop Not-ECT packet
 def render_sonic(policy: Policy, ports: tuple[str, ...] = DEFAULT_PORTS,
                  packet_bytes: int = PACKET_BYTES) -> Rendered:
     """The config_db fragment (JSON text) and notes."""
-    plan = commodity_plan(policy)
+    plan = checked_plan(policy)
     notes = [ASIC_NOTE]
     dscp_map = plan.dscp_map()
     for c in plan.classes:
