@@ -6,7 +6,8 @@ a probe is answered with one bitmap of the data packets it covers (never more th
 class allows, and without allocating anything: a message nothing arrived of gets a 28-byte
 answer with no bits); a message completes when every element arrived, or at a probe with
 the *last* flag once at least (1 - bound) of its elements arrived; a completed message
-answers every later probe with a full bitmap flagged *last* (it needs nothing more). Only
+answers every later probe with a bitmap flagged *last* (it needs nothing more) that tells
+which packets it completed with, so the sender can report what was really zero-filled. Only
 the job's members (``peers``, else the first address each worker id sent data from) are
 heard. Data that arrived with IP ECN = CE (``handle(..., ce=True)``) sets the ECN-echo flag
 of the message's next bitmap answer, so the sender's window shrinks before the switch has
@@ -123,6 +124,7 @@ class Reassembler:
         self._open: dict[MessageKey, Assembly] = {}
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
+        self._done_bits: dict[MessageKey, np.ndarray] = {}  # packets a message completed with, if not all
 
     @property
     def open_messages(self) -> int:
@@ -313,8 +315,9 @@ class Reassembler:
             if done != (tensor_len, source):
                 return self._drop(DropReason.INCONSISTENT)
             self.stats.probes += 1
-            # A completed message needs nothing more: every probe gets a full bitmap.
-            return self._bitmaps(key, tensor_len, first, np.ones(n_packets, dtype=bool), nonce, complete=True), []
+            # A completed message needs nothing more; the bitmap tells what it completed with.
+            return self._bitmaps(key, tensor_len, first, self._final_bits(key, first, n_packets), nonce,
+                                 complete=True), []
         asm = self._open.get(key)
         if asm is None:  # nothing of it arrived: say so in 28 bytes, allocate nothing
             self.stats.probes += 1
@@ -327,6 +330,17 @@ class Reassembler:
             delivered = self._complete(asm)
             return self._bitmaps(key, tensor_len, first, bits, nonce, complete=True), [delivered]
         return self._bitmaps(key, tensor_len, first, bits, nonce), []
+
+    def _final_bits(self, key: MessageKey, first: int, n_packets: int) -> np.ndarray:
+        """Which of packets first .. first + n_packets - 1 a completed message holds."""
+        packed = self._done_bits.get(key)
+        if packed is None:
+            return np.ones(n_packets, dtype=bool)  # completed with every element
+        bits = np.unpackbits(packed, bitorder="little").astype(bool)
+        out = np.zeros(n_packets, dtype=bool)
+        part = bits[first:first + n_packets]
+        out[:part.size] = part
+        return out
 
     def _note_ce(self, key: MessageKey) -> None:
         self.stats.ce_marked += 1
@@ -359,8 +373,11 @@ class Reassembler:
         del self._open[asm.key]
         self._open_elements -= asm.values.size
         self._done[asm.key] = (asm.values.size, asm.source)
+        if asm.received < asm.values.size:  # keep what it completed with, for later probes (packed)
+            top = asm.seqs.rfind(1) + 1
+            self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top), bitorder="little")
         while len(self._done) > self.done_memory:
-            self._done.popitem(last=False)
+            self._done_bits.pop(self._done.popitem(last=False)[0], None)
         self.stats.completed += 1
         return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source)
 

@@ -42,9 +42,15 @@ MAX_PARTS = 1024
 
 @dataclass
 class RingReport:
+    """What one all-reduce took. `lost_elements` / `received_elements` are of the reduce
+    stage (gradient values: what a loss share of the gradients is made of); the all-gather
+    stage (parameter messages, a stricter bound) is counted apart in `gather_*`."""
+
     sends: list[SendReport] = field(default_factory=list)
-    lost_elements: int = 0
-    received_elements: int = 0
+    lost_elements: int = 0  # reduce stage: gradient values zero-filled
+    received_elements: int = 0  # reduce stage: gradient values this rank received
+    gather_lost: int = 0  # all-gather stage: values kept from before (lost)
+    gather_received: int = 0  # all-gather stage: values this rank received
     seconds: float = 0.0
 
 
@@ -113,11 +119,13 @@ class RingAllReduce:
                 if b[recv_c + 1] > b[recv_c]:
                     key = MessageKey(self.endpoint.job_id, self.left_rank, base + step, tensor_id, kind)
                     got = self.endpoint.take(key, timeout=timeout, peer=self.left)
-                    report.lost_elements += got.values.size - got.received
-                    report.received_elements += got.values.size
                     if gather:
+                        report.gather_lost += got.values.size - got.received
+                        report.gather_received += got.values.size
                         buf[b[recv_c]:b[recv_c + 1]] = got.values
                     else:
+                        report.lost_elements += got.values.size - got.received
+                        report.received_elements += got.values.size
                         buf[b[recv_c]:b[recv_c + 1]] += got.values
         finally:
             report.sends = [f.result() for f in sends]

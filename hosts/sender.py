@@ -25,6 +25,7 @@ round trip, :class:`hosts.pacing.Window`).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,12 +55,14 @@ class SendReport:
     retransmitted: int
     rounds: int
     probes: int
-    missing: int  # elements the receiver still lacks (within the bound)
+    missing: int  # elements the receiver lacks at the end (zero-filled there), as its last answers showed
     eligible: int  # packets marked drop-eligible
     seconds: float
     ecn_echoes: int = 0  # bitmap answers that echoed CE marks
     timeouts: int = 0  # probes re-sent because their answer did not come within the RTO
     chunks: int = 0
+    lost_by_class: dict[int, int] = field(default_factory=dict)  # missing elements by magnitude class
+    reordered: int = 0  # packets an answer showed missing that arrived later without a resend (late, not lost)
 
     @property
     def loss_rate(self) -> float:
@@ -143,18 +146,30 @@ class MessageSender:
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
         self.rounds = self.retransmitted = self.probes = self.echoes = self.timeouts = self.chunk_count = 0
-        self.started = time.monotonic()
+        self.started = self.last_sent = time.monotonic()
+        self.shown_missing = np.zeros(self.n, dtype=bool)  # an answer showed it missing at least once
+        self.resent = np.zeros(self.n, dtype=bool)
+        self.confirmed_lost = np.zeros(self.n, dtype=bool)
+        self.resend_queued = np.zeros(self.n, dtype=bool)
 
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> SendReport:
         started = time.perf_counter()
         try:
+            settled = False
             while True:
                 self._fill()
                 self._collect()
-                if self.complete:
-                    break
+                if self.complete:  # the receiver holds the message: learn exactly what it holds
+                    self.pending.clear()
+                    if self.received.all() or (settled and not self.chunks):
+                        break
+                    if not settled:
+                        settled = True
+                        self._probe_missing(np.flatnonzero(~self.received))
+                    self._sleep()
+                    continue
                 self._early()
                 if not self.pending and not self.chunks:
                     if self._decide():
@@ -163,14 +178,16 @@ class MessageSender:
                 self._sleep()
         finally:
             self._release_all()
-        missing = int(self.counts[~self.received].sum()) if not self.complete or not self.received.all() else 0
-        if self.complete and not self.is_part:
-            missing = min(missing, int(self.bound * self.elements))
+        lost = ~self.received
+        missing = int(self.counts[lost].sum())
+        classes = self.batch.headers["mag_class"][lost]
+        by_class = {int(c): int(self.counts[lost][classes == c].sum()) for c in np.unique(classes)}
         return SendReport(
             key=self.key, packets=self.n, payload_bytes=self.elements * 4, retransmitted=self.retransmitted,
             rounds=self.rounds, probes=self.probes, missing=missing, eligible=int(self.batch.eligible.sum()),
             seconds=time.perf_counter() - started, ecn_echoes=self.echoes, timeouts=self.timeouts,
-            chunks=self.chunk_count,
+            chunks=self.chunk_count, lost_by_class=by_class,
+            reordered=int((self.shown_missing & self.received & ~self.resent).sum()),
         )
 
     def _fill(self) -> None:
@@ -190,11 +207,13 @@ class MessageSender:
             lo, hi = int(packets.min()), int(packets.max())
             again = packets[self.sent_once[packets]]
             if again.size:
+                self.resent[again] = True
                 self.batch.headers["flags"][again] |= np.uint8(Flags.RETRANSMIT)
                 self.retransmitted += again.size  # counted when sent again, not when queued
             self.sent_once[packets] = True
             ep._transmit(self.batch, packets, self.dest)
-            self._open(lo, hi - lo + 1, packets, last=not self.pending)
+            self.last_sent = time.monotonic()
+            self._open(lo, hi - lo + 1, packets, last=False)
 
     def _take(self, grant: int) -> np.ndarray:
         """Up to `grant` pending packets, in order, whose range one bitmap answer covers."""
@@ -269,19 +288,25 @@ class MessageSender:
         missing = chunk.packets[~self.received[chunk.packets]]
         lost = int(self.counts[missing].sum())
         self.round_lost += lost
+        self.shown_missing[missing] = True
         for packet in missing.tolist():
             self.suspects.setdefault(packet, wait.answered)
+        congested = False
         if chunk.confirms is not None:  # an early confirmation: what is still missing is lost
             self.confirming.difference_update(chunk.confirms.tolist())
             lost_now = chunk.confirms[~self.received[chunk.confirms]]
-            if lost_now.size and not self.complete:
-                self._retransmit(lost_now)
-        congested = False
+            self.confirmed_lost[lost_now] = True
+            resend = self._over_bound(lost_now)
+            if resend.size and not self.complete:
+                self._retransmit(resend)
+                if not self.cut_this_round:  # confirmed loss over the bound: congestion
+                    self.cut_this_round = congested = True
         if wait.echo:
             self.echoes += 1
             congested = True
-        if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
-            self.cut_this_round = congested = True
+        if (self.ep.max_confirms == 0 and not self.cut_this_round
+                and not within_bound(self.round_lost, self.elements, self.bound)):
+            self.cut_this_round = congested = True  # no confirmation: believe the first answer
         with ep._cond:
             limited = ep.in_flight >= ep.window.cwnd / 2  # grow only a window that is in use (RFC 7661)
             ep.in_flight -= chunk.packets.size
@@ -314,7 +339,19 @@ class MessageSender:
             self.confirming.add(packet)
         self._open(lo, int(ripe[-1]) - lo + 1, np.zeros(0, dtype=np.int64), last=False, confirms=ripe)
 
+    def _over_bound(self, candidates: np.ndarray) -> np.ndarray:
+        """The fewest of `candidates` (largest magnitude first) to resend so that the loss
+        confirmed and not yet resent is within the bound again."""
+        unresolved = self.confirmed_lost & ~self.received & ~self.resend_queued
+        excess = int(self.counts[unresolved].sum()) - math.floor(self.bound * self.elements + 1e-9)
+        if excess <= 0 or not candidates.size:
+            return candidates[:0]
+        order = candidates[np.argsort(-self.batch.headers["mag_class"][candidates].astype(np.int64), kind="stable")]
+        upto = int(np.searchsorted(np.cumsum(self.counts[order]), excess)) + 1
+        return np.sort(order[:upto])
+
     def _retransmit(self, packets: np.ndarray) -> None:
+        self.resend_queued[packets] = True
         self.pending.extendleft(reversed(packets.tolist()))
         self.rounds = max(self.rounds, 1)
 
@@ -326,6 +363,10 @@ class MessageSender:
                 return True  # a later part (or the late data) completes the tensor
             if self.finals >= 3:
                 return True  # the receiver keeps what it has; nothing more to ask
+            if self.finals == 0:  # late is not lost: the data still on its way gets its time first
+                wait = self.last_sent + self._reorder_allowance() - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
             self.finals += 1
             self._probe_missing(np.arange(self.n))
             return False
@@ -345,11 +386,19 @@ class MessageSender:
             raise TransportError(f"{_name(self.key)} to {self.dest[0]}:{self.dest[1]} still misses {missing} of "
                                  f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
         missing_idx = np.flatnonzero(~self.received)
+        self.resend_queued[missing_idx] = True
         self.pending.extend(int(i) for i in missing_idx)
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False
         return False
+
+    def _reorder_allowance(self) -> float:
+        """How long data sent may still be on its way behind a probe that overtook it: the
+        peer's smoothed RTT (queues on sprayed paths show in it), at least `reorder_grace`."""
+        rtt = self.ep._rtt(self.dest)
+        srtt = rtt.srtt if rtt.srtt is not None else 0.0
+        return min(self.ep.max_rto, max(self.ep.reorder_grace, srtt))
 
     def _probe_missing(self, indices: np.ndarray) -> None:
         """Last-flagged probes (no data) over the range of `indices`, in pieces of one answer."""

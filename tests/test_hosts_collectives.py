@@ -150,7 +150,9 @@ def test_ring_all_gather_loss_keeps_the_previous_result() -> None:
         exact = np.sum(data, axis=0, dtype=np.float64) * 2
         np.testing.assert_allclose(second[0][0], exact, rtol=1e-5, atol=1e-5)
         values, report = second[1]
-        assert report.lost_elements == MAX_COUNT_MTU_1500
+        # The lost packet was of the all-gather stage: counted there, not as gradient loss.
+        assert report.gather_lost == MAX_COUNT_MTU_1500 and report.lost_elements == 0
+        assert report.received_elements == 20_000 == report.gather_received  # two chunks of 10,000 per stage
         stale = ~np.isclose(values, exact, rtol=1e-5, atol=1e-5)
         assert stale.sum() == MAX_COUNT_MTU_1500
         np.testing.assert_array_equal(values[stale], first[1][stale])  # the previous all-reduce's values

@@ -64,16 +64,42 @@ def test_without_confirmation_the_overtaken_data_would_be_resent() -> None:
     assert report.rounds >= 1 and 0 < report.retransmitted <= relay.stats.overtaken
 
 
-def test_overtaken_tail_within_the_bound_is_zero_filled_not_resent() -> None:
-    # With a 5 % bound the last probe may complete the message while its chunk's last
-    # packets are still behind it: they are lost within the bound (zero-filled), as designed.
+@pytest.mark.parametrize("hold", [1, 6])
+def test_late_is_not_lost_overtaking_probes_and_reordering_zero_fill_nothing(hold: int) -> None:
+    # Every probe passes up to 10 data packets queued before it (and, with hold 6, data is
+    # reordered in groups of 6); nothing is dropped. With a 5 % bound the last probe could
+    # complete the message while its tail is still behind it: it waits for the data's time.
+    window = Window()
     values = tensor()
-    with endpoint(1) as sender, endpoint(2) as receiver, Relay(receiver.address, overtake=10) as relay:
+    with endpoint(1, window=window) as sender, endpoint(2) as receiver, \
+            Relay(receiver.address, overtake=10, hold=hold) as relay:
+        reports = [sender.send(relay.address, values, iteration=i) for i in range(3)]
+        got = [receiver.receive(timeout=5) for _ in range(3)]
+    assert relay.stats.overtaken >= 10 and relay.stats.dropped == 0
+    for report, message in zip(reports, got):
+        np.testing.assert_array_equal(message.values, values)  # 0 zero-filled
+        assert message.received == ELEMENTS
+        assert report.retransmitted == 0 and report.missing == 0 and report.lost_by_class == {}
+    assert sum(r.reordered for r in reports) > 0  # answers did show overtaken packets missing
+    assert window.decreases == 0  # reordering alone never cuts the window
+    assert receiver.reassembler.stats.drops["late"] == 0
+
+
+def test_real_drops_within_the_bound_complete_and_the_sender_reports_them_exactly() -> None:
+    # 5 packets really dropped (within the 5 % bound) while probes overtake data: the message
+    # completes without retransmission, zero-fills exactly those, and the sender's report
+    # says so (missing elements and their magnitude classes), not the bound.
+    values = tensor(seed=4)
+    lost = {3, 20, 47, 71, 98}
+    with endpoint(1) as sender, endpoint(2) as receiver, \
+            Relay(receiver.address, lose_first_time(lost), overtake=10) as relay:
         report = sender.send(relay.address, values, iteration=1)
         got = receiver.receive(timeout=5)
-    assert report.retransmitted == 0
-    differ = got.values != values
-    assert np.all(got.values[differ] == 0) and differ.sum() <= 0.05 * ELEMENTS
+    zero_filled = int(np.sum(got.values != values))
+    assert relay.stats.dropped == len(lost)
+    assert report.retransmitted == 0 and report.rounds == 0
+    assert zero_filled == len(lost) * 360 == report.missing == ELEMENTS - got.received
+    assert sum(report.lost_by_class.values()) == report.missing
 
 
 def test_real_loss_above_the_bound_is_still_retransmitted_and_only_it() -> None:
