@@ -26,20 +26,53 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from hosts.errors import TransportError
+from hosts.liveness import Liveness
 from hosts.messages import MessageKey, within_bound
+from hosts.pacing import RttEstimator, Window
 from hosts.packetize import PacketBatch
 from hosts.receiver import Address
 from hosts.wire import BITMAP_BITS_PER_PACKET, HEADER_STRUCT, VERSION, Flags, MsgType, probe_capacity, probe_length
 
-if TYPE_CHECKING:
-    from hosts.endpoint import Endpoint
+
+
+class SenderHost(Protocol):
+    """What a :class:`MessageSender` needs from whoever owns the socket (an endpoint): the
+    shared window and its lock, the packets in flight, the timers' settings and a way to
+    send. The sender knows nothing else of it."""
+
+    window: Window
+    _cond: threading.Condition
+    in_flight: int
+    liveness: Liveness
+    reorder_grace: float
+    max_confirms: int
+    max_rounds: int | None
+    max_rto: float
+    peer_timeout: float
+
+    def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None: ...
+
+    def _send_control(self, data: bytes, dest: Address) -> None: ...
+
+    def _next_nonce(self) -> int: ...
+
+    def _rtt(self, peer: Address) -> RttEstimator: ...
+
+    def _rtt_sample(self, peer: Address, seconds: float) -> None: ...
+
+    def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None: ...
+
+    def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None: ...
 
 #: Most packets in one chunk (one probe per chunk).
 MAX_CHUNK = 512
@@ -117,7 +150,7 @@ class _Chunk:
 class MessageSender:
     """Sends one packetised message for an endpoint (see the module doc)."""
 
-    def __init__(self, endpoint: Endpoint, dest: Address, batch: PacketBatch, key: MessageKey, *,
+    def __init__(self, endpoint: SenderHost, dest: Address, batch: PacketBatch, key: MessageKey, *,
                  seq_base: int, tensor_len: int, bound: float, elements: int, is_part: bool,
                  prio: int) -> None:
         self.ep = endpoint
@@ -381,8 +414,6 @@ class MessageSender:
                 self.ep.window.on_congestion()
         self.rounds += 1
         if self.ep.max_rounds is not None and self.rounds > self.ep.max_rounds:
-            from hosts.errors import TransportError
-
             raise TransportError(f"{_name(self.key)} to {self.dest[0]}:{self.dest[1]} still misses {missing} of "
                                  f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
         missing_idx = np.flatnonzero(~self.received)
