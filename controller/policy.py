@@ -97,13 +97,20 @@ class Policy:
 
 
 def _layers_from_trace(v: _Validator, spec: Any, path: str, base: Path) -> tuple[LayerRule, ...]:
-    if not v.keys(spec, path, {"file", "priorities"}, {"file", "priorities"}):
+    if not v.keys(spec, path, {"file", "priorities", "dscps"}, {"file", "priorities"}):
         return ()
     priorities = spec.get("priorities")
     if not isinstance(priorities, list) or not priorities:
         v.fail(f"{path}.priorities", "must be a non-empty list of priorities, most urgent (front layers) first")
         return ()
     prios = [v.int_in(p, f"{path}.priorities[{i}]", 0, 7) for i, p in enumerate(priorities)]
+    dscps: list[int | None] = [0] * len(prios)
+    if "dscps" in spec:
+        raw = spec["dscps"]
+        if not isinstance(raw, list) or len(raw) != len(prios):
+            v.fail(f"{path}.dscps", f"must be a list of {len(prios)} DSCPs, one per priority")
+        else:
+            dscps = [v.int_in(d, f"{path}.dscps[{i}]", 0, 63) for i, d in enumerate(raw)]
     if not isinstance(spec.get("file"), str):
         v.fail(f"{path}.file", "must be a path to a trace CSV")
         return ()
@@ -114,9 +121,9 @@ def _layers_from_trace(v: _Validator, spec: Any, path: str, base: Path) -> tuple
     except (OSError, ValueError) as exc:
         v.fail(f"{path}.file", f"cannot use trace {file}: {exc}")
         return ()
-    if None in prios:
+    if None in prios or None in dscps:
         return ()
-    return layers_by_volume(sizes, [p for p in prios if p is not None])
+    return layers_by_volume(sizes, [p for p in prios if p is not None], [d for d in dscps if d is not None])
 
 
 def trace_sizes(path: Path) -> list[float]:
@@ -124,12 +131,14 @@ def trace_sizes(path: Path) -> list[float]:
     return policy_file.trace_sizes(path)
 
 
-def layers_by_volume(sizes: list[float], priorities: list[int]) -> tuple[LayerRule, ...]:
+def layers_by_volume(sizes: list[float], priorities: list[int], dscps: list[int] | None = None) -> tuple[LayerRule, ...]:
     """Split tensors, in forward order, into len(priorities) classes of about equal volume.
 
     Class k (tensors whose preceding volume lies in the k-th share of the total) gets
-    priorities[k], so the front layers get the first (most urgent) priority.
+    priorities[k] (and dscps[k], default 0), so the front layers get the first (most urgent)
+    priority.
     """
+    dscps = dscps or [0] * len(priorities)
     total = sum(sizes) or 1.0
     classes, before = [], 0.0
     for size in sizes:
@@ -139,10 +148,10 @@ def layers_by_volume(sizes: list[float], priorities: list[int]) -> tuple[LayerRu
     start = 0
     for i in range(1, len(classes) + 1):
         if i == len(classes) or classes[i] != classes[start]:
-            rules.append(LayerRule((start, i - 1), priorities[classes[start]]))
+            rules.append(LayerRule((start, i - 1), priorities[classes[start]], dscps[classes[start]]))
             start = i
     last = rules[-1]
-    rules[-1] = LayerRule((last.tensors[0], 0xFFFF), last.priority)  # tensors past the trace
+    rules[-1] = LayerRule((last.tensors[0], 0xFFFF), last.priority, last.dscp)  # tensors past the trace
     return tuple(rules)
 
 

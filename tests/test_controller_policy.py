@@ -106,6 +106,12 @@ def test_layers_from_trace_file(tmp_path: Path) -> None:
     policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": from_trace}]}))
     layers = load_policy(policy_file).jobs[0].layers
     assert layers == (LayerRule((0, 1), 6), LayerRule((2, 0xFFFF), 2))
+    with_dscps = {**from_trace, "dscps": [46, 10]}
+    policy_file.write_text(yaml.safe_dump({"profile": "commodity", "jobs": [{"id": 3, "layers_from_trace": with_dscps}]}))
+    assert load_policy(policy_file).jobs[0].layers == (LayerRule((0, 1), 6, 46), LayerRule((2, 0xFFFF), 2, 10))
+    policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": {**from_trace, "dscps": [46]}}]}))
+    with pytest.raises(PolicyError, match=r"jobs\[0\].layers_from_trace.dscps: must be a list of 2 DSCPs"):
+        load_policy(policy_file)
     policy_file.write_text(yaml.safe_dump({"jobs": [{"id": 3, "layers_from_trace": {"file": "nope.csv", "priorities": [6]}}]}))
     with pytest.raises(PolicyError, match=r"jobs\[0\].layers_from_trace.file: cannot use trace"):
         load_policy(policy_file)
