@@ -68,6 +68,8 @@ DROP_THRESHOLD = 4             # early drop once the queue holds this many packe
 ECN_THRESHOLD = 8
 ECT0, CE = 2, 3
 EARLY = 6                      # ingress_drops index of the early drop
+RED = 7                        # ingress_drops index of a queue step's drop of a Not-ECT packet
+COMMODITY_DSCP = 10            # the class DSCP hosts mark in the commodity scenario
 
 
 # -- scenario ---------------------------------------------------------------------------------
@@ -79,14 +81,24 @@ class Packet:
 
 
 @dataclass(frozen=True)
+class Tern:
+    """A ternary match item."""
+
+    value: int
+    mask: int
+
+
+@dataclass(frozen=True)
 class Entry:
-    """A table entry; match items are ints (exact), (lo, hi) (range) or "a.b.c.d/len" (lpm)."""
+    """A table entry; match items are ints (exact), (lo, hi) (range), "a.b.c.d/len" (lpm),
+    :class:`Tern` or None (a ternary wildcard). ``default``: the table's default action."""
 
     table: str
-    match: tuple[int | tuple[int, int] | str, ...]
+    match: tuple[int | tuple[int, int] | str | Tern | None, ...]
     action: str
     args: tuple[int, ...]
     priority: int = 0
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,37 @@ def spraying_scenario(mode: str | None) -> Scenario:
     return Scenario(f"spraying {mode or 'off'}", tuple(sprayed_burst()), entries, rate_ports=())
 
 
+def commodity_burst(groups: int = 10) -> list[Packet]:
+    """The mixed burst as hosts mark it for a commodity switch: one DSCP for the job, ECT(0) for
+    packets that must not be dropped, Not-ECT for the drop-eligible ones."""
+    packets: list[Packet] = []
+    for _ in range(groups):
+        i = len(packets)
+        packets.append(Packet(i, "background", udp_frame(sport=5000, dport=6000, ident=i, tos=ECT0)))
+        packets.append(Packet(i + 1, "important", dlcp_frame(tensor=BACK_TENSOR, mag=LARGE_MAG, ecn=ECT0,
+                                                             dscp=COMMODITY_DSCP, seq=i + 1)))
+        for k in range(2, 5):
+            packets.append(Packet(i + k, "eligible", dlcp_frame(tensor=BACK_TENSOR, mag=SMALL_MAG, eligible=True,
+                                                                ecn=0, dscp=COMMODITY_DSCP, seq=i + k)))
+    return packets
+
+
+def commodity_scenario() -> Scenario:
+    """The commodity profile: the job's class from its DSCP (queue 0, one class as in the
+    dropping burst), queue 0's step at DROP_THRESHOLD drops Not-ECT packets and marks ECT ones;
+    the job's own drop class and ECN threshold are installed but unused."""
+    entries = (
+        route(),
+        Entry("DlcpIngress.profile", (), "DlcpIngress.profile_commodity", (), default=True),
+        Entry("DlcpIngress.traffic_class", (Tern(COMMODITY_DSCP, 0x3F), None, None, None, None, None),
+              "DlcpIngress.set_traffic_class", (0,), priority=10),
+        Entry("DlcpIngress.queue_red", (0,), "DlcpIngress.red_drop_above", (DROP_THRESHOLD,)),
+        Entry("DlcpEgress.queue_ecn", (0,), "DlcpEgress.mark_above", (DROP_THRESHOLD,)),
+        DROPPING, ECN,
+    )
+    return Scenario("commodity profile", tuple(commodity_burst()), entries)
+
+
 def together_scenario() -> Scenario:
     """Priority, dropping, ECN and round-robin spraying over two rate-limited members at once."""
     packets = mixed_burst() + [Packet(50 + i, "front", dlcp_frame(tensor=FRONT_TENSOR, mag=LARGE_MAG, ecn=ECT0,
@@ -231,16 +274,21 @@ def run_embedded(scenario: Scenario, seed: int = 1) -> BurstResult:
     """The burst through the embedded pipeline and traffic manager (BMv2's queue model)."""
     from p4switch.frontend import load_program
     from p4switch.pipeline import Pipeline, QueueMeta
-    from p4switch.tables import Exact, Lpm, Range, TableEntry
+    from p4switch.tables import Exact, Lpm, Range, TableEntry, Ternary
     from p4switch.traffic_manager import Rate, TrafficManager
 
     pipeline = Pipeline(_program(load_program), seed=seed)
     for e in scenario.entries:
-        match = []
+        if e.default:
+            pipeline.tables[e.table].set_default(e.action, e.args)
+            continue
+        match: list = []
         for m in e.match:
             if isinstance(m, str):
                 net, length = m.split("/")
                 match.append(Lpm(int.from_bytes(socket.inet_aton(net), "big"), int(length)))
+            elif m is None or isinstance(m, Tern):
+                match.append(None if m is None else Ternary(m.value, m.mask))
             else:
                 match.append(Range(*m) if isinstance(m, tuple) else Exact(m))
         pipeline.tables[e.table].insert(TableEntry(match=tuple(match), priority=e.priority, action=e.action,
@@ -317,7 +365,11 @@ def cli_commands(scenario: Scenario) -> list[str]:
     injects at full speed); the congested ports then get the scenario's rate and depth."""
     lines = [f"set_queue_depth {max(64, len(scenario.packets))}"]
     for e in scenario.entries:
-        keys = [m if isinstance(m, str) else f"{m[0]}->{m[1]}" if isinstance(m, tuple) else str(m)
+        if e.default:
+            lines.append(f"table_set_default {e.table} {e.action} {' '.join(map(str, e.args))}".rstrip())
+            continue
+        keys = [m if isinstance(m, str) else f"{m[0]}->{m[1]}" if isinstance(m, tuple)
+                else "0&&&0" if m is None else f"{m.value}&&&{m.mask}" if isinstance(m, Tern) else str(m)
                 for m in e.match]
         prio = f" {e.priority}" if e.priority else ""
         lines.append(f"table_add {e.table} {e.action} {' '.join(keys)} => {' '.join(map(str, e.args))}{prio}")
@@ -426,8 +478,9 @@ def _wait_quiet(work: Path, ports: list[int], not_before: float) -> None:
         sizes = now
 
 
-COUNTERS = (("DlcpIngress.ingress_drops", (EARLY,)), ("DlcpIngress.early_drops", (JOB,)),
+COUNTERS = (("DlcpIngress.ingress_drops", (EARLY, RED)), ("DlcpIngress.early_drops", (JOB,)),
             ("DlcpEgress.ecn_marks", (JOB,)), ("DlcpIngress.job_rx", (JOB,)),
+            ("DlcpIngress.queue_red_drops", (OUT_PORT * 8,)), ("DlcpEgress.queue_ecn_marks", (OUT_PORT * 8,)),
             ("DlcpEgress.port_tx", tuple(p * 8 + q for p in MEMBERS for q in (0, 1, 7))))
 _COUNTER_LINE = re.compile(r"(\S+)\[(\d+)\]\s*=\s*\(?\s*(\d+)\s*bytes,\s*(\d+)\s*packets")
 _COUNTER_LINE2 = re.compile(r"(\S+)\[(\d+)\]=\s*BmCounterValue\(packets=(\d+),\s*bytes=(\d+)\)")
@@ -458,8 +511,18 @@ def table_rows(results: list[BurstResult]) -> list[str]:
         rows.append(
             f"| {r.target} | {r.scenario.name} | {pct('important')} | {pct('front')} "
             f"| {r.lost('important')} / {r.lost('eligible')} / {r.lost('background')} "
-            f"| {r.counters('DlcpIngress.ingress_drops', EARLY)} | {r.counters('DlcpEgress.ecn_marks', JOB)} |")
+            f"| {early_drops(r)} | {ce_marks(r)} |")
     return rows
+
+
+def early_drops(r: BurstResult) -> int:
+    """Drops before the queue: a DLCP drop class's (ingress_drops[6]) and a queue step's ([7])."""
+    return r.counters("DlcpIngress.ingress_drops", EARLY) + r.counters("DlcpIngress.ingress_drops", RED)
+
+
+def ce_marks(r: BurstResult) -> int:
+    """CE marks: the job's ECN threshold's and queue 0 of the congested port's step."""
+    return r.counters("DlcpEgress.ecn_marks", JOB) + r.counters("DlcpEgress.queue_ecn_marks", OUT_PORT * 8)
 
 
 def plot(results: list[BurstResult], path: Path) -> None:
@@ -497,7 +560,7 @@ SCENARIOS: tuple[Callable[[], Scenario], ...] = (
     lambda: dropping_scenario(False), lambda: dropping_scenario(True),
     lambda: ecn_scenario(False), lambda: ecn_scenario(True),
     lambda: priority_scenario(False), lambda: priority_scenario(True),
-    together_scenario,
+    together_scenario, commodity_scenario,
 )
 
 

@@ -21,8 +21,10 @@ from tests.dlcp_burst import (
     JOB,
     MEMBERS,
     OUT_PORT,
+    RED,
     BurstResult,
     Scenario,
+    commodity_scenario,
     compile_bmv2,
     dropping_scenario,
     ecn_scenario,
@@ -155,3 +157,26 @@ def test_all_mechanisms_together(run, target: str) -> None:
     assert r.counters("DlcpEgress.port_tx", 2 * 8 + 7) + r.counters("DlcpEgress.port_tx", 3 * 8 + 7) == len(r.of("front"))
     marked = sum(d.ecn == CE for d in r.delivered.values())
     assert r.counters("DlcpEgress.ecn_marks", JOB) == marked
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_commodity_profile_drops_not_ect_early_and_marks_the_rest(run, target: str) -> None:
+    """The same burst as dropping on/off, marked by hosts for a commodity switch: the queue's
+    step drops the Not-ECT (eligible) packets before they take a slot, marks ECN-capable ones
+    (important and background alike: a DSCP switch knows no job), and the job's own drop
+    class and ECN threshold do nothing."""
+    off, r = run(target, dropping_scenario(False)), run(target, commodity_scenario())
+    lost = {q.index for q in r.scenario.packets if q.index not in r.delivered}
+    assert lost and {r.kind(i) for i in lost} == {"eligible"}
+    assert r.counters("DlcpIngress.ingress_drops", RED) == len(lost)
+    assert r.counters("DlcpIngress.queue_red_drops", OUT_PORT * 8) == len(lost)
+    assert r.counters("DlcpIngress.ingress_drops", EARLY) == 0 and r.counters("DlcpIngress.early_drops", JOB) == 0
+    assert r.counters("DlcpEgress.ecn_marks", JOB) == 0
+    marked = [d for d in r.delivered.values() if d.ecn == CE]
+    assert {r.kind(d.index) for d in marked} == {"important", "background"}
+    assert r.counters("DlcpEgress.queue_ecn_marks", OUT_PORT * 8) == len(marked)
+    assert p(r.delays_ms("important"), 99) < 0.85 * p(off.delays_ms("important"), 99)
+    if target == "embedded":   # the exact rule: Not-ECT and its queue >= threshold on arrival
+        expected = {i for i, depth in r.depth_q0.items() if r.kind(i) == "eligible" and depth >= DROP_THRESHOLD}
+        assert r.early_dropped == expected
+        assert all((d.ecn == CE) == (d.depth_at_arrival >= DROP_THRESHOLD) for d in r.delivered.values())
