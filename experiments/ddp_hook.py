@@ -17,7 +17,7 @@ are handed to `in_flight` sender threads and DDP gets a future, so several bucke
 travel at once, as in wait-free backpropagation, and a switch's layer priorities have
 something to reorder. The process group (e.g. gloo) is used once, to exchange addresses::
 
-    state = connect(model, host=my_ip)
+    state = connect(model)            # or connect(model, host=my_ip), or $GRADFABRIC_DLCP_HOST
     ddp.register_comm_hook(state, dlcp_allreduce_hook)
     ...
     state.close()
@@ -25,6 +25,10 @@ something to reorder. The process group (e.g. gloo) is used once, to exchange ad
 (No ``from __future__ import annotations`` here: DDP checks the hook's annotations at run time.)
 """
 
+import fcntl
+import os
+import socket
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -119,7 +123,7 @@ class DlcpHookState:
             options["eligible_share"] = self.grad_bound
         if self.ring is not None:
             reduced, report = self.ring.allreduce(values, iteration=iteration, tensor_id=tensor_id, part=part,
-                                                  average=True, timeout=self.timeout_s, **options)
+                                                  average=True, timeout=self.timeout_s, inplace=True, **options)
             self._account(report.sends, report.lost_elements, report.received_elements)
             return reduced
         return self._star(values, iteration=iteration, tensor_id=tensor_id, part=part, options=options)
@@ -132,23 +136,24 @@ class DlcpHookState:
         job = self.endpoint.job_id
         sends: list[SendReport] = []
         lost = reduced = 0
-        if self.rank == 0:
-            total = values.astype(np.float32, copy=True)
+        if self.rank == 0:  # sums into the bucket itself, sends the mean to every rank at once
+            total = values
             for r in range(1, self.world):
                 got = self.endpoint.take(MessageKey(job, r, wire_it, tensor_id, MsgType.GRADIENT), self.timeout_s)
                 total += got.values
                 lost += got.values.size - got.received
                 reduced += got.values.size
             total /= self.world
-            for r in range(1, self.world):
-                sends.append(self.endpoint.send(self.peers[r], total, kind=MsgType.PARAMETER, tensor_id=tensor_id,
-                                                iteration=wire_it, **options))
+            pending = [self.endpoint.send_async(self.peers[r], total, copy=False, kind=MsgType.PARAMETER,
+                                                tensor_id=tensor_id, iteration=wire_it, **options)
+                       for r in range(1, self.world)]
+            sends += [f.result() for f in pending]
             result = total
         else:
             sends.append(self.endpoint.send(self.peers[0], values, kind=MsgType.GRADIENT, tensor_id=tensor_id,
                                             iteration=wire_it, **options))
             got = self.endpoint.take(MessageKey(job, 0, wire_it, tensor_id, MsgType.PARAMETER), self.timeout_s)
-            result = got.values.copy()
+            result = got.values
         self._account(sends, lost, reduced)
         return result
 
@@ -162,13 +167,17 @@ class DlcpHookState:
             self.tensor_ids.append(tensor_id)
         if bucket.is_last():
             self.step += 1
-        values = buffer.detach().cpu().numpy().astype(np.float32, copy=True)
+        shared = buffer.device.type == "cpu" and buffer.dtype == torch.float32 and buffer.is_contiguous()
+        # The bucket's own memory when it can be (no copy, as gloo reduces in place); else a CPU copy.
+        values = (buffer.detach().numpy() if shared else
+                  buffer.detach().to("cpu", torch.float32).contiguous().numpy()).reshape(-1)
         future: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
             try:
                 reduced = self.allreduce(values, iteration=iteration, tensor_id=tensor_id, part=part)
-                buffer.copy_(torch.from_numpy(reduced).view_as(buffer))
+                if not (shared and np.shares_memory(reduced, values)):
+                    buffer.copy_(torch.from_numpy(reduced).view_as(buffer))
                 future.set_result(buffer)
             except BaseException as exc:  # handed to DDP, which raises it in backward()
                 future.set_exception(exc)
@@ -178,21 +187,83 @@ class DlcpHookState:
         return future
 
 
-def connect(model: torch.nn.Module, *, host: str = "127.0.0.1", port: int = 0, job_id: int = 1, grad_bound: float = 0.0,
-            param_bound: float = 0.0, aimd: Aimd | None = None, timeout_s: float = 30.0, collective: str = "ring",
-            in_flight: int = 4, process_group: Any = None) -> DlcpHookState:
+#: Environment variable naming the address a rank's DLCP endpoint binds and advertises.
+HOST_ENV = "GRADFABRIC_DLCP_HOST"
+
+
+def _interface_address(name: str) -> str:
+    """The IPv4 address of network interface `name` (ExperimentError when it has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
+        except OSError as exc:
+            raise ExperimentError(f"interface {name!r} (GLOO_SOCKET_IFNAME) has no IPv4 address: {exc}") from None
+    return socket.inet_ntoa(raw[20:24])
+
+
+def _route_source(peer: str) -> str | None:
+    """The local address that routes to `peer` (no packet is sent), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((socket.gethostbyname(peer), 9))
+        except OSError:
+            return None
+        return str(sock.getsockname()[0])
+
+
+def _store_host() -> str | None:
+    """Where the default process group's TCP store listens (the rendezvous host), if known."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        while isinstance(store, dist.PrefixStore):
+            store = store.underlying_store
+        return str(store.host) if isinstance(store, dist.TCPStore) else None
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
+def advertised_host(host: str | None = None) -> str:
+    """The address this rank's endpoint binds and tells the other ranks, the first of:
+    `host`; ``$GRADFABRIC_DLCP_HOST``; the address of gloo's interface
+    (``$GLOO_SOCKET_IFNAME``); the local address that routes to the rendezvous host
+    (``$MASTER_ADDR``, as torchrun sets it, or the process group's TCP store) - so on a real
+    cluster it is the interface the process group talks over, and 127.0.0.1 only when the
+    rendezvous itself is on this host."""
+    if host:
+        return host
+    if os.environ.get(HOST_ENV):
+        return os.environ[HOST_ENV]
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return _interface_address(os.environ["GLOO_SOCKET_IFNAME"].split(",")[0])
+    for peer in (os.environ.get("MASTER_ADDR"), _store_host()):
+        if peer:
+            found = _route_source(peer)
+            if found:
+                return found
+    raise ExperimentError(f"cannot tell which address this rank's DLCP endpoint should use: give connect(host=...) "
+                          f"or set {HOST_ENV} (or MASTER_ADDR / GLOO_SOCKET_IFNAME)")
+
+
+def connect(model: torch.nn.Module, *, host: str | None = None, port: int = 0, job_id: int = 1,
+            grad_bound: float = 0.0, param_bound: float = 0.0, aimd: Aimd | None = None, timeout_s: float = 30.0,
+            collective: str = "ring", in_flight: int = 4, process_group: Any = None) -> DlcpHookState:
     """Open this rank's DLCP endpoint and learn every rank's (collective over the process group).
 
-    `grad_bound` is the share of a bucket's values the reduce stage may lose (zero-filled);
-    0 makes the transport reliable. `param_bound` does the same for the gather stage."""
+    The endpoint binds the address :func:`advertised_host` picks (`host`, else
+    ``$GRADFABRIC_DLCP_HOST``, else the process group's interface); a loopback address
+    advertised by ranks on different hosts is refused. `grad_bound` is the share of a
+    bucket's values the reduce stage may lose (zero-filled); 0 makes the transport reliable.
+    `param_bound` does the same for the gather stage."""
     if not dist.is_initialized():
         raise ExperimentError("connect() needs torch.distributed.init_process_group() first")
     rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
-    endpoint = Endpoint(worker_id=rank, job_id=job_id, host=host, port=port, aimd=aimd or Aimd(),
+    endpoint = Endpoint(worker_id=rank, job_id=job_id, host=advertised_host(host), port=port, aimd=aimd or Aimd(),
                         bounds={MsgType.GRADIENT: grad_bound, MsgType.PARAMETER: param_bound})
     try:
         addresses: list[Any] = [None] * world
-        dist.all_gather_object(addresses, endpoint.address, group=process_group)
+        dist.all_gather_object(addresses, (socket.gethostname(), endpoint.address), group=process_group)
+        _check_reachable(addresses)
+        addresses = [a for _, a in addresses]
         index = {id(p): i for i, p in enumerate(model.parameters())}
         return DlcpHookState(endpoint=endpoint, rank=rank, world=world, peers=[tuple(a) for a in addresses],
                              parameter_index=index, num_layers=len(index), collective=collective,
@@ -200,6 +271,17 @@ def connect(model: torch.nn.Module, *, host: str = "127.0.0.1", port: int = 0, j
     except BaseException:
         endpoint.close()
         raise
+
+
+def _check_reachable(advertised: list[Any]) -> None:
+    """Refuse loopback addresses when the ranks are not all on one host."""
+    hosts = {name for name, _ in advertised}
+    if len(hosts) > 1:
+        for r, (name, (ip, port)) in enumerate(advertised):
+            if ip.startswith("127.") or ip == "0.0.0.0":
+                raise ExperimentError(f"rank {r} on {name} advertised {ip}:{port}, which ranks on other hosts "
+                                      f"({', '.join(sorted(hosts - {name}))}) cannot reach: give connect(host=...) "
+                                      f"or set {HOST_ENV}")
 
 
 def dlcp_allreduce_hook(state: DlcpHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

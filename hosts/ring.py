@@ -89,12 +89,20 @@ class RingAllReduce:
         return previous[b[c]:b[c + 1]]
 
     def allreduce(self, values: Any, *, iteration: int, tensor_id: int = 0, part: int = 0,
-                  num_layers: int = 1, average: bool = False, timeout: float = 30.0,
+                  num_layers: int = 1, average: bool = False, timeout: float = 30.0, inplace: bool = False,
                   **send_options: Any) -> tuple[np.ndarray, RingReport]:
         """The element-wise sum (or mean) of `values` over all ranks (`send_options` go to
-        :meth:`Endpoint.send`, e.g. ``prio_hint`` or ``eligible_share``)."""
+        :meth:`Endpoint.send`, e.g. ``prio_hint`` or ``eligible_share``). `inplace`: reduce
+        in `values` itself (a contiguous float32 array, as gloo does with a bucket): chunks
+        are sent from it without a copy, and the result is `values`."""
         started = time.perf_counter()
-        buf = as_float32(values).copy()
+        if inplace:
+            if not (isinstance(values, np.ndarray) and values.dtype == np.float32 and values.flags.c_contiguous):
+                raise TransportError("an in-place all-reduce needs a contiguous float32 numpy array, not "
+                                     f"{type(values).__name__} {getattr(values, 'dtype', '')}")
+            buf = values.reshape(-1)
+        else:
+            buf = as_float32(values).copy()
         report = RingReport()
         if self.size == 1:
             return buf, report
@@ -113,8 +121,10 @@ class RingAllReduce:
                 send_c = (self.rank + 1 - s) % self.size if gather else (self.rank - s) % self.size
                 recv_c = (self.rank - s) % self.size if gather else (self.rank - s - 1) % self.size
                 if b[send_c + 1] > b[send_c]:
+                    # No copy: a chunk changes only once the neighbour holds it (what it then
+                    # still receives is dropped as late, never placed).
                     sends.append(self.endpoint.send_async(
-                        self.right, buf[b[send_c]:b[send_c + 1]], kind=kind, tensor_id=tensor_id,
+                        self.right, buf[b[send_c]:b[send_c + 1]], copy=False, kind=kind, tensor_id=tensor_id,
                         iteration=base + step, num_layers=num_layers, **send_options))
                 if b[recv_c + 1] > b[recv_c]:
                     key = MessageKey(self.endpoint.job_id, self.left_rank, base + step, tensor_id, kind)
@@ -131,7 +141,8 @@ class RingAllReduce:
             report.sends = [f.result() for f in sends]
         if average:
             buf /= self.size
-        self.previous[(tensor_id, part)] = buf.copy()
+        if self.endpoint.bounds.get(MsgType.PARAMETER, 0.0) > 0:  # lost values then keep these
+            self.previous[(tensor_id, part)] = buf.copy()
         report.seconds = time.perf_counter() - started
         return buf, report
 

@@ -80,3 +80,30 @@ def test_ddp_hook_all_reduces_buckets_over_dlcp(tmp_path: Path) -> None:
             # More than one bucket per step, each tagged with its front-most layer; layer 0 included.
             assert len(info[r]["tensor_ids"]) > STEPS
             assert 0 in info[r]["tensor_ids"] and max(info[r]["tensor_ids"]) > 0
+
+
+def test_connect_advertises_the_process_groups_interface_never_a_default_loopback(monkeypatch) -> None:  # noqa: ANN001
+    import pytest
+
+    from experiments.ddp_hook import HOST_ENV, _check_reachable, advertised_host
+    from experiments.errors import ExperimentError
+
+    for name in (HOST_ENV, "GLOO_SOCKET_IFNAME", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ExperimentError, match=HOST_ENV):
+        advertised_host()  # nothing to go by (no process group here): no silent 127.0.0.1
+    assert advertised_host("10.0.3.1") == "10.0.3.1"
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert advertised_host() == "127.0.0.1"  # the rendezvous is on this host: loopback is right
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    assert advertised_host() == "127.0.0.1"  # gloo's interface
+    monkeypatch.setenv(HOST_ENV, "10.0.9.9")
+    assert advertised_host() == "10.0.9.9"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuchif0")
+    monkeypatch.delenv(HOST_ENV)
+    with pytest.raises(ExperimentError, match="nosuchif0"):
+        advertised_host()
+    _check_reachable([("a", ("127.0.0.1", 1)), ("a", ("127.0.0.1", 2))])  # one host: fine
+    _check_reachable([("a", ("10.0.1.1", 1)), ("b", ("10.0.2.1", 2))])
+    with pytest.raises(ExperimentError, match="rank 1 on b advertised 127.0.0.1:2"):
+        _check_reachable([("a", ("10.0.1.1", 1)), ("b", ("127.0.0.1", 2))])
