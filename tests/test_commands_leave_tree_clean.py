@@ -1,8 +1,8 @@
 """Documented commands write nowhere tracked by default: run from a clean copy of the tree, they
 leave ``git status`` clean (outputs go under the ignored build/, or where ``--out`` says).
 
-The copy holds the working tree's tracked files committed into a fresh repository, so the
-check covers the code under test, not only what is committed.
+The copy holds the working tree's files (tracked, and new ones git does not ignore) committed
+into a fresh repository, so the check covers the code under test, not only what is committed.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def clean_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if GIT is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and the project's repository (a source tree without .git has no status to keep)")
     copy = tmp_path_factory.mktemp("tree")
-    for name in git("ls-files", "-z", cwd=ROOT).split("\0"):
+    # tracked files and new ones not ignored: the tree as it stands, without build outputs
+    for name in git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).split("\0"):
         source = ROOT / name
         if name and source.is_file():  # a tracked file deleted in the work tree is left out
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
