@@ -97,13 +97,17 @@ class Datapath:
     def _receive(self, frame: bytes, port: int) -> int:
         now = self.clock.now_us()
         stats = self.stats
-        stats["received"] += 1
         if self.pcaps is not None:
             self.pcaps.write(port, "in", frame)
         tm = self.tm
         outgoing: list[tuple[int, bytes]] = []
         queued = 0
         with self.lock:
+            native = self.native
+            if native is not None:  # read by a Python thread as the native loops took over
+                native.receive(frame, port)
+                return 0
+            stats["received"] += 1
             pipeline = self.pipeline
             if pipeline is None:
                 stats["no_pipeline"] += 1
@@ -222,6 +226,9 @@ class Switch:
         self._pipeline_factory = pipeline_factory
         self.datapath.on_install = self._on_install
         self._initial: tuple[Any, bytes, Any] | None = None
+        #: Counts of the native switches that ran and stopped (a pipeline replaced, or the end).
+        self._native_packets: Counter[str] = Counter()
+        self._native_drops: Counter[str] = Counter()
         try:
             for spec in config.interfaces:
                 self.datapath.add_port(RawSocketPort(spec.number, spec.iface))
@@ -232,18 +239,27 @@ class Switch:
             raise
 
     def statistics(self) -> dict[str, Any]:
-        """Packet counts and queue drops, for ``p4switch ctl stats``."""
-        drops = {f"{port}:{prio}:{reason}": n for (port, prio, reason), n in sorted(self.tm.drops.items())}
-        packets = dict(self.datapath.stats)
+        """Packet counts and queue drops of both datapaths, summed (the Python one counts
+        what arrives before a pipeline is loaded, and runs when the native one cannot; each
+        native switch a pipeline ran on adds its counts), for ``p4switch ctl stats`` and the
+        shutdown line."""
+        drops: Counter[str] = Counter({f"{port}:{prio}:{reason}": n
+                                       for (port, prio, reason), n in self.tm.drops.items()})
+        packets: Counter[str] = Counter(self.datapath.stats)
+        packets["send_errors"] += sum(getattr(p, "send_errors", 0) for p in self.datapath.ports.values())
+        packets.update(self._native_packets)
+        drops.update(self._native_drops)
         native = self.datapath.native
         if native is not None:
-            packets.update({k: v for k, v in native.stats().items() if v})
-            for port in self.datapath.ports:
-                for prio, n in enumerate(native.queue_drops(port)):
-                    if n:
-                        drops[f"{port}:{prio}:queue_full"] = n
-        return {"packets": packets, "queue_drops": drops,
+            packets.update(native.stats())
+            drops.update(self._queue_drops(native))
+        return {"packets": {k: v for k, v in sorted(packets.items()) if v},
+                "queue_drops": {k: v for k, v in sorted(drops.items()) if v},
                 "datapath": "native" if native is not None else "python"}
+
+    def _queue_drops(self, native: NativeSwitch) -> Counter[str]:
+        return Counter({f"{port}:{prio}:queue_full": n for port in self.datapath.ports
+                        for prio, n in enumerate(native.queue_drops(port)) if n})
 
     def make_pipeline(self, device_config: bytes) -> Any:
         """The pipeline for a device config: native where the program, the options and the
@@ -290,7 +306,9 @@ class Switch:
         native = self.datapath.native
         if native is not None:
             self.datapath.native = self.tm.native = None
-            native.stop()
+            native.stop()  # its last counts stay with the totals
+            self._native_packets.update(native.stats())
+            self._native_drops.update(self._queue_drops(native))
 
     def load_program(self, source: Path, p4info_path: Path | None = None) -> None:
         """Compile a program given on the command line (P4 source, or device config + P4Info);
@@ -410,9 +428,9 @@ class Switch:
             self.datapath.pcaps.close()
         self._wake_r.close()
         self._wake_w.close()
-        stats = dict(self.datapath.stats)
-        drops = sum(self.tm.drops.values())
-        log.info("switch stopped: %s, %d queue drop(s)", stats or "no packets", drops)
+        stats = self.statistics()
+        packets = ", ".join(f"{k} {v}" for k, v in stats["packets"].items()) or "no packets"
+        log.info("switch stopped: %s; %d queue drop(s)", packets, sum(stats["queue_drops"].values()))
 
     def _close_ports(self) -> None:
         for port in self.datapath.ports.values():

@@ -13,7 +13,7 @@
 #define GF_EXPORT __attribute__((visibility("default")))
 #define GF_MAXK 8          /* key fields per table */
 #define GF_MAXA 16         /* action data per entry */
-#define GF_MAXFRAME 10240  /* largest frame in or out */
+#define GF_MAXFRAME (65535 + 64)  /* largest frame in or out: a 64 KiB IP packet (the largest MTU) and its link header */
 #define GF_DIGEST_WORDS 128  /* digests one packet may send: [id, n, values...] each */
 #define GF_LOG_ID 0x40000000u  /* digest words with id GF_LOG_ID + k: the values of log_msg k */
 #define GF_DROP 511

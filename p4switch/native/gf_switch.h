@@ -36,7 +36,8 @@ typedef struct {
     double rate; int per_bit; double free_at;
 } gf_port;
 
-enum { ST_RX, ST_TX, ST_QUEUE_FULL, ST_BAD_PRIO, ST_TO_CPU, ST_NO_PORT, ST_CPU_DROP, ST_DIGESTS, ST_FAILED, ST_NSTATS };
+enum { ST_RX, ST_TX, ST_QUEUE_FULL, ST_BAD_PRIO, ST_TO_CPU, ST_NO_PORT, ST_CPU_DROP, ST_DIGESTS, ST_FAILED,
+       ST_OVERSIZE, ST_SEND_ERROR, ST_NSTATS };
 
 typedef struct gf_switch {
     gf_prog *p;
@@ -84,13 +85,17 @@ static void gf_flush(gf_switch *sw, gf_txbatch *tx) {
     while (i < tx->n) {
         int port = tx->ports[i], j = i;
         while (j < tx->n && tx->ports[j] == port) j++;
-        int fd = sw->ports[port].fd, sent = 0;
-        while (fd >= 0 && sent < j - i) {
-            int r = sendmmsg(fd, &tx->msgs[i + sent], j - i - sent, 0);
-            if (r <= 0) { if (r < 0 && errno == EINTR) continue; break; }
-            sent += r;
+        int fd = sw->ports[port].fd, done = 0, sent = 0, failed = 0;
+        while (fd >= 0 && done < j - i) {
+            int r = sendmmsg(fd, &tx->msgs[i + done], j - i - done, 0);
+            if (r > 0) { done += r; sent += r; continue; }
+            if (r < 0 && errno == EINTR) continue;
+            /* the first frame left failed: over the port's MTU (EMSGSIZE), a full buffer, a
+             * link down; it is counted and dropped, the frames after it still go */
+            done++; failed++;
         }
         __atomic_fetch_add(&sw->stats[ST_TX], (uint64_t)sent, __ATOMIC_RELAXED);
+        if (failed) __atomic_fetch_add(&sw->stats[ST_SEND_ERROR], (uint64_t)failed, __ATOMIC_RELAXED);
         i = j;
     }
     tx->n = 0;
@@ -184,7 +189,7 @@ static void gf_receive(gf_switch *sw, gf_ctx *c, gf_ctx *r, const uint8_t *frame
                        gf_txbatch *tx) {
     uint64_t now = (uint64_t)gf_now_us();
     __atomic_fetch_add(&sw->stats[ST_RX], 1, __ATOMIC_RELAXED);
-    if (len > GF_MAXFRAME) return;
+    if (len > GF_MAXFRAME) { __atomic_fetch_add(&sw->stats[ST_OVERSIZE], 1, __ATOMIC_RELAXED); return; }
     gf_ingress_run(c, frame, len, port, now);
     gf_words_to_cpu(sw, c);
     if (c->fault) { __atomic_fetch_add(&sw->stats[ST_FAILED], 1, __ATOMIC_RELAXED); return; }
@@ -233,10 +238,15 @@ static void *gf_ingress_loop(void *arg) {
                 memset(&msgs[i], 0, sizeof(msgs[i]));
                 msgs[i].msg_hdr.msg_iov = &iov[i]; msgs[i].msg_hdr.msg_iovlen = 1;
             }
-            int n = recvmmsg(fds[k].fd, msgs, GF_BATCH, MSG_DONTWAIT, 0);
+            /* MSG_TRUNC: msg_len is the frame's real length, so a frame larger than the buffer
+             * is seen as such (counted oversize and dropped), never processed cut */
+            int n = recvmmsg(fds[k].fd, msgs, GF_BATCH, MSG_DONTWAIT | MSG_TRUNC, 0);
             if (n <= 0) continue;
             pthread_rwlock_rdlock(&sw->p->lock);
-            for (int i = 0; i < n; i++) gf_receive(sw, c, r, rxbuf[i], msgs[i].msg_len, (uint32_t)fdport[k], tx);
+            for (int i = 0; i < n; i++) {
+                uint32_t len = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? GF_MAXFRAME + 1 : msgs[i].msg_len;
+                gf_receive(sw, c, r, rxbuf[i], len, (uint32_t)fdport[k], tx);
+            }
             pthread_rwlock_unlock(&sw->p->lock);
             gf_flush(sw, tx);
         }
@@ -319,13 +329,28 @@ GF_EXPORT int gf_sw_start(gf_switch *sw) {
     return 0;
 }
 
-/* Stop the threads, free what is queued and the switch (the sockets stay open). */
-GF_EXPORT void gf_sw_stop(gf_switch *sw) {
+static void gf_sw_counts(gf_switch *sw, uint32_t port, uint64_t *out);
+
+/* Ask the threads to stop and wake every waiter (gf_sw_packet_in returns at once from now
+ * on); the caller lets its own waiters leave before gf_sw_stop frees the switch. */
+GF_EXPORT void gf_sw_halt(gf_switch *sw) {
     __atomic_store_n(&sw->stop, 1, __ATOMIC_RELAXED);
     if (write(sw->wake[1], "x", 1) < 0) {}
     pthread_mutex_lock(&sw->tm); pthread_cond_broadcast(&sw->tm_cond); pthread_mutex_unlock(&sw->tm);
     pthread_mutex_lock(&sw->cpu_lock); pthread_cond_broadcast(&sw->cpu_cond); pthread_mutex_unlock(&sw->cpu_lock);
+}
+
+/* Stop the threads, free what is queued and the switch (the sockets stay open); no other
+ * thread may be inside a gf_sw_* call (gf_sw_halt first). When `final`
+ * is given, the last counts go there first: the stats, then the queue drops of every port and
+ * priority (ST_NSTATS + GF_PORTS * GF_PRIOS words). */
+GF_EXPORT void gf_sw_stop(gf_switch *sw, uint64_t *final) {
+    gf_sw_halt(sw);
     pthread_join(sw->ingress, 0); pthread_join(sw->egress, 0);
+    if (final) {
+        gf_sw_counts(sw, GF_PORTS, final);
+        memcpy(final + ST_NSTATS, sw->qdrops, sizeof sw->qdrops);
+    }
     for (int p = 0; p < GF_PORTS; p++) for (int q = 0; q < GF_PRIOS; q++) {
         gf_item *it = sw->ports[p].q[q].head;
         while (it) { gf_item *nx = it->next; free(it); it = nx; }
@@ -354,12 +379,15 @@ GF_EXPORT void gf_sw_set_port_rate(gf_switch *sw, uint32_t port, double rate, in
 }
 
 /* Counts: rx, tx, queue_full, bad_priority, to_cpu, no_such_port, cpu_drop, digests, failed
- * (packets an extern without a body failed); then the
- * queue drops of `port` per priority. */
-GF_EXPORT void gf_sw_stats(gf_switch *sw, uint32_t port, uint64_t *out) {
+ * (packets an extern without a body or an assertion failed), oversize (frames larger than
+ * GF_MAXFRAME, dropped whole), send errors (frames the port refused, e.g. over its MTU);
+ * then the queue drops of `port` per priority. */
+static void gf_sw_counts(gf_switch *sw, uint32_t port, uint64_t *out) {
     for (int i = 0; i < ST_NSTATS; i++) out[i] = __atomic_load_n(&sw->stats[i], __ATOMIC_RELAXED);
     for (int q = 0; q < GF_PRIOS; q++) out[ST_NSTATS + q] = port < GF_PORTS ? sw->qdrops[port][q] : 0;
 }
+
+GF_EXPORT void gf_sw_stats(gf_switch *sw, uint32_t port, uint64_t *out) { gf_sw_counts(sw, port, out); }
 
 GF_EXPORT uint32_t gf_sw_queued(gf_switch *sw, uint32_t port, int prio) {
     if (port >= GF_PORTS) return 0;
@@ -391,16 +419,21 @@ GF_EXPORT int gf_sw_packet_in(gf_switch *sw, uint8_t *buf, uint32_t cap, int tim
     return len;
 }
 
-/* A PacketOut: the frame enters ingress on the CPU port. */
-GF_EXPORT void gf_sw_packet_out(gf_switch *sw, const uint8_t *frame, uint32_t len) {
+/* A frame handed in from outside the ingress thread: it enters ingress on `port`. */
+GF_EXPORT void gf_sw_receive(gf_switch *sw, const uint8_t *frame, uint32_t len, uint32_t port) {
     gf_ctx *c = calloc(1, sizeof(gf_ctx)), *r = calloc(1, sizeof(gf_ctx));
     gf_txbatch *tx = calloc(1, sizeof(gf_txbatch));
     c->p = sw->p; r->p = sw->p; c->rng = (uint64_t)gf_now_us() | 1;
     pthread_rwlock_rdlock(&sw->p->lock);
-    gf_receive(sw, c, r, frame, len, (uint32_t)sw->cpu_port, tx);
+    gf_receive(sw, c, r, frame, len, port, tx);
     pthread_rwlock_unlock(&sw->p->lock);
     gf_flush(sw, tx);
     free(c); free(r); free(tx);
+}
+
+/* A PacketOut: the frame enters ingress on the CPU port. */
+GF_EXPORT void gf_sw_packet_out(gf_switch *sw, const uint8_t *frame, uint32_t len) {
+    gf_sw_receive(sw, frame, len, (uint32_t)sw->cpu_port);
 }
 
 #endif

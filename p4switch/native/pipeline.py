@@ -23,7 +23,8 @@ from p4switch.native.state import (NativeActionProfile, NativeCounter, NativeMet
 from p4switch.pipeline import LOG as PIPELINE_LOG
 
 _MAX_OUT = 64
-_OUT_BYTES = 10240 * 8
+MAX_FRAME = 65535 + 64  # GF_MAXFRAME of gf_runtime.h: the largest frame in or out
+_OUT_BYTES = MAX_FRAME * 16
 DIGEST_WORDS = 128  # GF_DIGEST_WORDS of gf_runtime.h: the digest words one packet may send
 LOG_ID = 0x40000000  # GF_LOG_ID of gf_runtime.h: digest words of log_msg k have id LOG_ID + k
 

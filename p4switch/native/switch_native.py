@@ -21,9 +21,10 @@ from p4switch.traffic_manager import Rate, TrafficManager
 log = logging.getLogger("p4switch.native")
 
 STAT_NAMES = ("received", "transmitted", "queue_full", "bad_priority", "to_cpu", "no_such_port", "cpu_dropped",
-              "digests", "failed")
+              "digests", "failed", "oversize", "send_errors")
 _PRIOS = 8
-_MAX_FRAME = 10240
+_PORTS = 512  # GF_PORTS of gf_switch.h
+_MAX_FRAME = 65535 + 64  # GF_MAXFRAME of gf_runtime.h
 
 
 def _declare(lib: Any) -> None:
@@ -31,13 +32,15 @@ def _declare(lib: Any) -> None:
     sig = {
         "gf_sw_create": (vp, [vp, ctypes.POINTER(i32), ctypes.POINTER(u32), i32, i32, i32, u32]),
         "gf_sw_start": (i32, [vp]),
-        "gf_sw_stop": (None, [vp]),
+        "gf_sw_halt": (None, [vp]),
+        "gf_sw_stop": (None, [vp, ctypes.POINTER(ctypes.c_uint64)]),
         "gf_sw_set_queue": (None, [vp, u32, i32, dbl, i32, u32]),
         "gf_sw_set_port_rate": (None, [vp, u32, dbl, i32]),
         "gf_sw_stats": (None, [vp, u32, ctypes.POINTER(ctypes.c_uint64)]),
         "gf_sw_queued": (u32, [vp, u32, i32]),
         "gf_sw_packet_in": (i32, [vp, ctypes.c_char_p, u32, i32, ctypes.POINTER(i32)]),
         "gf_sw_packet_out": (None, [vp, ctypes.c_char_p, u32]),
+        "gf_sw_receive": (None, [vp, ctypes.c_char_p, u32, u32]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -69,6 +72,8 @@ class NativeSwitch:
         self._stop = threading.Event()
         self._cpu_thread: threading.Thread | None = None
         self._running = False
+        #: The last counts, kept when the switch stops (its C side is freed then).
+        self._final: list[int] | None = None
 
     def configure(self, tm: TrafficManager) -> None:
         """Apply the rates and depths of the Python traffic manager's configuration."""
@@ -105,12 +110,25 @@ class NativeSwitch:
     def packet_out(self, frame: bytes) -> None:
         self.lib.gf_sw_packet_out(self.sw, frame, len(frame))
 
+    def receive(self, frame: bytes, port: int) -> None:
+        """A frame that arrived on `port` but was read outside the native loops (by a Python
+        thread as the native switch took over): it goes through the native path, counted there."""
+        if self._running:
+            self.lib.gf_sw_receive(self.sw, frame, len(frame), port)
+
     def stats(self, port: int = 0) -> dict[str, int]:
+        """Packet counts (the last ones once stopped)."""
+        if self._final is not None:
+            return {name: self._final[i] for i, name in enumerate(STAT_NAMES)}
         out = (ctypes.c_uint64 * (len(STAT_NAMES) + _PRIOS))()
         self.lib.gf_sw_stats(self.sw, port, out)
         return {name: int(out[i]) for i, name in enumerate(STAT_NAMES)}
 
     def queue_drops(self, port: int) -> list[int]:
+        """Queue drops of `port` per priority (the last ones once stopped)."""
+        if self._final is not None:
+            at = len(STAT_NAMES) + port * _PRIOS
+            return self._final[at:at + _PRIOS] if 0 <= port < _PORTS else [0] * _PRIOS
         out = (ctypes.c_uint64 * (len(STAT_NAMES) + _PRIOS))()
         self.lib.gf_sw_stats(self.sw, port, out)
         return [int(out[len(STAT_NAMES) + q]) for q in range(_PRIOS)]
@@ -124,9 +142,17 @@ class NativeSwitch:
             return
         self._running = False
         self._stop.set()
-        self.lib.gf_sw_stop(self.sw)
+        self.lib.gf_sw_halt(self.sw)  # the CPU thread's wait ends at once ...
+        final = (ctypes.c_uint64 * (len(STAT_NAMES) + _PORTS * _PRIOS))()
         if self._cpu_thread is not None:
-            self._cpu_thread.join(timeout=2)
+            self._cpu_thread.join(timeout=10)  # ... and it leaves before the C side is freed
+            if self._cpu_thread.is_alive():  # stuck in a PacketIn: keep the C side (a leak, not a crash)
+                log.warning("the native switch's CPU thread did not stop; its state is not freed")
+                self.lib.gf_sw_stats(self.sw, _PORTS, final)
+                self._final = [int(v) for v in final]
+                return
+        self.lib.gf_sw_stop(self.sw, final)
+        self._final = [int(v) for v in final]
 
 
 class SyncedTrafficManager(TrafficManager):
