@@ -150,6 +150,25 @@ RULES: list[tuple[str, str, tuple]] = [
     ("README.md", r"The same at ([\d,]+) packets/s per port \(native switches", (TRAINING,)),
 ]
 
+# A topology file's comment about its own rate (where it has one) says what its defaults set.
+for _topology in sorted([*ROOT.glob("mininet_topos/*.yaml"), *ROOT.glob("experiments/topologies/*.yaml")]):
+    if re.search(r"[Pp]orts forward [\d,]+ packets/s", normalized(_topology)):
+            RULES.append((str(_topology.relative_to(ROOT)), r"[Pp]orts forward ([\d,]+) packets/s",
+                      (lambda path=_topology: topology_switch(path.read_text())["egress_rate_pps"],)))
+
+#: Rates measured once and quoted with what they were computed from: (file, pattern, check of
+#: the match returning a problem or None). The command is named in the sentence.
+MEASURED: list[tuple[str, str, object]] = [
+    # agent send -> agent recv over loopback before the C path (commit b850dd1): packets / seconds
+    ("hosts/README.md", r"took ([\d.]+)-([\d.]+) s \(([\d,]+) data packets, ([\d,]+)-([\d,]+) packets/s\)",
+     lambda m: None if (round(_n(m[3]) / _n(m[2]), -3), round(_n(m[3]) / _n(m[1]), -3)) == (_n(m[4]), _n(m[5]))
+     else f"{m[3]} packets in {m[1]}-{m[2]} s is not {m[4]}-{m[5]} packets/s"),
+]
+
+
+def _n(written: str) -> float:
+    return float(written.replace(",", ""))
+
 
 def shown_as(written: str, value: float) -> bool:
     """``written`` (``40,000``, ``1.9``) is ``value`` at the precision it is written with."""
@@ -173,12 +192,22 @@ def test_quoted_rate_or_figure_is_what_its_source_sets(rule: tuple) -> None:
             assert shown_as(written, value), f"{name} quotes {written} in {match.group(0)!r}; its source sets {value}"
 
 
+@pytest.mark.parametrize("rule", MEASURED, ids=lambda r: f"{r[0]}: {r[1][:40]}")
+def test_measured_rate_is_what_its_figures_give(rule: tuple) -> None:
+    name, pattern, check = rule
+    found = list(re.finditer(pattern, normalized(ROOT / name)))
+    if not found:
+        pytest.skip(f"{name} does not quote this measurement (any rate it quotes needs a rule)")
+    problems = [problem for m in found if (problem := check(m))]
+    assert not problems, f"{name}: {problems}"
+
+
 def test_every_quoted_rate_has_a_rule() -> None:
     uncovered = []
     for path in quoting_files():
         name = str(path.relative_to(ROOT))
         text = normalized(path)
-        spans = [m.span() for r in RULES if r[0] == name for m in re.finditer(r[1], text)]
+        spans = [m.span() for r in [*RULES, *MEASURED] if r[0] == name for m in re.finditer(r[1], text)]
         for m in RATE.finditer(text):
             if not any(a <= m.start() and m.end() <= b for a, b in spans):
                 uncovered.append(f"{name}: ...{text[max(0, m.start() - 60):m.end() + 20]}...")
@@ -192,6 +221,9 @@ def test_the_rate_check_catches_the_stale_default() -> None:
     match = re.search(RULES[1][1], stale)
     assert match and not shown_as(match.group(1), FABRIC())
     assert shown_as("1.9", 1.857) and not shown_as("1.8", 1.857) and shown_as("40,000", 40000)
+    _, pattern, check = MEASURED[0]
+    assert check(re.search(pattern, "took 2.4-2.6 s (69,275 data packets, 27,000-29,000 packets/s)")) is None
+    assert check(re.search(pattern, "took 2.4-2.6 s (69,275 data packets, 30,000-31,000 packets/s)"))
 
 
 def test_layout_table_lists_every_part() -> None:
