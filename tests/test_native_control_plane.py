@@ -236,3 +236,65 @@ def test_a_planted_skipped_delete_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     report = run(python, native, info, 2000, seed=26)
     assert calls["n"] >= 3
     assert any(m.startswith("packet after write") for m in report.mismatches), report.mismatches[:3]
+
+
+# -- counters keep only what their unit counts ----------------------------------------------
+
+UNIT_COUNTERS = EXACT_DEFAULT.replace(
+    "    action forward(bit<9> port) { sm.egress_spec = port; }",
+    "    direct_counter(CounterType.packets) hits;\n"
+    "    counter(4, CounterType.bytes) seen;\n"
+    "    action forward(bit<9> port) { sm.egress_spec = port; }").replace(
+    "        size = 64;\n    }\n    apply { l2.apply(); }",
+    "        size = 64;\n        counters = hits;\n    }\n    apply { seen.count(1); l2.apply(); }")
+
+
+def _counter_data(side: Side, entity: Any) -> list[tuple[int, int]]:
+    from p4.v1 import p4runtime_pb2
+
+    out = []
+    for data in side.read(entity):
+        got = p4runtime_pb2.Entity.FromString(data)
+        kind = got.WhichOneof("entity")
+        msg = getattr(got, kind)
+        cd = msg.counter_data if kind == "table_entry" else msg.data
+        out.append((cd.packet_count, cd.byte_count))
+    return out
+
+
+def test_counters_store_and_read_only_what_their_unit_counts() -> None:
+    """A direct counter of packets keeps no bytes written to it (in a table entry's
+    counter_data or a DirectCounterEntry), nor shows the bytes the data plane counted; a
+    counter of bytes keeps no packets; as BMv2's PI server. Both datapaths."""
+    from p4.v1 import p4runtime_pb2
+
+    python, native, info = pair(load_program_text(UNIT_COUNTERS, "unit_counters.p4"))
+    sides = (python, native)
+    entry = table_update(info, INSERT, "I.l2", {"hdr.eth.dst": 0xAA}, "I.forward", (2,))
+    update = p4runtime_pb2.Update.FromString(entry)
+    update.entity.table_entry.counter_data.packet_count = 5
+    update.entity.table_entry.counter_data.byte_count = 500
+    write_ok(sides, update.SerializeToString())
+    query = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())
+    query.table_entry.counter_data.SetInParent()
+    assert [_counter_data(side, query) for side in sides] == [[(5, 0)], [(5, 0)]]
+    direct = p4runtime_pb2.Update(type=MODIFY)
+    direct.entity.direct_counter_entry.table_entry.CopyFrom(update.entity.table_entry)
+    direct.entity.direct_counter_entry.table_entry.ClearField("action")
+    direct.entity.direct_counter_entry.table_entry.ClearField("counter_data")
+    direct.entity.direct_counter_entry.data.packet_count = 7
+    direct.entity.direct_counter_entry.data.byte_count = 700
+    write_ok(sides, direct.SerializeToString())
+    frame = bytes.fromhex("0000000000aa") + bytes.fromhex("000000000001") + b"\x88\xb5" + bytes(50)
+    assert ports_of(sides, frame) == [[2], [2]]
+    read_direct = p4runtime_pb2.Entity(direct_counter_entry=p4runtime_pb2.DirectCounterEntry())
+    assert [_counter_data(side, read_direct) for side in sides] == [[(8, 0)], [(8, 0)]]
+    seen = next(c for c in info.counters if c.preamble.name == "I.seen")
+    cell = p4runtime_pb2.Update(type=MODIFY)
+    cell.entity.counter_entry.counter_id = seen.preamble.id
+    cell.entity.counter_entry.index.index = 2
+    cell.entity.counter_entry.data.packet_count, cell.entity.counter_entry.data.byte_count = 9, 900
+    write_ok(sides, cell.SerializeToString())
+    read_seen = p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(counter_id=seen.preamble.id))
+    # index 1 counted the 64-byte frame (bytes only), index 2 holds the written bytes only
+    assert [sorted(_counter_data(side, read_seen)) for side in sides] == [[(0, 0), (0, 0), (0, 64), (0, 900)]] * 2

@@ -164,7 +164,7 @@ class EntityStore:
         else:
             table.modify(entry)
         if msg.HasField("counter_data"):
-            table.set_direct_counter(entry, msg.counter_data.packet_count, msg.counter_data.byte_count)
+            table.set_direct_counter(entry, *self._direct_counted(info, msg.counter_data))
         if info.direct_meter_id and (kind == MODIFY or msg.HasField("meter_config")):
             cfg = msg.meter_config
             table.set_direct_meter(entry, (cfg.cir, cfg.cburst, cfg.pir, cfg.pburst)
@@ -190,8 +190,9 @@ class EntityStore:
         info, array = self._array("counter", self.schema.counters, self.pipeline.counters, msg.counter_id)
         if kind != MODIFY:
             raise invalid(f"counter {info.name}: counters can only be modified")
+        packets, nbytes = info.counted(msg.data.packet_count, msg.data.byte_count)
         for i in self._indices(info, msg.index if msg.HasField("index") else None):
-            array.write(i, msg.data.packet_count, msg.data.byte_count)
+            array.write(i, packets, nbytes)
 
     def _direct_entry(self, msg: p4runtime_pb2.TableEntry) -> tuple[TableInfo, tables.Table, tables.TableEntry]:
         found = self._codec(msg.table_id)
@@ -207,7 +208,20 @@ class EntityStore:
         info, table, entry = self._direct_entry(msg.table_entry)
         if not info.direct_counter_id:
             raise invalid(f"table {info.name} has no direct counter")
-        table.set_direct_counter(entry, msg.data.packet_count, msg.data.byte_count)
+        table.set_direct_counter(entry, *self._direct_counted(info, msg.data))
+
+    def _direct_read(self, info: TableInfo, table: tables.Table, entry: tables.TableEntry) -> tuple[int, int]:
+        """An entry's direct counter as read: only what its unit counts (as BMv2's PI server)."""
+        packets, nbytes = table.direct_counter(entry)
+        counter = self.schema.direct_counters.get(info.direct_counter_id)
+        return counter.counted(packets, nbytes) if counter is not None else (packets, nbytes)
+
+    def _direct_counted(self, info: TableInfo, data: p4runtime_pb2.CounterData) -> tuple[int, int]:
+        """What the table's direct counter stores of written counter data (by its unit)."""
+        counter = self.schema.direct_counters.get(info.direct_counter_id)
+        if counter is None:
+            return data.packet_count, data.byte_count
+        return counter.counted(data.packet_count, data.byte_count)
 
     def _write_meter(self, kind: int, msg: p4runtime_pb2.MeterEntry) -> None:
         info, array = self._array("meter", self.schema.meters, self.pipeline.meters, msg.meter_id)
@@ -343,7 +357,7 @@ class EntityStore:
             counters = with_counters and bool(info.direct_counter_id)
             for entry in entries:
                 try:
-                    data = found.encode(entry, table.direct_counter(entry) if counters else None)
+                    data = found.encode(entry, self._direct_read(info, table, entry) if counters else None)
                 except tables.EntryNotFound:
                     continue  # deleted since this read began (reads take the lock batch by batch)
                 yield wire.delimited(wire.ENTITY_TABLE_ENTRY, data)
@@ -353,7 +367,7 @@ class EntityStore:
         for counter_id in ids:
             info, array = self._array("counter", self.schema.counters, self.pipeline.counters, counter_id)
             for i in self._indices(info, query.index if query.HasField("index") else None):
-                packets, nbytes = array.read(i)
+                packets, nbytes = info.counted(*array.read(i))
                 yield wire.counter_entity(info.id, i, packets, nbytes)
 
     def _read_direct_counters(self, query: p4runtime_pb2.DirectCounterEntry) -> Iterator[p4runtime_pb2.Entity]:
@@ -370,7 +384,7 @@ class EntityStore:
                 entries = table.entries()
             for entry in entries:
                 try:
-                    packets, nbytes = table.direct_counter(entry)
+                    packets, nbytes = self._direct_read(info, table, entry)
                 except tables.EntryNotFound:
                     continue  # deleted since this read began
                 msg = p4runtime_pb2.DirectCounterEntry()

@@ -8,6 +8,7 @@ from p4.config.v1 import p4info_pb2
 
 from p4switch.server.errors import invalid, not_found
 
+_COUNTER_UNITS = {p4info_pb2.CounterSpec.PACKETS: "packets", p4info_pb2.CounterSpec.BYTES: "bytes"}
 _MATCH_KINDS = {
     p4info_pb2.MatchField.EXACT: "exact",
     p4info_pb2.MatchField.LPM: "lpm",
@@ -54,12 +55,18 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class IndexedInfo:
-    """A counter, meter or register array."""
+    """A counter, meter or register array; a counter's `unit` is packets, bytes or both."""
 
     id: int
     name: str
     size: int
     direct_table_id: int = 0
+    unit: str = "both"
+
+    def counted(self, packets: int, nbytes: int) -> tuple[int, int]:
+        """What a counter of this unit stores of a written (packets, bytes): a packets
+        counter keeps no bytes and a bytes counter no packets, as BMv2's PI server writes them."""
+        return (packets if self.unit != "bytes" else 0), (nbytes if self.unit != "packets" else 0)
 
 
 @dataclass(frozen=True)
@@ -147,10 +154,11 @@ class Schema:
                     info.direct_meter_id = resource
             schema.tables[info.id] = info
         for c in p4info.counters:
-            schema.counters[c.preamble.id] = IndexedInfo(c.preamble.id, c.preamble.name, c.size)
+            schema.counters[c.preamble.id] = IndexedInfo(c.preamble.id, c.preamble.name, c.size,
+                                                         unit=_COUNTER_UNITS.get(c.spec.unit, "both"))
         for c in p4info.direct_counters:
             schema.direct_counters[c.preamble.id] = IndexedInfo(
-                c.preamble.id, c.preamble.name, 0, c.direct_table_id)
+                c.preamble.id, c.preamble.name, 0, c.direct_table_id, unit=_COUNTER_UNITS.get(c.spec.unit, "both"))
         for m in p4info.meters:
             schema.meters[m.preamble.id] = IndexedInfo(m.preamble.id, m.preamble.name, m.size)
         for m in p4info.direct_meters:
