@@ -13,8 +13,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <float.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -234,27 +232,26 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
 }
 
 /* Magnitude class of each run of `count` values (the last run may be shorter): 0 when all
- * are 0, 255 when any is not finite, else clamp(floor(log2(max |v|)) + 128, 1, 255). */
+ * are 0, 255 when any is not finite, else clamp(floor(log2(max |v|)) + 128, 1, 255). On the
+ * bit patterns: |v| orders like its bits without the sign, NaN and inf have the largest, and
+ * floor(log2 |v|) + 128 of a normal float is its exponent field + 1 (subnormals clamp to 1). */
 void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out) {
+    const uint32_t *bits = (const uint32_t *)values;
     int64_t rows = (n + count - 1) / count;
     for (int64_t r = 0; r < rows; r++) {
         int64_t lo = r * count, hi = lo + count < n ? lo + count : n;
-        float peak = 0.0f;
-        int bad = 0;
+        uint32_t peak = 0;
         for (int64_t k = lo; k < hi; k++) {
-            float a = fabsf(values[k]);
-            bad |= !(a <= FLT_MAX);
+            uint32_t a = bits[k] & 0x7fffffffu;
             peak = a > peak ? a : peak;
         }
-        if (bad) {
+        if (peak >= 0x7f800000u) {
             out[r] = 255;
-        } else if (peak == 0.0f) {
+        } else if (peak == 0) {
             out[r] = 0;
         } else {
-            int e;
-            frexpf(peak, &e);
-            int c = e - 1 + 128;
-            out[r] = (uint8_t)(c < 1 ? 1 : c > 255 ? 255 : c);
+            uint32_t c = (peak >> 23) + 1;
+            out[r] = (uint8_t)(c > 255 ? 255 : c);
         }
     }
 }

@@ -36,7 +36,7 @@ import numpy as np
 
 log = logging.getLogger("hosts.fastpath")
 
-CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
+CFLAGS = ("-O3", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
 SOURCE = "fastpath.c"
 CDEF = """
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
@@ -123,7 +123,7 @@ def build() -> Path:
     with tempfile.TemporaryDirectory(prefix="gradfabric-hostpath-") as tmp:
         src, out = Path(tmp) / SOURCE, Path(tmp) / "fastpath.so"
         src.write_text(source)
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
             raise FastPathError(f"{cc} failed on hosts/{SOURCE} (exit {proc.returncode}):\n{tail}")

@@ -24,7 +24,6 @@ round trip, :class:`hosts.pacing.Window`).
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
@@ -75,7 +74,7 @@ class SenderHost(Protocol):
     def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None: ...
 
 #: Most packets in one chunk (one probe per chunk).
-MAX_CHUNK = 512
+MAX_CHUNK = 1024
 
 
 @dataclass
@@ -134,6 +133,65 @@ class ChunkWait:
         return True
 
 
+class Pending:
+    """Packets still to send, in order: a queue of index arrays (no Python work per packet)."""
+
+    __slots__ = ("_parts", "_size")
+
+    def __init__(self, first: np.ndarray) -> None:
+        self._parts: deque[np.ndarray] = deque([first] if first.size else [])
+        self._size = int(first.size)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def clear(self) -> None:
+        self._parts.clear()
+        self._size = 0
+
+    def push_front(self, packets: np.ndarray) -> None:
+        if packets.size:
+            self._parts.appendleft(np.asarray(packets, dtype=np.int64))
+            self._size += int(packets.size)
+
+    def push_back(self, packets: np.ndarray) -> None:
+        if packets.size:
+            self._parts.append(np.asarray(packets, dtype=np.int64))
+            self._size += int(packets.size)
+
+    def peek(self, k: int) -> np.ndarray:
+        """The first `k` packets (fewer when fewer are left), without taking them."""
+        first = self._parts[0]
+        if first.size >= k or len(self._parts) == 1:
+            return first[:k]
+        parts, have = [], 0
+        for part in self._parts:
+            parts.append(part)
+            have += part.size
+            if have >= k:
+                break
+        return np.concatenate(parts)[:k]
+
+    def pop(self, k: int) -> np.ndarray:
+        """Take the first `k` packets."""
+        taken = []
+        while k > 0 and self._parts:
+            first = self._parts[0]
+            if first.size <= k:
+                taken.append(self._parts.popleft())
+                k -= first.size
+            else:
+                taken.append(first[:k])
+                self._parts[0] = first[k:]
+                k = 0
+        out = taken[0] if len(taken) == 1 else np.concatenate(taken)
+        self._size -= int(out.size)
+        return out
+
+
 @dataclass(eq=False)
 class _Chunk:
     first: int  # index into the batch of the first packet covered
@@ -166,7 +224,7 @@ class MessageSender:
         self.n = len(batch)
         self.counts = batch.counts
         self.received = np.zeros(self.n, dtype=bool)
-        self.pending: deque[int] = deque(range(self.n))
+        self.pending = Pending(np.arange(self.n, dtype=np.int64))
         self.chunks: list[_Chunk] = []
         self.complete = False
         self.last_answered = False  # a last-flagged probe of this round was answered
@@ -250,15 +308,14 @@ class MessageSender:
 
     def _take(self, grant: int) -> np.ndarray:
         """Up to `grant` pending packets, in order, whose range one bitmap answer covers."""
-        k = min(grant, len(self.pending))
-        cand = np.fromiter(itertools.islice(self.pending, k), np.int64, k)
-        span = np.maximum.accumulate(cand) - np.minimum.accumulate(cand)
-        fits = span < BITMAP_BITS_PER_PACKET
-        m = k if fits[-1] else int(np.argmin(fits))
-        popleft = self.pending.popleft
-        for _ in range(m):
-            popleft()
-        return cand[:m]
+        cand = self.pending.peek(grant)
+        if cand[-1] - cand[0] == cand.size - 1:  # the usual case: consecutive packets
+            m = cand.size
+        else:
+            span = np.maximum.accumulate(cand) - np.minimum.accumulate(cand)
+            fits = span < BITMAP_BITS_PER_PACKET
+            m = cand.size if fits[-1] else int(np.argmin(fits))
+        return self.pending.pop(m)
 
     def _open(self, first: int, nbits: int, packets: np.ndarray, last: bool,
               confirms: np.ndarray | None = None) -> None:
@@ -385,7 +442,7 @@ class MessageSender:
 
     def _retransmit(self, packets: np.ndarray) -> None:
         self.resend_queued[packets] = True
-        self.pending.extendleft(reversed(packets.tolist()))
+        self.pending.push_front(packets)
         self.rounds = max(self.rounds, 1)
 
     def _decide(self) -> bool:
@@ -418,7 +475,7 @@ class MessageSender:
                                  f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
         missing_idx = np.flatnonzero(~self.received)
         self.resend_queued[missing_idx] = True
-        self.pending.extend(int(i) for i in missing_idx)
+        self.pending.push_back(missing_idx)
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False
