@@ -43,7 +43,7 @@ const bit<32> DROP_PARSER_ERROR   = 3;
 const bit<32> DROP_NOT_IPV4       = 4;
 const bit<32> DROP_IPV4_CHECKSUM  = 5;
 const bit<32> DROP_EARLY          = 6;   /* drop-eligible class over its depth threshold */
-const bit<32> DROP_RED            = 7;   /* Not-ECT packet of a traffic class over its threshold */
+const bit<32> DROP_QUEUE_RED      = 7;   /* Not-ECT packet over its queue step's threshold (queue_red) */
 
 const bit<32> DROP_REASONS   = 8;
 const bit<32> MAX_JOBS       = 1024;
@@ -513,7 +513,7 @@ control DlcpIngress(inout headers_t hdr,
             queue_depth.read(depth, queue);
             if (meta.drop_class == 1 && depth >= meta.drop_threshold) {
                 if (meta.red_class == 1) {
-                    ingress_drops.count(DROP_RED);
+                    ingress_drops.count(DROP_QUEUE_RED);
                     queue_red_drops.count(queue);
                 } else {
                     ingress_drops.count(DROP_EARLY);
