@@ -75,6 +75,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         help="folder for the pooled results.md, results.json, plots "
                              "(default: a new build/results/training/pooled-<UTC time>/)")
     pooled.set_defaults(handler=_experiment_report)
+    from experiments.trace_cli import add_trace_command
+
+    add_trace_command(kinds)
+    from experiments.accuracy.cli import add_parser as add_accuracy_command
+
+    add_accuracy_command(kinds)
 
 
 def add_job_args(p: argparse.ArgumentParser) -> None:

@@ -84,6 +84,7 @@ class TraceJob:
     rate_pps: float = 20_000.0
     max_rate_pps: float = 80_000.0
     timeout_s: float = 60.0
+    compute_scale: float = 1.0  # 0: no compute, a bulk sender in the job's class (hotspot scenario)
 
     def argv(self) -> list[str]:
         out: list[str] = []
@@ -102,10 +103,13 @@ def scaled_model(job: TraceJob) -> ModelTrace:
 
     trace = load_trace(job.trace, model=job.model, precision=job.precision)
     rule = job.rule
-    layers = tuple(Layer(l.index, l.name, rule.numel(l.numel), rule.seconds(l.forward_s), rule.seconds(l.backward_s))
-                   for l in trace.layers)
-    return replace(trace, layers=layers, backward_tail_s=rule.seconds(trace.backward_tail_s),
-                   optimizer_s=rule.seconds(trace.optimizer_s))
+    c = job.compute_scale
+
+    def t(seconds: float) -> float:
+        return rule.seconds(seconds) * c
+
+    layers = tuple(Layer(l.index, l.name, rule.numel(l.numel), t(l.forward_s), t(l.backward_s)) for l in trace.layers)
+    return replace(trace, layers=layers, backward_tail_s=t(trace.backward_tail_s), optimizer_s=t(trace.optimizer_s))
 
 
 def make_scheduler(job: TraceJob) -> Any:
@@ -313,6 +317,7 @@ class TraceRank:
             threading.Thread(target=self._puller, args=(iteration,), daemon=True).start()
         next_ready = len(layers) - 1
         ordinal: dict[int, int] = {}
+        first_send: float | None = None
         from hosts.schedulers import Transfer, Wait
 
         while True:
@@ -325,6 +330,8 @@ class TraceRank:
             decision = scheduler.next_transfer(t - self.origin, not self.flights)
             if isinstance(decision, Transfer):
                 flight = _Flight(iteration, decision, scheduler, now(), [])
+                if first_send is None:
+                    first_send = flight.started
                 self.flights.append(flight)
                 flight.futures = self._start(iteration, ordinal, decision, grads)
                 remaining = [len(flight.futures)]
@@ -353,18 +360,24 @@ class TraceRank:
                     self.done_queue.put(flight)
             except queue.Empty:
                 pass
-        _sleep_until(b0 + sum(l.backward_s for l in layers) + self.trace.backward_tail_s)
+        planned_backward = sum(l.backward_s for l in layers) + self.trace.backward_tail_s
+        _sleep_until(b0 + planned_backward)
         backward_end = now()
         if job.overlap == "ddp" or iteration == job.iterations - 1:
             self.wait_all(iteration)
             _sleep_until(time.perf_counter() + self.trace.optimizer_s)
         ended = now()
-        last_arrival = max(self.arrived.get((iteration, l.index), ended) for l in layers)
         totals = self.totals.get(iteration, IterationTotals())
         return {"iteration": iteration, "rank": self.rank, "started_s": started, "forward_first_s": first_forward,
-                "backward_end_s": backward_end, "ended_s": ended, "last_arrival_s": last_arrival,
-                "forward_wait_s": waited, "compute_s": sum(l.forward_s + l.backward_s for l in layers)
+                "backward_end_s": backward_end, "ended_s": ended,
+                "forward_wait_s": waited, "first_send_s": first_send,
+                "backward_lag_s": backward_end - (b0 - self.origin) - planned_backward, "compute_s": sum(l.forward_s + l.backward_s for l in layers)
                 + self.trace.backward_tail_s + (self.trace.optimizer_s if job.overlap == "ddp" else 0.0)}
+
+    def last_arrival(self, iteration: int) -> float | None:
+        """When the last result of `iteration` arrived (None while one is missing)."""
+        times = [self.arrived.get((iteration, l.index)) for l in self.layers]
+        return None if any(t is None for t in times) else max(t for t in times if t is not None)
 
     def wait_all(self, iteration: int) -> None:
         """Until every layer of `iteration` has its result."""
@@ -393,6 +406,24 @@ def _emit(record: dict[str, Any]) -> None:
 def cpu_seconds() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def schedstat() -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one), summed over this process's threads."""
+    run = wait = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:
+            continue
+        run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run, wait
+
+
+def starvation(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Share of the time this process was runnable that it waited for a CPU (a loaded machine)."""
+    run, wait = after[0] - before[0], after[1] - before[1]
+    return wait / (run + wait) if run + wait > 0 else None
 
 
 def parse_peers(text: str) -> list[tuple[str, int]]:
@@ -464,7 +495,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                "layers": len(trace.layers), "numel": trace.numel, "scale": job.rule.to_dict()})
         if wait_go:
             sys.stdin.readline()
-        cpu0, wall0 = cpu_seconds(), time.perf_counter()
+        cpu0, wall0, sched0 = cpu_seconds(), time.perf_counter(), schedstat()
         if server is not None:
             ids = [l.index for l in trace.layers if l.numel]
             if job.comm == "tcp":
@@ -473,7 +504,8 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                 for it in range(job.iterations):
                     server.serve_iteration(it, ids, num_layers=len(trace.layers), timeout=job.timeout_s)
             _emit({"event": "done", "role": "server", "rank": rank, "totals": {},
-                   "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0)})
+                   "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
+                   "starvation": starvation(sched0, schedstat())})
             return
         grads = GradientSource([l.numel for l in trace.layers], load_pool(), seed=job.seed, rank=rank)
         worker = TraceRank(job, trace, rank, collective, grads)
@@ -484,14 +516,17 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
             if it > 0:
                 prev = records[it - 1]
                 prev["iteration_s"] = rec["started_s"] - prev["started_s"]
+                prev["last_arrival_s"] = worker.last_arrival(it - 1)
                 _emit({"event": "iteration", **prev, **worker.totals_of(it - 1)})
         last = records[-1]
         last["iteration_s"] = last["ended_s"] - last["started_s"]
+        last["last_arrival_s"] = worker.last_arrival(job.iterations - 1)
         _emit({"event": "iteration", **last, **worker.totals_of(job.iterations - 1)})
         totals = [worker.totals_of(i) for i in range(job.iterations)]
         _emit({"event": "done", "role": "worker", "rank": rank,
                "totals": {k: sum(t[k] for t in totals) for k in ("packets", "retransmitted", "lost", "reduced", "bytes")},
-               "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0)})
+               "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
+               "starvation": starvation(sched0, schedstat())})
     finally:
         for c in closers:
             c.close()

@@ -1,0 +1,55 @@
+"""`gradfabric experiment trace`: the trace-driven sweep's command line (experiments/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from experiments.errors import ExperimentError
+
+
+def add_trace_command(kinds: argparse._SubParsersAction) -> None:
+    p = kinds.add_parser("trace", help="H100-traced jobs (ResNet-50) at a real link's scale: DDP/TCP, P3, "
+                                       "each DLCP mechanism and full DLCP, paired runs on the 8-host leaf-spine")
+    p.add_argument("--quick", action="store_true", help="the documented subset (under 20 min on an idle machine)")
+    p.add_argument("--scenarios", default=None, help="comma-separated scenarios (default: the full sweep's)")
+    p.add_argument("--configs", default=None, help="comma-separated configurations for every chosen scenario")
+    p.add_argument("--repetitions", type=int, default=None, help="rounds of paired runs (default 3 quick, 10 full)")
+    p.add_argument("--iterations", type=int, default=None, help="iterations per run (default 15)")
+    p.add_argument("--real-gbps", type=float, default=None, help="the real link rate the run stands for (25 or 100)")
+    p.add_argument("--k", type=float, default=None, help="time multiplier of the scaling rule (default 8)")
+    p.add_argument("--model", default=None, help="trace model (default resnet50)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results folder (default: a new build/results/trace/<UTC time>/)")
+    p.add_argument("--resume", type=Path, default=None, help="a sweep folder to complete (its plan, its settings)")
+    p.set_defaults(handler=_experiment_trace)
+
+
+def _experiment_trace(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+    from dataclasses import replace
+
+    from experiments.trace_configs import FULL, QUICK, trace_config, trace_scenario
+    from experiments.trace_sweep import TraceSettings, run_trace_sweep
+
+    settings = TraceSettings(command=shlex.join(["gradfabric", *sys.argv[1:]]))
+    if args.resume is not None:
+        settings.resume = args.resume
+        run_trace_sweep(settings)
+        return 0
+    base = QUICK if args.quick else FULL
+    names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else list(base)
+    configs = tuple(trace_config(c.strip()).name for c in args.configs.split(",")) if args.configs else None
+    settings.sweep = {trace_scenario(n).name: configs or base.get(n, FULL[n]) for n in names}
+    settings.repetitions = args.repetitions or (3 if args.quick else 10)
+    if settings.repetitions < 1:
+        raise ExperimentError("--repetitions must be at least 1")
+    job = settings.job
+    for name in ("iterations", "real_gbps", "k", "model"):
+        if getattr(args, name) is not None:
+            job = replace(job, **{name: getattr(args, name)})
+    settings.job = job
+    settings.out = args.out
+    run_trace_sweep(settings)
+    return 0

@@ -1,0 +1,180 @@
+"""Scenarios and configurations of the trace-driven experiment (`gradfabric experiment trace`).
+
+Fabric ``topologies/leafspine8_training.yaml``: leaves l1 (h1-h4) and l2 (h5-h8), spines s1
+and s2, four host ports over two uplinks per leaf (2:1 oversubscribed); 20,000 packets/s
+per port, 51-packet queues (a 1 MB buffer under the scaling rule, k = 8).
+
+Scenarios (every job a ResNet-50 trace, :mod:`experiments.training.trace_worker`):
+
+* ``tcp`` (control, where isolation should be enough): a ring h1-h5, long TCP h2->h5 and
+  h6->h1 into both ranks' ports, request/response h3 asks h7;
+* ``incast``: a parameter server on h1 and four workers h5-h8; long TCP h2->h1 into the
+  server's port, request/response h3 asks h1;
+* ``multitenant``: two rings of the same configuration crossing the spines, job 1 h1-h5,
+  job 2 h2-h6, and request/response h3 asks h7 (ECMP collisions depend on the flows'
+  hashes: TCP source ports differ per run; DLCP's fixed ports do not);
+* ``hotspot``: the ring h1-h5 and a second DLCP job of the same class (bulk, a ring h2-h6
+  that only sends) on the same leaves.
+
+A lossy spine link (0.1%, 1%) is not a scenario here: this kernel has no netem, no tc
+``gact`` and no iptables, and the switches have no loss option (reported, not run).
+
+Configurations: ``comm`` (tcp or dlcp), ``scheduler`` (fusion = DDP buckets, p3, dlcp),
+``overlap`` (ddp or layerwise), queues (fifo, tcp class by DSCP, job class, per layer),
+and the switch mechanisms; ``ps`` scenarios use the same configuration through a
+parameter server.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.background import Flow
+from experiments.configs import MAG_THRESHOLD
+from experiments.errors import ExperimentError
+from experiments.scenarios import RR_INTERVAL, RR_RESPONSE, JobPlacement
+from experiments.training.trace_worker import TraceJob
+from gradfabric.paths import ROOT
+
+TOPOLOGY8 = ROOT / "experiments" / "topologies" / "leafspine8_training.yaml"
+QUEUE_PACKETS = 51
+THRESHOLD = QUEUE_PACKETS // 2  # dropping and ECN at half a queue, as in configs.py
+JOB_DSCP = 18  # AF21: what the TCP job marks on its sockets in the "tcp class" configuration
+GRAD_BOUND = 0.10
+NUM_LAYERS = 161  # ResNet-50's parameter tensors (layer rules are split in thirds)
+
+
+def _layer_rules(queues: str) -> list[dict[str, Any]]:
+    third = NUM_LAYERS // 3
+    if queues == "layer":
+        return [{"tensors": f"0..{third - 1}", "priority": 7}, {"tensors": f"{third}..{2 * third - 1}", "priority": 6},
+                {"tensors": f"{2 * third}..65535", "priority": 5}]
+    if queues == "job":
+        return [{"tensors": "0..65535", "priority": 5}]
+    return [{"tensors": "0..65535", "priority": 0}]
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    name: str
+    description: str
+    comm: str
+    scheduler: str
+    overlap: str
+    queues: str = "fifo"  # fifo, tcp-class, job, layer
+    dropping: bool = False
+    spraying: bool = False
+    ecn: bool = False
+    rto_min_real_s: float | None = None  # TCP: rto_min of the job's routes (scaled by k); None: Linux default
+
+    @property
+    def grad_bound(self) -> float:
+        return GRAD_BOUND if self.dropping else 0.0
+
+    def job(self, base: TraceJob, placement: JobPlacement, seed: int) -> TraceJob:
+        return replace(base, comm=self.comm, scheduler=self.scheduler, overlap=self.overlap,
+                       collective="ps" if placement.collective == "star" else "ring", grad_bound=self.grad_bound,
+                       job_id=placement.job_id, seed=seed, dscp=JOB_DSCP if self.queues == "tcp-class" else 0)
+
+    def policy(self, job_ids: Sequence[int]) -> dict[str, Any]:
+        jobs = []
+        for job_id in job_ids:
+            job: dict[str, Any] = {"id": job_id, "name": f"trace-{job_id}-{self.name}", "workers": [],
+                                   "spraying": "random" if self.spraying else "off",
+                                   "layers": copy.deepcopy(_layer_rules(self.queues))}
+            if self.dropping:
+                job["dropping"] = {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": THRESHOLD}]}
+            if self.ecn:
+                job["ecn"] = {"queue_threshold": THRESHOLD}
+            jobs.append(job)
+        out: dict[str, Any] = {"version": 1, "default_priority": 0, "jobs": jobs}
+        if self.queues == "tcp-class":
+            out["traffic_classes"] = [{"name": "job-tcp", "dscp": JOB_DSCP, "protocol": "tcp", "priority": 5}]
+        return out
+
+    def write_policy(self, folder: Path, job_ids: Sequence[int]) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"trace-{self.name}.yaml"
+        path.write_text(f"# Policy of '{self.name}' (gradfabric experiment trace): {self.description}\n"
+                        + yaml.safe_dump(self.policy(job_ids), sort_keys=False))
+        return path
+
+
+TRACE_CONFIGS: tuple[TraceConfig, ...] = (
+    TraceConfig("ddp-tcp", "DDP-style: 25 MB buckets (/b), ring (or PS) over TCP, one FIFO with the background",
+                "tcp", "fusion", "ddp"),
+    TraceConfig("ddp-tcp-qos", "the same, the job's TCP marked DSCP 18 and put one class above the background",
+                "tcp", "fusion", "ddp", queues="tcp-class"),
+    TraceConfig("ddp-tcp-rto", "DDP-style over TCP with a tuned rto_min (1 ms real, x k)", "tcp", "fusion", "ddp",
+                rto_min_real_s=0.001),
+    TraceConfig("p3-tcp", "P3/ByteScheduler: 4 MB partitions (/b), front layers first, layer-wise overlap, over TCP",
+                "tcp", "p3", "layerwise"),
+    TraceConfig("transport", "the DLCP transport alone: DDP buckets over UDP, loss bound 0, FIFO, per-flow ECMP",
+                "dlcp", "fusion", "ddp"),
+    TraceConfig("priority", "+ per-layer priority: DLCP scheduler, layer-wise overlap, layer queues (7/6/5)",
+                "dlcp", "dlcp", "layerwise", queues="layer"),
+    TraceConfig("dropping", "+ magnitude dropping: DLCP transport with a 10% gradient bound, drops at half a queue",
+                "dlcp", "fusion", "ddp", dropping=True),
+    TraceConfig("spraying", "+ per-packet spraying only", "dlcp", "fusion", "ddp", spraying=True),
+    TraceConfig("dlcp", "full DLCP: scheduler, layer-wise overlap, layer queues, dropping, ECN, spraying",
+                "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, spraying=True, ecn=True),
+)
+
+
+@dataclass(frozen=True)
+class TraceScenario:
+    name: str
+    description: str
+    jobs: tuple[JobPlacement, ...]
+    background: tuple[Flow, ...] = field(default_factory=tuple)
+    #: Jobs that only make traffic in the measured job's class (bulk), not measured.
+    bulk: tuple[JobPlacement, ...] = ()
+
+    @property
+    def job_ids(self) -> list[int]:
+        return [j.job_id for j in self.jobs + self.bulk]
+
+
+def _rr(client: str, server: str) -> Flow:
+    return Flow(client, server, "rr", packet_bytes=RR_RESPONSE, interval_s=RR_INTERVAL)
+
+
+TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
+    TraceScenario("tcp", "ring h1-h5; long TCP h2->h5 and h6->h1; request/response h3 asks h7",
+                  (JobPlacement(1, ("h1", "h5")),), (Flow("h2", "h5", "tcp"), Flow("h6", "h1", "tcp"), _rr("h3", "h7"))),
+    TraceScenario("incast", "parameter server h1, workers h5-h8; long TCP h2->h1; request/response h3 asks h1",
+                  (JobPlacement(1, ("h1", "h5", "h6", "h7", "h8"), collective="star"),),
+                  (Flow("h2", "h1", "tcp"), _rr("h3", "h1"))),
+    TraceScenario("multitenant", "two rings of the same configuration, h1-h5 and h2-h6; request/response h3 asks h7",
+                  (JobPlacement(1, ("h1", "h5")), JobPlacement(2, ("h2", "h6"))), (_rr("h3", "h7"),)),
+    TraceScenario("hotspot", "ring h1-h5; a second job of the same class h2-h6 on the same leaves; "
+                  "request/response h3 asks h7",
+                  (JobPlacement(1, ("h1", "h5")),), (_rr("h3", "h7"),), bulk=(JobPlacement(2, ("h2", "h6")),)),
+)}
+
+QUICK: dict[str, tuple[str, ...]] = {"tcp": ("ddp-tcp", "p3-tcp", "dlcp"), "incast": ("ddp-tcp", "p3-tcp", "dlcp"),
+                                     "multitenant": ("ddp-tcp", "p3-tcp", "dlcp")}
+ALL_MECHANISMS = ("ddp-tcp", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "spraying", "dlcp")
+FULL: dict[str, tuple[str, ...]] = {
+    "tcp": ALL_MECHANISMS, "multitenant": ALL_MECHANISMS, "hotspot": ALL_MECHANISMS,
+    "incast": ("ddp-tcp", "ddp-tcp-rto", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "dlcp"),
+}
+
+
+def trace_config(name: str) -> TraceConfig:
+    known = {c.name: c for c in TRACE_CONFIGS}
+    if name not in known:
+        raise ExperimentError(f"unknown configuration {name!r}; choose from {', '.join(known)}")
+    return known[name]
+
+
+def trace_scenario(name: str) -> TraceScenario:
+    if name not in TRACE_SCENARIOS:
+        raise ExperimentError(f"unknown scenario {name!r}; choose from {', '.join(TRACE_SCENARIOS)}")
+    return TRACE_SCENARIOS[name]

@@ -1,0 +1,211 @@
+"""Figures, paired statistics, tables and plots of a trace-driven sweep's folder.
+
+Per run (:func:`run_figures`), from the measured job's first worker (rank 0 of a ring, rank
+1 under a parameter server): iteration times without the first (p50, p90, p99, max), job
+completion time (all iterations), exposed communication (iteration time minus the emulated
+compute), the time the forward pass waited for parameters, the communication-to-computation
+ratio achieved (first send to last arrival over compute) beside the real job's target, the
+share of gradient values zero-filled, and the switch, host and background figures.
+
+Per scenario and configuration: medians over the runs that were not CPU-bound; speed-up
+against ``ddp-tcp`` from *paired* runs (same scenario and round, hence the same seed): the
+ratio baseline/config of each pair's p50 (and p99), their median and a 95% bootstrap CI
+(:func:`scipy.stats.bootstrap`, percentile, 2,000 resamples) over the pairs. Fewer than
+three pairs give no CI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BASELINE = "ddp-tcp"
+MIN_PAIRS_FOR_CI = 3
+
+
+def _worker_rank(job: dict[str, Any]) -> dict[str, Any]:
+    ranks = job["ranks"]
+    workers = [r for k, r in sorted(ranks.items(), key=lambda kv: int(kv[0])) if r.get("role") != "server"]
+    return workers[0]
+
+
+def run_figures(record: dict[str, Any]) -> dict[str, Any]:
+    jobs = record["jobs"]
+    job = jobs[sorted(jobs, key=int)[0]]
+    recs = _worker_rank(job)["records"]
+    times = np.array([r["iteration_s"] for r in recs[1:]]) if len(recs) > 1 else np.array([np.nan])
+    compute = np.array([r["compute_s"] for r in recs[1:]]) if len(recs) > 1 else np.array([np.nan])
+    spans = [(r["last_arrival_s"] - r["first_send_s"]) / r["compute_s"] for r in recs
+             if r.get("first_send_s") is not None and r.get("last_arrival_s") is not None and r["compute_s"] > 0]
+    ranks = [r for j in jobs.values() for r in j["ranks"].values() if r.get("role") != "server"]
+    lost = sum(r["totals"].get("lost", 0) for r in ranks)
+    reduced = sum(r["totals"].get("reduced", 0) for r in ranks)
+    flows = record.get("background", [])
+    goodput = [f["goodput_mbps"] for f in flows if f["protocol"] == "tcp" and f.get("goodput_mbps") is not None]
+    fcts = [x for f in flows if f["protocol"] == "rr" for x in f.get("fct_s", [])]
+    sw = record.get("switch", {})
+    return {
+        "p50_s": float(np.percentile(times, 50)), "p90_s": float(np.percentile(times, 90)),
+        "p99_s": float(np.percentile(times, 99)), "max_s": float(np.max(times)),
+        "jct_s": float(sum(r["iteration_s"] for r in recs)), "times": times.tolist(),
+        "exposed_s": float(np.median(np.maximum(times - compute, 0.0))),
+        "forward_wait_s": float(np.median([r["forward_wait_s"] for r in recs[1:]])) if len(recs) > 1 else 0.0,
+        "ratio": float(np.median(spans)) if spans else float("nan"),
+        "loss_share": lost / reduced if reduced else 0.0, "lost_values": lost,
+        "lost_by_tensor": _lost_by_tensor(ranks),
+        "magnitude_drops": sw.get("magnitude_drops"), "ecn_marks": sw.get("ecn_marks"),
+        "queue_drops": sw.get("queue_drops"), "host_qdisc_drops": sw.get("host_qdisc_drops"),
+        "tcp_retransmitted": sw.get("tcp_retransmitted"), "tcp_timeouts": sw.get("tcp_timeouts"),
+        "bg_goodput_mbps": sum(goodput) if goodput else None,
+        "rr_fct_p50_ms": float(np.percentile(fcts, 50) * 1e3) if fcts else None,
+        "rr_fct_p99_ms": float(np.percentile(fcts, 99) * 1e3) if fcts else None,
+        "max_cpu_share": record.get("max_cpu_share"), "max_starvation": record.get("max_starvation"),
+        "cpu_bound": record.get("cpu_bound", False) or record.get("cpu_starved", False),
+    }
+
+
+def _lost_by_tensor(ranks: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in ranks:
+        for rec in r["records"]:
+            for t, n in rec.get("lost_by_tensor", {}).items():
+                out[t] = out.get(t, 0) + n
+    return out
+
+
+def paired_ratio(base: list[float], other: list[float]) -> dict[str, Any]:
+    """Median of the pairs' base/other ratios with its 95% bootstrap CI (None below 3 pairs)."""
+    ratios = np.array([b / o for b, o in zip(base, other) if o and not math.isnan(b) and not math.isnan(o)])
+    if ratios.size == 0:
+        return {"median": None, "low": None, "high": None, "pairs": 0}
+    low = high = None
+    if ratios.size >= MIN_PAIRS_FOR_CI and np.ptp(ratios) > 0:
+        from scipy.stats import bootstrap
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = bootstrap((ratios,), np.median, n_resamples=2000, confidence_level=0.95, method="percentile",
+                            random_state=np.random.default_rng(0))
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return {"median": float(np.median(ratios)), "low": low, "high": high, "pairs": int(ratios.size)}
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ok = [r for r in records if r["status"] == "ok"]
+    for scenario in dict.fromkeys(r["scenario"] for r in records):
+        mine = [r for r in ok if r["scenario"] == scenario]
+        figs = {r["run_id"]: run_figures(r) for r in mine}
+        by_cfg: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in mine:
+            by_cfg.setdefault(r["config"], {})[r["repetition"]] = figs[r["run_id"]]
+        rows: dict[str, Any] = {}
+        base = by_cfg.get(BASELINE, {})
+        clean = any(not v["cpu_bound"] for reps in by_cfg.values() for v in reps.values())
+        for cfg, reps in by_cfg.items():
+            # headline: runs neither CPU-bound nor starved; when none is left, all runs (marked)
+            good = {k: v for k, v in reps.items() if not v["cpu_bound"] or not clean}
+            med = {key: (float(np.median([v[key] for v in good.values() if v[key] is not None]))
+                         if any(v[key] is not None for v in good.values()) else None)
+                   for key in ("p50_s", "p90_s", "p99_s", "max_s", "jct_s", "exposed_s", "forward_wait_s", "ratio",
+                               "loss_share", "magnitude_drops", "ecn_marks", "queue_drops", "host_qdisc_drops",
+                               "tcp_retransmitted", "tcp_timeouts", "bg_goodput_mbps", "rr_fct_p50_ms",
+                               "rr_fct_p99_ms", "max_cpu_share", "max_starvation")}
+            pairs = sorted(set(good) & {k for k, v in base.items() if not v["cpu_bound"] or not clean})
+            rows[cfg] = {"runs": len(reps), "cpu_bound": sum(v["cpu_bound"] for v in reps.values()),
+                         "all_runs_marked": not clean, **med,
+                         "speedup_p50": paired_ratio([base[k]["p50_s"] for k in pairs], [good[k]["p50_s"] for k in pairs]),
+                         "speedup_p99": paired_ratio([base[k]["p99_s"] for k in pairs], [good[k]["p99_s"] for k in pairs])}
+        out[scenario] = rows
+    return out
+
+
+def _fmt(x: Any, scale: float = 1.0, digits: int = 0) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:,.{digits}f}"
+
+
+def _ci(s: dict[str, Any]) -> str:
+    if s["median"] is None:
+        return ""
+    ci = f" [{s['low']:.2f}, {s['high']:.2f}]" if s["low"] is not None else " (no CI)"
+    return f"{s['median']:.2f}x{ci} n={s['pairs']}"
+
+
+def write_trace_report(out: Path) -> dict[str, Any]:
+    meta = json.loads((out / "plan.json").read_text())
+    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+    summary = summarize(records)
+    (out / "results.json").write_text(json.dumps({"meta": {k: v for k, v in meta.items() if k != "runs"},
+                                                  "summary": summary}, indent=1) + "\n")
+    failed = [r for r in records if r["status"] != "ok"]
+    reps = meta["repetitions"]
+    lines = [f"# Trace-driven sweep ({meta['job']['model']} {meta['job']['precision']}, "
+             f"{meta['job']['iterations']} iterations per run)", "",
+             f"Command: `{meta['command']}`", "",
+             f"Scaling: b = {meta['scale']['b']:.2f}, k = {meta['scale']['k']:g} (real {meta['scale']['real_gbps']:g} "
+             f"Gbit/s over an emulated {meta['scale']['emulated_mbps']:.0f} Mbit/s port: ratio "
+             f"{meta['scale']['capacity_ratio']:.1f}). Load (1 min) at start {meta.get('load_at_start')}, at end "
+             f"{meta.get('load_at_end')}; {len(records)} of {len(meta['runs'])} runs recorded, {len(failed)} failed.", ""]
+    if reps < 10:
+        lines += [f"**{reps} pairs per configuration: a quick subset, below the 10 pairs the statistics need; "
+                  "CIs are wide or absent and no claim rests on them.**", ""]
+    for scenario, rows in summary.items():
+        lines += [f"## {scenario}", "",
+                  "| configuration | runs (CPU-bound) | p50 / p99 / max (ms) | exposed comm (ms) | forward wait (ms) | "
+                  "comm/compute | speed-up p50 vs ddp-tcp | speed-up p99 | values zero-filled | mag. drops / ECN | "
+                  "queue drops | host qdisc drops | TCP retrans / RTOs | bg goodput (Mbit/s) | RR FCT p99 (ms) | "
+                  "max CPU / starvation |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for cfg, r in rows.items():
+            lines.append(
+                f"| {cfg} | {r['runs']} ({r['cpu_bound']}) | {_fmt(r['p50_s'], 1e3)} / {_fmt(r['p99_s'], 1e3)} / "
+                f"{_fmt(r['max_s'], 1e3)} | {_fmt(r['exposed_s'], 1e3)} | {_fmt(r['forward_wait_s'], 1e3)} | "
+                f"{_fmt(r['ratio'], 1, 2)} | {_ci(r['speedup_p50'])} | {_ci(r['speedup_p99'])} | "
+                f"{_fmt(r['loss_share'], 100, 3)}% | {_fmt(r['magnitude_drops'])} / {_fmt(r['ecn_marks'])} | "
+                f"{_fmt(r['queue_drops'])} | {_fmt(r['host_qdisc_drops'])} | {_fmt(r['tcp_retransmitted'])} / "
+                f"{_fmt(r['tcp_timeouts'])} | {_fmt(r['bg_goodput_mbps'], 1, 1)} | {_fmt(r['rr_fct_p99_ms'], 1, 1)} | "
+                f"{_fmt(r['max_cpu_share'], 1, 2)} / {_fmt(r['max_starvation'], 1, 2)} |")
+        if any(r.get("all_runs_marked") for r in rows.values()):
+            lines.append("\n**Every run of this scenario was CPU-bound or CPU-starved: the figures above are from "
+                         "marked runs and are not a headline.**")
+        lines.append("")
+    if failed:
+        lines += ["## Failed runs", ""] + [f"* {r['run_id']}: {r['error'].splitlines()[0][:200]}" for r in failed] + [""]
+    (out / "results.md").write_text("\n".join(lines))
+    _plots(out, records, summary)
+    return summary
+
+
+def _plots(out: Path, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for scenario, rows in summary.items():
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        for cfg in rows:
+            t = sorted(x * 1e3 for r in records if r["status"] == "ok" and r["scenario"] == scenario
+                       and r["config"] == cfg for x in run_figures(r)["times"])
+            if t:
+                a.step(t, np.arange(1, len(t) + 1) / len(t), where="post", label=cfg)
+        a.set_xlabel("iteration time (ms)")
+        a.set_ylabel("CDF")
+        a.legend(fontsize=8)
+        names = [c for c in rows if rows[c]["speedup_p50"]["median"] is not None]
+        meds = [rows[c]["speedup_p50"]["median"] for c in names]
+        errs = [[m - (rows[c]["speedup_p50"]["low"] or m) for c, m in zip(names, meds)],
+                [(rows[c]["speedup_p50"]["high"] or m) - m for c, m in zip(names, meds)]]
+        b.bar(names, meds, yerr=errs, capsize=4)
+        b.axhline(1.0, color="gray", lw=0.8)
+        b.set_ylabel("p50 speed-up vs ddp-tcp (paired)")
+        b.tick_params(axis="x", rotation=30)
+        fig.suptitle(scenario)
+        fig.tight_layout()
+        fig.savefig(out / f"trace_{scenario}.png", dpi=90)
+        plt.close(fig)

@@ -1,0 +1,341 @@
+"""`gradfabric experiment trace`: trace-driven jobs on the 8-host leaf-spine, paired runs.
+
+Plan (:func:`plan_runs`): ``repetitions`` rounds; in round r every scenario runs each of its
+configurations once, in an order rotated by r (interleaved), all with seed ``2000 + r`` (the
+gradient values and data of a pair are the same; pairs are (scenario, round)). The plan is
+written to ``plan.json`` first; ``--resume DIR`` reads it back and skips the runs whose
+``runs/<run>.json`` says ok, keeping the interleaving.
+
+Each run (:func:`run_trace_once`): the configuration's policy, the scaled ``rto_min`` on the
+TCP jobs' hosts, counters (switch P4 counters and queue drops, hosts' qdisc drops, ``nstat``
+TCP retransmissions and timeouts of every host, CPU time of every switch process), the
+background, the job's ranks (:mod:`experiments.training.trace_worker`) started together,
+then the same counters again. Per-process CPU: each rank reports its own share of a core;
+the switches' shares come from ``/proc``; a run with any above 0.85 is marked
+``cpu_bound``; a run where a rank waited for a CPU more than half the time it was runnable
+(others' load) is marked ``cpu_starved``; both are left out of the headline figures
+(:mod:`experiments.trace_report`) while any run is left that is neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from experiments.errors import ExperimentError
+from experiments.trace_configs import QUICK, TOPOLOGY8, TraceConfig, TraceScenario, trace_config, trace_scenario
+from experiments.training.processes import RoleProcess
+from experiments.training.trace_worker import TraceJob
+
+SEED_BASE = 2000
+NODE_PREFIX = "gt"
+CPU_BOUND = 0.85
+#: A rank that waited for a CPU more than half the time it was runnable (``/proc``
+#: schedstat) ran on an overloaded machine: its run is marked ``cpu_starved``.
+STARVED = 0.5
+NSTAT_KEYS = ("TcpRetransSegs", "TcpExtTCPTimeouts")
+BULK_ITERATIONS = 100_000
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    index: int
+    scenario: str
+    config: str
+    repetition: int
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.index:03d}-{self.scenario}-{self.config}-r{self.repetition}"
+
+
+def plan_runs(sweep: dict[str, tuple[str, ...]], repetitions: int) -> list[PlannedRun]:
+    """Interleaved, paired runs (module doc)."""
+    runs: list[PlannedRun] = []
+    for r in range(repetitions):
+        for name, configs in sweep.items():
+            n = len(configs)
+            for k in range(n):
+                runs.append(PlannedRun(len(runs), name, configs[(r + k) % n], r, SEED_BASE + r))
+    return runs
+
+
+@dataclass
+class TraceSettings:
+    sweep: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(QUICK))
+    repetitions: int = 3
+    job: TraceJob = field(default_factory=lambda: TraceJob(iterations=15))
+    out: Path | None = None
+    resume: Path | None = None
+    topo: Path = TOPOLOGY8
+    job_timeout_s: float = 300.0
+    command: str = ""
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _cpu_ticks(pid: int) -> int:
+    """CPU ticks (user + system) of `pid` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+        todo += children.get(p, [])
+    return total
+
+
+def _nstat(node: Any) -> dict[str, int]:
+    out = node.cmd("nstat -az " + " ".join(NSTAT_KEYS))
+    figures = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in NSTAT_KEYS and parts[1].isdigit():
+            figures[parts[0]] = int(parts[1])
+    return figures
+
+
+class TraceSite:
+    """A booted fabric seen by the trace experiment (hosts, switches, counters)."""
+
+    def __init__(self, fabric: Any) -> None:
+        from experiments.sites import FabricSite
+
+        self.fabric = fabric
+        self.base = FabricSite(fabric)
+
+    def hosts(self) -> list[str]:
+        return [h.name[len(self.fabric.options.prefix):] for h in self.fabric.spec.hosts]
+
+    def snapshot(self) -> dict[str, Any]:
+        from mininet_topos.builder import host_link_drops
+
+        switches = {sw.name: sw.process.pid for sw in self.fabric.net.switches if getattr(sw, "process", None)}
+        counters = self.base.counters()
+        return {"t": time.monotonic(), "counters": counters, "host_drops": host_link_drops(self.fabric),
+                "nstat": {h: _nstat(self.fabric.node(h)) for h in self.hosts()},
+                "cpu_ticks": {name: _cpu_ticks(pid) for name, pid in switches.items() if pid}}
+
+    def figures(self, before: dict[str, Any], after: dict[str, Any], job_ids: list[int]) -> dict[str, Any]:
+        seconds = max(1e-9, after["t"] - before["t"])
+        hz = os.sysconf("SC_CLK_TCK")
+        queue_drops = 0
+        for name, now in after["counters"].items():
+            old = before["counters"].get(name)
+            if now.queue_drops is not None:
+                prev = (old.queue_drops or {}) if old is not None else {}
+                queue_drops += sum(n - prev.get(k, 0) for k, n in now.queue_drops.items())
+        nstat = {key: sum(after["nstat"][h].get(key, 0) - before["nstat"][h].get(key, 0) for h in after["nstat"])
+                 for key in NSTAT_KEYS}
+        return {**self.base.switch_figures(before["counters"], after["counters"], job_ids),
+                "queue_drops": queue_drops,
+                "host_qdisc_drops": sum(after["host_drops"].values()) - sum(before["host_drops"].values()),
+                "tcp_retransmitted": nstat["TcpRetransSegs"], "tcp_timeouts": nstat["TcpExtTCPTimeouts"],
+                "switch_cpu": {n: round((after["cpu_ticks"][n] - before["cpu_ticks"].get(n, 0)) / hz / seconds, 3)
+                               for n in after["cpu_ticks"]}}
+
+    def set_rto_min(self, hosts: list[str], rto_s: float | None) -> None:
+        """``rto_min`` on every route of these hosts (None: the Linux default)."""
+        for h in hosts:
+            node = self.fabric.node(h)
+            for line in node.cmd("ip route show").splitlines():
+                route = line.split(" rto_min")[0].strip()
+                if route:
+                    extra = f" rto_min {rto_s * 1e3:g}ms" if rto_s is not None else ""
+                    node.cmd(f"ip route replace {route}{extra}")
+
+
+def _argv(job: TraceJob, rank: int, peers: list[str]) -> list[str]:
+    return [sys.executable, "-m", "experiments.training.trace_worker", "--rank", str(rank), "--peers", ",".join(peers),
+            "--wait-go", *job.argv()]
+
+
+def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run: PlannedRun,
+                   settings: TraceSettings, logs: Path, policies: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """One run (module doc); raises on failure."""
+    from hosts.wire import DLCP_PORT
+
+    t0 = time.monotonic()
+    phases: dict[str, float] = {}
+    site.base.apply(config, sc.job_ids, policies)
+    job_hosts = sorted({h for p in sc.jobs + sc.bulk for h in p.hosts})
+    rto = settings.job.rule.rto_min_s(config.rto_min_real_s) if config.rto_min_real_s is not None else None
+    site.set_rto_min(job_hosts, rto)
+    roles: list[tuple[int, int, RoleProcess, bool]] = []  # job id, rank, process, measured
+    try:
+        for placement, measured in [(p, True) for p in sc.jobs] + [(p, False) for p in sc.bulk]:
+            job = config.job(settings.job, placement, run.seed)
+            if not measured:
+                from dataclasses import replace
+
+                job = replace(job, compute_scale=0.0, iterations=BULK_ITERATIONS)
+            peers = [f"{site.base.ip(h)}:{DLCP_PORT}" for h in placement.hosts]
+            for rank, host in enumerate(placement.hosts):
+                roles.append((placement.job_id, rank, RoleProcess(
+                    f"job {placement.job_id} rank {rank}", _argv(job, rank, peers), site.base.spawner(host),
+                    logs / f"job{placement.job_id}-rank{rank}.log"), measured))
+        for _, _, role, _ in roles:
+            role.wait_listening(120.0)
+        phases["ranks_up"] = round(time.monotonic() - t0, 2)
+        with site.base.background(list(sc.background)) as traffic:
+            time.sleep(1.0)  # queues fill, TCP leaves slow start
+            before = site.snapshot()
+            started = time.monotonic()
+            for _, _, role, _ in roles:
+                role.go()
+            pending = [role for _, _, role, measured in roles if measured]
+            deadline = time.monotonic() + settings.job_timeout_s
+            while pending:
+                for role in list(pending):
+                    code = role.process.poll()
+                    if code is None:
+                        continue
+                    if code != 0:
+                        raise role.failure()
+                    pending.remove(role)
+                for _, _, role, measured in roles:
+                    if not measured and role.process.poll() not in (None, 0):
+                        raise role.failure()
+                if time.monotonic() > deadline:
+                    raise ExperimentError(f"the run did not finish within {settings.job_timeout_s:.0f} s "
+                                          f"(still running: {', '.join(r.name for r in pending)})")
+                time.sleep(0.1)
+            trained = time.monotonic() - started
+            after = site.snapshot()
+            background = [r.to_dict() for r in traffic.finish()] if traffic is not None else []
+    finally:
+        for _, _, role, _ in roles:
+            role.stop()
+        if rto is not None:
+            site.set_rto_min(job_hosts, None)
+    jobs: dict[str, Any] = {}
+    for job_id, rank, role, measured in roles:
+        if not measured:
+            continue
+        done = role.done()
+        jobs.setdefault(str(job_id), {"ranks": {}})["ranks"][str(rank)] = {
+            "role": done.get("role", "worker"), "cpu_share": done.get("cpu_share"),
+            "starvation": done.get("starvation"), "totals": done.get("totals", {}),
+            "records": [{k: v for k, v in line.items() if k != "event"} for line in role.lines
+                        if line.get("event") == "iteration"]}
+    figures = site.figures(before, after, sc.job_ids)
+    cpu = [r["cpu_share"] for j in jobs.values() for r in j["ranks"].values() if r["cpu_share"] is not None]
+    cpu += list(figures["switch_cpu"].values())
+    starved = [r["starvation"] for j in jobs.values() for r in j["ranks"].values() if r["starvation"] is not None]
+    return {"jobs": jobs, "background": background, "switch": figures, "seconds": round(trained, 2),
+            "phases": phases, "max_cpu_share": max(cpu) if cpu else None,
+            "cpu_bound": bool(cpu) and max(cpu) > CPU_BOUND, "max_starvation": max(starved) if starved else None,
+            "cpu_starved": bool(starved) and max(starved) > STARVED, "rto_min_s": rto}
+
+
+def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None = None) -> Path:
+    """The whole sweep, or the rest of one (``resume``); returns the results folder."""
+    from experiments.trace_report import write_trace_report
+    from experiments.training.grad_values import load_pool
+
+    say = say or (lambda msg: print(msg, flush=True))
+    if settings.resume is not None:
+        out = settings.resume
+        meta = json.loads((out / "plan.json").read_text())
+        runs = [PlannedRun(**r) for r in meta["runs"]]
+        settings.job = TraceJob(**meta["job"])
+        meta.setdefault("resumed", []).append({"at": _now(), "command": settings.command, "load": _load()})
+    else:
+        out = settings.out or _default_out()
+        runs = plan_runs(settings.sweep, settings.repetitions)
+        for name, configs in settings.sweep.items():
+            trace_scenario(name)
+            for c in configs:
+                trace_config(c)
+        meta = {"command": settings.command, "started": _now(), "load_at_start": _load(), "cpus": os.cpu_count(),
+                "sweep": {k: list(v) for k, v in settings.sweep.items()}, "repetitions": settings.repetitions,
+                "job": asdict(settings.job), "scale": settings.job.rule.to_dict(), "topology": str(settings.topo),
+                "runs": [asdict(r) for r in runs], "cpu_bound_share": CPU_BOUND}
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
+    say(settings.job.rule.describe())
+    load_pool()  # made once here (PyTorch), read by every rank
+    done_ids = {p.stem for p in (out / "runs").glob("*.json") if json.loads(p.read_text()).get("status") == "ok"}
+    todo = [r for r in runs if r.run_id not in done_ids]
+    say(f"trace sweep: {len(runs)} runs, {len(runs) - len(todo)} already recorded, {len(todo)} to run, into {out}")
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gradfabric-trace-") as tmp:
+        work = Path(tmp)
+        from mininet_topos.launcher import Fabric, LaunchOptions
+        from mininet_topos.programming import program_fabric
+
+        options = LaunchOptions(topo=settings.topo, workdir=work, prefix=NODE_PREFIX, policy=None, progress=say)
+        with Fabric(options) as fabric:
+            program_fabric(fabric.description_path, None)
+            site = TraceSite(fabric)
+            for n, run in enumerate(todo):
+                logs = work / "logs" / run.run_id
+                say(f"[{n + 1:>3}/{len(todo)}] {run.run_id} (seed {run.seed}), load {_load()[0]:.2f}")
+                record: dict[str, Any] = {**asdict(run), "run_id": run.run_id, "load_before": _load(),
+                                          "started": _now()}
+                try:
+                    record.update(run_trace_once(site, trace_scenario(run.scenario), trace_config(run.config), run,
+                                                 settings, logs, out / "policies", say))
+                    record["status"] = "ok"
+                except Exception as exc:  # recorded; the sweep goes on
+                    record.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                                  traceback=traceback.format_exc(limit=6))
+                    if logs.exists():
+                        shutil.copytree(logs, out / "logs" / run.run_id, dirs_exist_ok=True)
+                record["load_after"] = _load()
+                (out / "runs" / f"{run.run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+                say("      " + _outcome(record))
+                meta["elapsed_s"] = round(meta.get("elapsed_s", 0) + time.monotonic() - began, 1)
+                began = time.monotonic()
+                meta["load_at_end"] = _load()
+                (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
+                write_trace_report(out)
+    say(f"trace sweep done: results in {out}")
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _default_out() -> Path:
+    from gradfabric.paths import build_dir
+
+    return build_dir() / "results" / "trace" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def _outcome(record: dict[str, Any]) -> str:
+    if record["status"] != "ok":
+        return f"FAILED: {record['error'].splitlines()[0][:300]}"
+    from experiments.trace_report import run_figures
+
+    m = run_figures(record)
+    return (f"ok in {record['seconds']:.0f} s: iteration p50 {m['p50_s'] * 1e3:.0f} ms, p99 {m['p99_s'] * 1e3:.0f} ms, "
+            f"ratio {m['ratio']:.2f}, loss {m['loss_share']:.4f}, max CPU {record['max_cpu_share']:.2f}"
+            + (" (CPU-BOUND)" if record["cpu_bound"] else "")
+            + (f" (CPU-STARVED {record['max_starvation']:.2f})" if record.get("cpu_starved") else ""))
