@@ -47,7 +47,7 @@ QUEUE_PACKETS = 51
 THRESHOLD = QUEUE_PACKETS // 2  # dropping and ECN at half a queue, as in configs.py
 JOB_DSCP = 18  # AF21: what the TCP job marks on its sockets in the "tcp class" configuration
 GRAD_BOUND = 0.10
-NUM_LAYERS = 161  # ResNet-50's parameter tensors (layer rules are split in thirds)
+NUM_LAYERS = 54  # ResNet-50's layers (convolutions with their norms, and fc; rules split in thirds)
 
 
 def _layer_rules(queues: str) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ def test_scale_rule_keeps_capacity() -> None:
 
 @needs_trace
 def test_scaled_trace_follows_ready_order_and_forward_use() -> None:
-    job = TraceJob(k=8.0)
+    job = TraceJob(k=8.0, layers="tensor")
     trace = scaled_model(job)
     rows = [l.split(",") for l in SHARED_TRACES.read_text().splitlines()[1:]]
     mine = [r for r in rows if r[0] == "resnet50" and r[1] == "fp32"]
@@ -113,3 +113,20 @@ def test_gradient_values_have_the_pool_magnitudes() -> None:
     assert 1e-3 / 3 < float(np.abs(g[0]).mean()) < 1e-3 * 3
     assert 1e-1 / 3 < float(np.abs(g[1]).mean()) < 1e-1 * 3
     assert not np.array_equal(src.gradients(1)[0], g[0])
+
+
+@needs_trace
+def test_layers_merge_a_convolution_and_its_norm() -> None:
+    from experiments.training.trace_worker import unit_of
+
+    assert unit_of("layer4.2.bn3.bias") == unit_of("layer4.2.conv3.weight") == "layer4.2.conv3"
+    assert unit_of("layer4.0.downsample.1.weight") == "layer4.0.downsample.0"
+    assert unit_of("fc.bias") == "fc"
+    tensors = scaled_model(TraceJob(layers="tensor", k=1.0, real_gbps=0.24))
+    layers = scaled_model(TraceJob(layers="layer", k=1.0, real_gbps=0.24))  # b = 1: sizes unscaled
+    # ResNet-50: 53 convolutions (each with its norm) and the fully connected layer
+    assert len(layers.layers) == 54
+    assert layers.numel == tensors.numel == 25_557_032
+    assert sum(l.backward_s for l in layers.layers) == pytest.approx(sum(l.backward_s for l in tensors.layers))
+    assert layers.layers[forward_order(layers)[0]].name == "conv1"
+    assert layers.layers[0].name == "conv1" and layers.layers[-1].name == "fc"

@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -85,6 +86,7 @@ class TraceJob:
     max_rate_pps: float = 80_000.0
     timeout_s: float = 60.0
     compute_scale: float = 1.0  # 0: no compute, a bulk sender in the job's class (hotspot scenario)
+    layers: str = "layer"  # layer: a conv and its norm are one layer (merge_layers); tensor: every tensor
 
     def argv(self) -> list[str]:
         out: list[str] = []
@@ -102,6 +104,10 @@ def scaled_model(job: TraceJob) -> ModelTrace:
     from dataclasses import replace
 
     trace = load_trace(job.trace, model=job.model, precision=job.precision)
+    if job.layers == "layer":
+        trace = merge_layers(trace)
+    elif job.layers != "tensor":
+        raise ExperimentError(f"--layers {job.layers!r}: layer or tensor")
     rule = job.rule
     c = job.compute_scale
 
@@ -110,6 +116,34 @@ def scaled_model(job: TraceJob) -> ModelTrace:
 
     layers = tuple(Layer(l.index, l.name, rule.numel(l.numel), t(l.forward_s), t(l.backward_s)) for l in trace.layers)
     return replace(trace, layers=layers, backward_tail_s=t(trace.backward_tail_s), optimizer_s=t(trace.optimizer_s))
+
+
+def unit_of(name: str) -> str:
+    """The layer a parameter belongs to: its module, with a norm layer counted with the
+    convolution before it (``layer4.2.bn3.bias`` -> ``layer4.2.conv3``, ``downsample.1`` ->
+    ``downsample.0``), as DLCP's priorities are per layer."""
+    unit = re.sub(r"\.(weight|bias|in_proj_weight|in_proj_bias)$", "", name)
+    unit = re.sub(r"(^|\.)bn(\d+)$", r"\1conv\2", unit)
+    return re.sub(r"downsample\.1$", "downsample.0", unit)
+
+
+def merge_layers(trace: ModelTrace) -> ModelTrace:
+    """One layer per unit (:func:`unit_of`) for tensors adjacent in ready order: sizes and
+    compute times add up; forward order by each unit's first use."""
+    from dataclasses import replace
+
+    groups: list[list[Layer]] = []
+    for layer in reversed(trace.layers):  # ready order
+        if groups and unit_of(groups[-1][0].name) == unit_of(layer.name):
+            groups[-1].append(layer)
+        else:
+            groups.append([layer])
+    n = len(groups)
+    index_of = {l.index: n - 1 - g for g, members in enumerate(groups) for l in members}
+    layers = tuple(Layer(n - 1 - g, unit_of(m[0].name), sum(l.numel for l in m), sum(l.forward_s for l in m),
+                         sum(l.backward_s for l in m)) for g, m in enumerate(groups))[::-1]
+    order = list(dict.fromkeys(index_of[i] for i in forward_order(trace)))
+    return replace(trace, layers=layers, forward_order=tuple(order))
 
 
 def make_scheduler(job: TraceJob) -> Any:
