@@ -152,6 +152,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                       help="trace CSV to write (pytorch format); its passes go to NAME.passes.json beside it")
     prof.set_defaults(handler=_profile)
 
+    from simulator.packet.cli import add_packet_command  # declares the command; ns-3 loads only when it runs
+
+    add_packet_command(simsub)
+
 
 def _cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from hosts.schedulers import AlphaBeta

@@ -25,6 +25,7 @@ priority first), packet chunk by packet chunk, so an urgent bucket overtakes a l
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,6 +54,7 @@ class JobSpec:
     ordering: str = "wfbp"
     in_flight: int = 4
     start_s: float = 0.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.collective not in ("ring", "star"):
@@ -107,6 +109,8 @@ class JobRun:
         self.ranks = [_Rank(r) for r in range(self.n)]
         self.state: dict[tuple[int, int, int], _Reduce] = {}
         self.finished_ranks = 0
+        self.rng = random.Random(spec.job_id * 7919 + spec.seed)
+        self.stretch = [1.0] * self.n
 
     # -- the compute loop ------------------------------------------------------------
     def start(self) -> None:
@@ -118,9 +122,11 @@ class JobRun:
         rank.backward_done = False
         rank.finished = 0
         wl = self.spec.workload
+        k = self.rng.choice(wl.host_samples) / wl.compute_s if wl.host_samples else 1.0
+        self.stretch[rank.index] = k
         for b, bucket in enumerate(wl.buckets):
-            self.schedule(wl.forward_s + bucket.ready_s, lambda r=rank, b=b: self._ready(r, b))
-        self.schedule(wl.forward_s + wl.backward_s, lambda r=rank: self._backward_end(r))
+            self.schedule(k * (wl.forward_s + bucket.ready_s), lambda r=rank, b=b: self._ready(r, b))
+        self.schedule(k * (wl.forward_s + wl.backward_s), lambda r=rank: self._backward_end(r))
 
     def _ready(self, rank: _Rank, b: int) -> None:
         rank.pending.append(b)
@@ -141,7 +147,7 @@ class JobRun:
     def _maybe_step(self, rank: _Rank) -> None:
         if rank.backward_done and rank.finished == len(self.spec.workload.buckets):
             rank.backward_done = False
-            self.schedule(self.spec.workload.optimizer_s, lambda: self._end(rank))
+            self.schedule(self.stretch[rank.index] * self.spec.workload.optimizer_s, lambda: self._end(rank))
 
     def _end(self, rank: _Rank) -> None:
         now = self.now()

@@ -157,7 +157,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     for j in scenario.jobs:
         spec = JobSpec(j.job_id, j.hosts, "ring" if gloo else j.collective, settings.workload, settings.iterations,
                        grad_bound=config.grad_bound, priorities=config.queues, ordering=settings.ordering,
-                       in_flight=2 if gloo else settings.in_flight, start_s=settings.job_start_s)
+                       in_flight=1 if gloo else settings.in_flight, start_s=settings.job_start_s, seed=settings.seed)
         transport.prepare(spec, gloo)
         _KEEP.append(transport)
         job = JobRun(spec, transport, schedule, gf.NowSeconds, transport.messages)

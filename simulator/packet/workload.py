@@ -56,10 +56,17 @@ class Workload:
     backward_s: float  # backward end, after the last bucket is ready
     optimizer_s: float = 0.0
     note: str = ""
+    #: Measured per-iteration host times (a loopback run's iteration times): when given, each
+    #: iteration draws one and its compute timeline is stretched to it.
+    host_samples: tuple[float, ...] = ()
 
     @property
     def numel(self) -> int:
         return sum(b.numel for b in self.buckets)
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s + self.optimizer_s
 
 
 def cnn_workload(compute_s: float = 0.025) -> Workload:

@@ -1,0 +1,182 @@
+"""`gradfabric sim packet`: the training experiment's scenarios on ns-3 (needs the ns3 extra).
+
+This module only declares the command; ns-3 is loaded when it runs. Results go to ``--out``
+(``runs/<run>.json`` in the fabric's raw-run format, ``results.md`` and ``results.json``)
+and the table to stdout; ``--compare`` adds the fabric's figures from its result folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from datetime import datetime, timezone
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gradfabric import paths
+
+EXPERIMENT_TOPOLOGY = paths.ROOT / "experiments" / "topologies" / "leafspine_training.yaml"
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_packet_command(simsub: argparse._SubParsersAction) -> None:
+    p = simsub.add_parser("packet", help="the experiment's scenarios on ns-3 (needs pip install '.[ns3]')")
+    p.add_argument("--topo", default="experiment",
+                   help="experiment (the fabric's leaf-spine file), a topology YAML, leafspine:L,S,H "
+                        "(leaves, spines, hosts per leaf) or fattree:K (K even, 4..16)")
+    p.add_argument("--scenarios", type=_names, default=["tcp"], help="comma-separated (tcp, udp, multitenant, incast)")
+    p.add_argument("--configs", type=_names, default=["gloo", "qos", "dlcp"],
+                   help="comma-separated (gloo, reliable, qos, priority, dropping, spraying, dlcp)")
+    p.add_argument("--tile", action="store_true",
+                   help="repeat each scenario over every group of six hosts of the topology")
+    p.add_argument("--repetitions", type=int, default=1, help="runs per configuration (seed 1000 + r)")
+    p.add_argument("--iterations", type=int, default=60, help="iterations per run")
+    p.add_argument("--compute-ms", type=float, default=2.3,
+                   help="CNN compute per iteration (the default workload; 2.3 ms: its CPU profile, "
+                        "experiments/results/simulation/validation/cnn_digits.passes.json)")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="loopback runs of the same job (`experiment training --loopback`): each iteration "
+                        "replays one of their iteration times as the hosts' own time (gloo's for gloo, the "
+                        "DLCP hook's for the others)")
+    p.add_argument("--trace", type=Path, default=None, help="a model trace instead of the CNN (H100 traces: with --model)")
+    p.add_argument("--model", default=None, help="model of a pytorch-format trace (e.g. resnet50)")
+    p.add_argument("--precision", default=None, help="precision of a pytorch-format trace (fp32 or bf16)")
+    p.add_argument("--real-gbps", type=float, default=25.0, help="trace: the real link the scaling rule maps")
+    p.add_argument("--k", type=float, default=None, help="trace: time multiplier (default: bytes divisor 1000)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="trace: DDP bucket size (real MiB)")
+    p.add_argument("--ordering", choices=("wfbp", "p3", "dlcp"), default="wfbp",
+                   help="host sending order of DLCP jobs (wfbp: as handed out, the fabric's hook)")
+    p.add_argument("--rto-min-ms", type=float, default=200.0, help="ns-3 TCP's minimum RTO (Linux: 200)")
+    p.add_argument("--seed", type=int, default=1000, help="seed of the first repetition")
+    p.add_argument("--compare", type=Path, action="append", default=None,
+                   help="fabric result folder(s) (runs/*.json) to compare with; repeatable")
+    p.add_argument("--out", type=Path, default=None, help="folder for runs/, results.md and results.json")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(handler=_packet)
+
+
+def _topology(spec: str, yaml_default: Path):  # type: ignore[no-untyped-def]
+    from simulator.packet.runtime import PacketSimulationError
+    from simulator.packet.topology import Port, fattree, from_yaml, leafspine
+
+    base = from_yaml(yaml_default).port
+    if spec == "experiment":
+        return from_yaml(yaml_default)
+    if spec.startswith("leafspine:"):
+        try:
+            leaves, spines, per = (int(x) for x in spec.split(":", 1)[1].split(","))
+        except ValueError:
+            raise PacketSimulationError(f"--topo {spec!r}: expected leafspine:LEAVES,SPINES,HOSTS_PER_LEAF") from None
+        return leafspine(leaves, spines, per, base)
+    if spec.startswith("fattree:"):
+        try:
+            k = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise PacketSimulationError(f"--topo {spec!r}: expected fattree:K") from None
+        return fattree(k, Port(base.rate_bps, base.priorities, base.queue_packets))
+    return from_yaml(Path(spec))
+
+
+def _workload(args: argparse.Namespace, port_bps: float):  # type: ignore[no-untyped-def]
+    from gradfabric.traces import load_trace
+    from simulator.packet.workload import Scale, cnn_workload, trace_workload
+
+    if args.trace is None:
+        return cnn_workload(args.compute_ms * 1e-3)
+    trace = load_trace(args.trace, model=args.model, precision=args.precision)
+    ratio = args.real_gbps * 1e9 / port_bps
+    k = args.k if args.k is not None else ratio / 1000
+    return trace_workload(trace, Scale(args.real_gbps, port_bps, k), args.bucket_mb)
+
+
+def _baseline(folder: Path) -> dict[str, list[float]]:
+    """Iteration times (every rank, the first iteration left out) of loopback runs, by transport."""
+    from simulator.packet.report import load_runs
+    from simulator.packet.scenarios import configuration
+
+    samples: dict[str, list[float]] = {}
+    for record in load_runs([folder]):
+        comm = configuration(record["config"]).comm
+        for job in record["jobs"].values():
+            for rank in job["ranks"].values():
+                samples.setdefault(comm, []).extend(float(r["iteration_s"]) for r in rank["records"][1:])
+    return samples
+
+
+def _packet(args: argparse.Namespace) -> int:
+    from simulator.packet.report import comparison_markdown, load_runs, run_figures, summarise
+    from simulator.packet.run import RunSettings, run
+    from simulator.packet.runtime import PacketSimulationError, load
+    from simulator.packet.scenarios import configuration, scenario, tiled
+
+    say = (lambda _m: None) if args.quiet else (lambda m: print(m, flush=True))
+    topo = _topology(args.topo, EXPERIMENT_TOPOLOGY)
+    workload = _workload(args, topo.port.rate_bps)
+    host_time = _baseline(args.baseline) if args.baseline is not None else None
+    scenarios = [scenario(s) for s in args.scenarios]
+    configs = [configuration(c) for c in args.configs]
+    if args.tile:
+        scenarios = [tiled(s, topo.hosts) for s in scenarios]
+    t0 = time.monotonic()
+    say(f"loading ns-3 ({workload.note}; topology {topo.name}: {len(topo.hosts)} hosts, "
+        f"{len(topo.switches)} switches)")
+    load()
+    say(f"ns-3 loaded in {time.monotonic() - t0:.1f} s")
+    out = args.out
+    if out is not None:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    index = 0
+    for sc in scenarios:
+        for r in range(args.repetitions):
+            n = len(configs)
+            for j in range(n):
+                config = configs[(r + j) % n]
+                run_id = f"{index:03d}-{sc.name}-{config.name}-r{r}"
+                say(f"[{index + 1}/{len(scenarios) * args.repetitions * n}] {run_id}")
+                wl = workload
+                if host_time is not None:
+                    samples = host_time.get(config.comm)
+                    if not samples:
+                        raise PacketSimulationError(f"--baseline {args.baseline}: no runs of a {config.comm} "
+                                                    f"configuration to replay for {config.name}")
+                    wl = replace(workload, host_samples=tuple(samples))
+                settings = RunSettings(wl, iterations=args.iterations, ordering=args.ordering,
+                                       rto_min_s=args.rto_min_ms * 1e-3, seed=args.seed + r,
+                                       progress=None if args.quiet else (lambda m: print(m, flush=True)))
+                record: dict[str, Any] = {"index": index, "scenario": sc.name, "config": config.name,
+                                          "repetition": r, "seed": args.seed + r, "run_id": run_id}
+                record.update(run(topo, sc, config, settings))
+                record["status"] = "ok"
+                runs.append(record)
+                fig = run_figures(record)
+                say(f"      iteration p50 {fig['iteration_p50_s'] * 1e3:.1f} ms, p99 {fig['iteration_p99_s'] * 1e3:.1f} ms, "
+                    f"{fig['magnitude_drops']:.0f} eligible drops, wall {record['simulation']['wall_s']:.1f} s")
+                if out is not None:
+                    (out / "runs" / f"{run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+                index += 1
+    simulated = summarise(runs)
+    fabric = summarise(load_runs(args.compare)) if args.compare else None
+    table = comparison_markdown(simulated, fabric)
+    print(table, end="")
+    if out is not None:
+        command = "gradfabric sim packet " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        head = (f"# Packet simulation (ns-3) of the training experiment\n\nMade by `{command}` on {stamp}, "
+                f"{(time.monotonic() - t0) / 60:.1f} min wall. Topology {topo.name} ({len(topo.hosts)} hosts); "
+                f"workload: {workload.note}"
+                f"{'' if args.baseline is None else f', host time replayed from {args.baseline}'}; host order {args.ordering}; TCP rto_min {args.rto_min_ms:g} ms.\n\n")
+        (out / "results.md").write_text(head + table)
+        (out / "results.json").write_text(json.dumps(
+            {"command": command, "topology": topo.name, "hosts": len(topo.hosts),
+             "simulated": {f"{k[0]}/{k[1]}": v for k, v in simulated.items()},
+             "fabric": None if fabric is None else {f"{k[0]}/{k[1]}": v for k, v in fabric.items()}}, indent=1) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,110 @@
+"""Jobs of the packet simulation: the scenario table against the experiment's, tiling, the
+workloads, and (with the ns3 extra; skipped with the reason otherwise) a ring whose
+iteration time is computed by hand, a bounded-loss star under congestion and gloo's TCP.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments import configs as exp_configs
+from experiments import scenarios as exp_scenarios
+from simulator.packet import scenarios as sim
+from simulator.packet.runtime import PacketSimulationError, missing_reason
+from simulator.packet.topology import Port, fattree, tiny
+from simulator.packet.workload import CNN_TENSORS, Bucket, Workload, cnn_workload, layer_priority
+
+
+def test_scenarios_and_configurations_match_the_experiment() -> None:
+    assert set(sim.SCENARIOS) == set(exp_scenarios.SCENARIOS)
+    for name, ours in sim.SCENARIOS.items():
+        theirs = exp_scenarios.SCENARIOS[name]
+        assert [(j.job_id, j.hosts, j.collective) for j in ours.jobs] == \
+            [(j.job_id, j.hosts, j.collective) for j in theirs.jobs]
+        assert [(f.src, f.dst, f.kind) for f in ours.background] == \
+            [(f.src, f.dst, f.protocol) for f in theirs.background]
+    assert sim.PORT_PPS == exp_scenarios.PORT_PPS and sim.QUEUE_THRESHOLD == exp_configs.QUEUE_THRESHOLD
+    for c in exp_configs.CONFIGURATIONS:
+        ours = sim.configuration(c.name)
+        assert (ours.comm, ours.queues, ours.dropping, ours.spraying, ours.ecn, ours.grad_bound) == \
+            (c.comm, c.queues, c.dropping, c.spraying, c.ecn, c.grad_bound)
+
+
+def test_tiling_repeats_the_scenario_over_groups_of_six() -> None:
+    topo = fattree(4, Port())  # 16 hosts: two copies, four hosts left over
+    tiled = sim.tiled(sim.scenario("incast"), topo.hosts)
+    assert tiled.name == "incastx2"
+    assert [j.hosts for j in tiled.jobs] == [("h1", "h4", "h5", "h6"), ("h7", "h10", "h11", "h12")]
+    assert [j.job_id for j in tiled.jobs] == [1, 2]
+    assert [(f.src, f.dst) for f in tiled.background] == [("h2", "h1"), ("h3", "h1"), ("h8", "h7"), ("h9", "h7")]
+    with pytest.raises(PacketSimulationError, match="six hosts"):
+        sim.tiled(sim.scenario("tcp"), ["h1", "h2"])
+
+
+def test_cnn_workload_has_the_experiment_buckets() -> None:
+    wl = cnn_workload(0.003)
+    # Nine buckets in backward order: the last bias shares its weight's bucket.
+    assert [b.numel for b in wl.buckets] == [330, 32, 3072, 24, 3456, 16, 1152, 8, 72]
+    assert [b.front for b in wl.buckets] == [8, 7, 6, 5, 4, 3, 2, 1, 0]
+    assert wl.numel == sum(CNN_TENSORS) == 8162
+    assert [b.priority for b in wl.buckets] == [5, 5, 5, 6, 6, 6, 6, 7, 7]  # the experiment's 0-1: 7, 2-5: 6
+    assert wl.buckets[-1].ready_s == pytest.approx(wl.backward_s)
+    assert [layer_priority(i, 10) for i in range(10)] == [7, 7, 6, 6, 6, 6, 5, 5, 5, 5]
+
+
+needs_ns3 = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
+
+
+def _one_bucket(numel: int) -> Workload:
+    return Workload("one", (Bucket(0, numel, 0.002, 7),), forward_s=0.001, backward_s=0.002)
+
+
+@needs_ns3
+def test_ring_of_two_iterates_in_compute_plus_two_hand_computed_steps() -> None:
+    from simulator.packet.run import RunSettings, run
+
+    # h1 -- s1 -- h2 at 100 Mbit/s, 1 us each way. One bucket of 360 values: each rank sends
+    # 180 values per step, a 782-byte frame (32 DLCP + 720 + 8 UDP + 20 IPv4 + 2 PPP; 62.56 us
+    # per link) followed by its 62-byte probe (4.96 us). The probe waits behind the data at
+    # s1 and is delivered, completing the step, at 2 * 62.56 + 4.96 + 2 * 1 = 132.08 us; the
+    # next step leaves at once. Iteration: 1 ms forward + 2 ms backward + 2 steps.
+    topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
+    record = run(topo, scenario, sim.configuration("qos"), RunSettings(_one_bucket(360), iterations=3))
+    for rank in ("0", "1"):
+        records = record["jobs"]["1"]["ranks"][rank]["records"]
+        assert [r["iteration"] for r in records] == [0, 1, 2]
+        assert [round(r["iteration_s"] * 1e9) for r in records] == [3_000_000 + 2 * 132_080] * 3
+        assert record["jobs"]["1"]["ranks"][rank]["totals"]["packets"] == 2 * 3  # one data packet per step sent
+    assert record["simulation"]["ports"]["overflow_drops"] == 0
+
+
+@needs_ns3
+def test_bounded_loss_star_under_incast_keeps_within_the_bound() -> None:
+    from simulator.packet.run import RunSettings, run
+    from simulator.packet.topology import leafspine
+
+    # Three workers push 40 packets each into the server's 100 Mbit/s port at once (queues of
+    # 8, eligible packets dropped from a depth of 4): some are lost, none beyond the 10% bound.
+    topo = leafspine(2, 1, 2, Port(rate_bps=1e8, queue_packets=8))
+    scenario = sim.Scenario("star", "PS h1, workers h2..h4", (sim.Job(1, ("h1", "h2", "h3", "h4"), "star"),))
+    record = run(topo, scenario, sim.configuration("dropping"),
+                 RunSettings(_one_bucket(40 * 360), iterations=2, seed=3))
+    ranks = record["jobs"]["1"]["ranks"]
+    assert all(len(r["records"]) == 2 for r in ranks.values())
+    server = ranks["0"]["totals"]
+    assert server["reduced"] == 2 * 3 * 40 * 360  # two iterations of three pushes
+    assert 0 < server["lost"] <= 0.10 * server["reduced"]
+    assert record["simulation"]["ports"]["overflow_drops"] + record["switch"]["magnitude_drops"] > 0
+
+
+@needs_ns3
+def test_gloo_ring_over_ns3_tcp_completes_every_iteration() -> None:
+    from simulator.packet.run import RunSettings, run
+
+    topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
+    record = run(topo, scenario, sim.configuration("gloo"), RunSettings(_one_bucket(3600), iterations=3))
+    times = [r["iteration_s"] for r in record["jobs"]["1"]["ranks"]["0"]["records"]]
+    # Compute (3 ms) plus two steps of 1,800 values (7,200 bytes: five segments) each way.
+    assert len(times) == 3 and all(0.003 + 2 * 7200 * 8 / 1e8 < t < 0.05 for t in times)
