@@ -135,6 +135,20 @@ def test_a_wrong_expectation_fails_on_both(tmp_path: Path) -> None:
 
 
 @pytest.mark.bmv2
+def test_packets_wait_for_the_cli_to_apply_entries() -> None:
+    """The shim's barrier: before the first packet, the CLI answered a token sent after the entries.
+
+    The CLI applies lines in order and each table command is a synchronous Thrift call, so the
+    reply proves the entries were installed before any packet was written (p4c's driver only
+    sleeps 1 s, which a loaded machine can outrun).
+    """
+    run = run_p4c_stf(P4SRC / "dlcp.p4", ROOT / "tests" / "stf" / "dlcp_forwarding.stf",
+                      target_args=DLCP_QUEUES)
+    assert run.ok, run.output[-3000:]
+    assert "Unknown syntax: gf_barrier_0" in run.output, run.output[-3000:]
+
+
+@pytest.mark.bmv2
 def test_p4c_refuses_loops_for_bmv2(tmp_path: Path) -> None:
     """lang_loops.p4 without its compound assignments: p4c parses it and then refuses the loops."""
     from gradfabric.p4ref import require_tool
