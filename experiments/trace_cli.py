@@ -7,6 +7,9 @@ from pathlib import Path
 
 from experiments.errors import ExperimentError
 
+#: Iterations per run of `--quick` (the full sweep: 15).
+QUICK_ITERATIONS = 8
+
 
 def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p = kinds.add_parser("trace", help="H100-traced jobs (ResNet-50) at a real link's scale: DDP/TCP, P3, "
@@ -46,6 +49,8 @@ def _experiment_trace(args: argparse.Namespace) -> int:
     if settings.repetitions < 1:
         raise ExperimentError("--repetitions must be at least 1")
     job = settings.job
+    if args.quick and args.iterations is None:
+        job = replace(job, iterations=QUICK_ITERATIONS)
     for name in ("iterations", "real_gbps", "k", "model"):
         if getattr(args, name) is not None:
             job = replace(job, **{name: getattr(args, name)})
