@@ -26,7 +26,7 @@ import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,12 @@ class IterationReport:
     packets: int
     retransmissions: int
     loss_rate: float
+    #: share of each tensor's sent values marked drop-eligible (tensor id -> share)
+    marked_share: dict[int, float] = field(default_factory=dict)
+    #: values this rank's messages lost (zero-filled at their receivers), by magnitude class
+    lost_by_class: dict[int, int] = field(default_factory=dict)
+    #: packets an answer showed missing that arrived later without a resend (late, not lost)
+    reordered: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -166,6 +172,8 @@ class WorkerAgent:
             transfers=transfers, bytes=sum(s.payload_bytes for s in sends),
             packets=sum(s.packets for s in sends), retransmissions=sum(s.retransmitted for s in sends),
             loss_rate=lost / received if received else 0.0,
+            marked_share=_marked_share(sends), lost_by_class=_lost_by_class(sends),
+            reordered=sum(s.reordered for s in sends),
         )
         return results, report
 
@@ -201,3 +209,21 @@ class WorkerAgent:
                 results[s.layer_index][s.start:s.stop] = out[at:at + s.numel]
                 at += s.numel
         return ring.sends, ring.lost_elements, ring.received_elements
+
+
+def _marked_share(sends: Sequence[SendReport]) -> dict[int, float]:
+    marked: dict[int, int] = {}
+    total: dict[int, int] = {}
+    for s in sends:
+        t = s.key.tensor_id
+        marked[t] = marked.get(t, 0) + s.eligible_elements
+        total[t] = total.get(t, 0) + s.payload_bytes // 4
+    return {t: round(marked[t] / total[t], 6) for t in sorted(total) if total[t]}
+
+
+def _lost_by_class(sends: Sequence[SendReport]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for s in sends:
+        for c, n in s.lost_by_class.items():
+            out[c] = out.get(c, 0) + n
+    return dict(sorted(out.items()))

@@ -270,6 +270,8 @@ def _run_send(args: argparse.Namespace) -> int:
                             "retransmissions": r.retransmitted, "rounds": r.rounds, "probes": r.probes,
                             "probe_timeouts": r.timeouts, "missing": r.missing, "eligible": r.eligible,
                             "ecn_echoes": r.ecn_echoes, "seconds": r.seconds, "cwnd": round(window.cwnd, 1),
+                            "lost_by_class": r.lost_by_class, "eligible_elements": r.eligible_elements,
+                            "reordered": r.reordered,
                             "window_cuts": window.decreases,
                             "srtt_ms": round(srtt * 1e3, 3) if srtt is not None else None,
                             "rate_pps": round(window.rate, 1)})

@@ -415,18 +415,19 @@ class Endpoint:
         total = flat.size if tensor_len is None else tensor_len
         key = MessageKey(self.job_id, self.worker_id, iteration, tensor_id, kind)
         prio = priority_hint(position) if prio_hint is None else prio_hint
-        with self._cond:
-            seq_base = self._seq_base.get((dest, key), 0)
-            n = -(-flat.size // self.count) if flat.size else 1
-            self._seq_base[(dest, key)] = seq_base + n
-            while len(self._seq_base) > 65536:
-                self._seq_base.pop(next(iter(self._seq_base)))
         batch = packetize(
             flat, kind=kind, job_id=self.job_id, worker_id=self.worker_id, tensor_id=tensor_id,
             iteration=iteration, count=self.count, prio_hint=prio,
             drop_rule=self._drop_rule(bound, eligible_share) if drop_eligible else None,
-            position=position, start=start, tensor_len=total, seq_base=seq_base,
+            position=position, start=start, tensor_len=total,
         )
+        with self._cond:  # sequence numbers are unique per tensor, also across its parts
+            seq_base = self._seq_base.get((dest, key), 0)
+            self._seq_base[(dest, key)] = seq_base + len(batch)
+            while len(self._seq_base) > 65536:
+                self._seq_base.pop(next(iter(self._seq_base)))
+        if seq_base:
+            batch.headers["seq"] += seq_base
         sender = MessageSender(self, dest, batch, key, seq_base=seq_base, tensor_len=total, bound=bound,
                                elements=flat.size, is_part=(start != 0 or flat.size != total), prio=prio)
         return sender.run()
@@ -447,8 +448,8 @@ class Endpoint:
 
     def _drop_rule(self, bound: float, eligible_share: float | None) -> DropRule:
         if eligible_share is None:
-            return DropRule(bound, self.back_share)
-        return DropRule(min(bound, max(0.0, eligible_share)), back_share=1.0)
+            return DropRule(bound, self.back_share, split=True)
+        return DropRule(min(bound, max(0.0, eligible_share)), back_share=1.0, split=True)
 
     # -- used by hosts.sender ------------------------------------------------------------------
 

@@ -40,10 +40,10 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-/* Send packets idx[0..n) of a message: header i at hdrs + 28 i, values at values + 4 count i,
- * nvals[i] values. gso: packets per datagram (<= 1: no GSO). Returns packets sent or -errno. */
+/* Send packets idx[0..n) of a message: header i at hdrs + 28 i, nvals[i] values at
+ * values + 4 starts[i] (count: values of a full packet). gso: packets per datagram (<= 1: no GSO). Returns packets sent or -errno. */
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
-             uint32_t count, const uint16_t *nvals, const int64_t *idx, int n, int gso) {
+             uint32_t count, const uint16_t *nvals, const int64_t *starts, const int64_t *idx, int n, int gso) {
     struct sockaddr_in dst;
     memset(&dst, 0, sizeof dst);
     dst.sin_family = AF_INET;
@@ -71,7 +71,7 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
                 int64_t i = idx[k];
                 iov[v].iov_base = (void *)(hdrs + (size_t)i * HDR);
                 iov[v].iov_len = HDR;
-                iov[v + 1].iov_base = (void *)(values + (size_t)i * count * 4);
+                iov[v + 1].iov_base = (void *)(values + (size_t)starts[i] * 4);
                 iov[v + 1].iov_len = (size_t)nvals[i] * 4;
                 v += 2;
                 segs++;

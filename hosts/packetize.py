@@ -82,6 +82,7 @@ class DropRule:
     bound: float
     back_share: float = 0.4
     max_mag_class: int = 255
+    split: bool = False  # cut one packet so that the marked elements reach the budget exactly
 
     def budget(self, tensor_len: int, position: float) -> int:
         share = 1.0 - (1.0 - self.back_share) * max(0.0, min(1.0, position))
@@ -99,17 +100,32 @@ class DropRule:
         marks[order[:stop]] = True
         return marks
 
+    def plan(self, mag_classes: np.ndarray, counts: np.ndarray, tensor_len: int,
+             position: float) -> tuple[np.ndarray, tuple[int, int] | None]:
+        """Marks as :meth:`eligible`, and with `split` the packet to cut and how many of its
+        first elements to mark so that the budget is used up (None: no cut)."""
+        marks = self.eligible(mag_classes, counts, tensor_len, position)
+        if not self.split:
+            return marks, None
+        left = self.budget(tensor_len, position) - int(counts[marks].sum())
+        order = np.argsort(mag_classes, kind="stable")
+        rest = [int(i) for i in order if not marks[i] and mag_classes[i] <= self.max_mag_class]
+        if left <= 0 or not rest or counts[rest[0]] <= left:
+            return marks, None
+        return marks, (rest[0], left)
+
 
 @dataclass
 class PacketBatch:
     """All data packets of one message: a 28-byte header row per packet and the values, read
-    in place (packet i carries ``values[i * count : i * count + counts[i]]``)."""
+    in place (packet i carries ``values[starts[i] : starts[i] + counts[i]]``)."""
 
     rows: np.ndarray  # (n, HEADER_LEN) uint8: the header of each packet
     values: np.ndarray  # the message's float32 values (little-endian), not copied
     count: int  # values per full packet
     headers: np.ndarray  # structured view (HEADER_DTYPE) of the rows
     nvals: np.ndarray  # values of each packet (uint16)
+    starts: np.ndarray  # index in `values` of each packet's first value (int64)
     _native: Any = None  # C pointers (hosts.fastpath), made on first use
 
     def __len__(self) -> int:
@@ -122,7 +138,7 @@ class PacketBatch:
 
     def parts(self, i: int) -> tuple[memoryview, memoryview]:
         """Packet `i` as (header, payload) buffers, for a scatter-gather send."""
-        start = i * self.count
+        start = int(self.starts[i])
         return memoryview(self.rows[i]), memoryview(self.values[start:start + int(self.nvals[i])]).cast("B")
 
     def packet(self, i: int) -> bytes:
@@ -130,10 +146,11 @@ class PacketBatch:
         head, payload = self.parts(i)
         return bytes(head) + bytes(payload)
 
-    def native_ptrs(self, nat: Any) -> tuple[Any, Any, Any]:
-        """(headers, values, per-packet value counts) as C pointers of `nat` (hosts.fastpath)."""
+    def native_ptrs(self, nat: Any) -> tuple[Any, Any, Any, Any]:
+        """(headers, values, value counts, first values) as C pointers of `nat` (hosts.fastpath)."""
         if self._native is None:
-            self._native = (nat.ptr(self.rows), nat.ptr(self.values), nat.ptr(self.nvals, "uint16_t[]"))
+            self._native = (nat.ptr(self.rows), nat.ptr(self.values), nat.ptr(self.nvals, "uint16_t[]"),
+                            nat.ptr(self.starts, "int64_t[]"))
         return self._native
 
     @property
@@ -179,11 +196,8 @@ def packetize(
     if sys.byteorder != "little":
         flat = flat.astype("<f4")
     n = math.ceil(flat.size / count)
-    rows = np.zeros((n, HEADER_LEN), dtype=np.uint8)
-    headers = rows.view(HEADER_DTYPE).reshape(n)
-    offsets = np.arange(n, dtype=np.int64) * count
-    counts = np.minimum(count, flat.size - offsets)
-    offsets += start
+    starts = np.arange(n, dtype=np.int64) * count
+    counts = np.minimum(count, flat.size - starts)
     classes = fastpath.classes(flat, count)
     if classes is None:
         full, rest = divmod(flat.size, count)
@@ -192,6 +206,24 @@ def packetize(
             classes[:full] = _classes_of_rows(flat[: full * count].reshape(full, count))
         if rest:
             classes[full] = _classes_of_rows(flat[full * count:].reshape(1, rest))[0]
+    marks = np.zeros(n, dtype=bool)
+    if drop_rule is not None:
+        marks, cut = drop_rule.plan(classes, counts, flat.size, position)
+        if cut is not None:  # packet k becomes its first `head` values (marked) and the rest
+            k, head = cut
+            at = int(starts[k])
+            pieces = (flat[at:at + head], flat[at + head:at + int(counts[k])])
+            starts = np.insert(starts, k + 1, at + head)
+            counts = np.insert(counts, k + 1, int(counts[k]) - head)
+            counts[k] = head
+            classes = np.insert(classes, k + 1, magnitude_class(pieces[1]))
+            classes[k] = magnitude_class(pieces[0])
+            marks = np.insert(marks, k + 1, False)
+            marks[k] = True
+            n += 1
+    rows = np.zeros((n, HEADER_LEN), dtype=np.uint8)
+    headers = rows.view(HEADER_DTYPE).reshape(n)
+    offsets = starts + start
     headers["ver_type"] = (VERSION << 4) | int(kind)
     headers["job_id"] = job_id
     headers["worker_id"] = worker_id
@@ -204,8 +236,8 @@ def packetize(
     headers["prio_hint"] = prio_hint
     headers["seq"] = np.arange(seq_base, seq_base + n)
     flags = np.zeros(n, dtype=np.uint8)
-    if drop_rule is not None:
-        flags[drop_rule.eligible(classes, counts, flat.size, position)] |= int(Flags.DROP_ELIGIBLE)
+    flags[marks] |= int(Flags.DROP_ELIGIBLE)
     flags[-1] |= int(Flags.LAST)
     headers["flags"] = flags
-    return PacketBatch(rows=rows, values=flat, count=count, headers=headers, nvals=counts.astype(np.uint16))
+    return PacketBatch(rows=rows, values=flat, count=count, headers=headers, nvals=counts.astype(np.uint16),
+                       starts=starts)

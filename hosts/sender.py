@@ -94,6 +94,7 @@ class SendReport:
     timeouts: int = 0  # probes re-sent because their answer did not come within the RTO
     chunks: int = 0
     lost_by_class: dict[int, int] = field(default_factory=dict)  # missing elements by magnitude class
+    eligible_elements: int = 0  # values in packets marked drop-eligible
     reordered: int = 0  # packets an answer showed missing that arrived later without a resend (late, not lost)
 
     @property
@@ -278,6 +279,7 @@ class MessageSender:
             rounds=self.rounds, probes=self.probes, missing=missing, eligible=int(self.batch.eligible.sum()),
             seconds=time.perf_counter() - started, ecn_echoes=self.echoes, timeouts=self.timeouts,
             chunks=self.chunk_count, lost_by_class=by_class,
+            eligible_elements=int(self.counts[self.batch.eligible].sum()),
             reordered=int((self.shown_missing & self.received & ~self.resent).sum()),
         )
 

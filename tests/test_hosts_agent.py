@@ -229,3 +229,29 @@ def test_cli_send_and_recv_say_what_was_lost_and_how_the_window_went(capsys: pyt
     assert "intact" not in received and "lost" not in received  # no "intact" next to a loss
     assert sent["retransmissions"] == 0 and sent["missing"] == 2 * 361
     assert sent["cwnd"] > 10 and sent["window_cuts"] == 0 and sent["srtt_ms"] > 0  # loss within the bound: no cut
+
+
+def test_dlcp_agent_marks_its_bound_of_every_tensor_and_reports_the_share() -> None:
+    # A 10 % gradient bound (front and back): every tensor, the 500-value one included (whole
+    # 361-value packets could mark none of it), has 10 % of its values marked drop-eligible,
+    # and the iteration's JSON line says so per tensor. Nothing is lost on loopback.
+    bounds = {MsgType.GRADIENT: 0.10, MsgType.PARAMETER: 0.0}
+    server = Endpoint(worker_id=PS_WORKER_ID, bounds=bounds)
+    worker = Endpoint(worker_id=0, bounds=bounds)
+    try:
+        ps = ParameterServer(server, 1, update="sum")
+        scheduler = create("dlcp", cost=COST, front_loss_bound=0.10, back_loss_bound=0.10)
+        agent = WorkerAgent(LAYERS, scheduler, PsClient(worker, server.address), rank=0)
+        with ThreadPoolExecutor(2) as pool:
+            served = pool.submit(ps.serve_iteration, 0, [l.index for l in LAYERS])
+            _, report = pool.submit(agent.run_iteration, 0, random_source(LAYERS, seed=5, rank=0)(0)).result(30)
+            served.result(timeout=30)
+    finally:
+        server.close()
+        worker.close()
+    line = json.loads(report.to_json())
+    shares = {int(t): v for t, v in line["marked_share"].items()}
+    assert set(shares) == {l.index for l in LAYERS}
+    for layer in LAYERS:
+        assert abs(shares[layer.index] - 0.10) <= 1 / layer.numel  # floor(0.1 x len) of len
+    assert line["lost_by_class"] == {} and line["reordered"] >= 0

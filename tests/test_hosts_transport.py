@@ -35,7 +35,10 @@ def test_exact_rebuild_without_loss() -> None:
     assert got.key == MessageKey(1, 1, 7, 3, MsgType.GRADIENT)
     np.testing.assert_array_equal(got.values, values)
     assert report.retransmitted == 0 and report.missing == 0 and got.loss_rate == 0
-    assert report.packets == -(-100_000 // 360)
+    # One packet more than 100,000 / 360: one is cut so that the marked values fill the drop
+    # budget (5 % of the front layer's 100,000 values) exactly.
+    assert report.packets == -(-100_000 // 360) + 1
+    assert report.eligible_elements == 5_000
 
 
 def lose_first_time(seqs: set[int]):
@@ -166,7 +169,7 @@ def test_tensor_sent_in_parts_completes_once_with_every_part() -> None:
     parts = [(0, 5_000), (5_000, 5_100), (5_100, 20_000)]
     with sender, receiver, Relay(receiver.address, lose_first_time({3, 20})) as relay:
         reports = [sender.send(relay.address, values[a:b], tensor_id=5, iteration=1, start=a,
-                               tensor_len=20_000) for a, b in parts]
+                               tensor_len=20_000, drop_eligible=False) for a, b in parts]  # 360 per packet
         got = receiver.receive(timeout=5)
         with pytest.raises(TransportError):
             receiver.receive(timeout=0.2)

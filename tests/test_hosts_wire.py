@@ -219,3 +219,29 @@ def test_torch_like_tensors_are_accepted_without_torch() -> None:
     flat = as_float32(t)
     assert flat.dtype == np.float32 and list(flat) == [0, 1, 2, 3, 4, 5]
     assert t.calls == ["detach", "cpu", "numpy"]
+
+
+def test_cut_packet_lets_the_marked_values_fill_the_bound_also_in_small_tensors() -> None:
+    # Whole packets of 361 could mark nothing of a 1,000-value tensor at a 10 % bound (a
+    # packet is 36 % of it); cutting one packet marks exactly the budget, smallest first.
+    rng = np.random.default_rng(5)
+    rule = DropRule(bound=0.10, back_share=1.0, split=True)
+    for size in (1_000, 10_000, 123_457):
+        tensor = (rng.normal(size=size) * np.repeat(10.0 ** rng.integers(-6, 2, -(-size // 361)), 361)[:size])
+        tensor = tensor.astype(np.float32)
+        whole = packetize(tensor, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=0,
+                          drop_rule=DropRule(bound=0.10, back_share=1.0))
+        cut = packetize(tensor, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=0,
+                        drop_rule=rule)
+        budget = size // 10
+        assert cut.counts[cut.eligible].sum() == budget >= whole.counts[whole.eligible].sum()
+        assert len(cut) == len(whole) + 1
+        # every value is in exactly one packet, in order, and decodes to the tensor
+        starts = cut.headers["offset"].astype(np.int64)
+        assert list(starts) == list(np.concatenate([[0], np.cumsum(cut.counts)[:-1]]))
+        rebuilt = np.concatenate([np.frombuffer(cut.packet(i)[28:], "<f4") for i in range(len(cut))])
+        np.testing.assert_array_equal(rebuilt, tensor)
+        # marked packets hold the smallest magnitudes: none above a whole unmarked packet's class
+        classes = cut.headers["mag_class"]
+        assert classes[cut.eligible].max() <= classes[~cut.eligible & (cut.counts == 361)].min()
+    assert whole.counts[whole.eligible].sum() < budget  # whole packets alone fall short
