@@ -58,6 +58,9 @@ class HookStats:
     lost_elements: int = 0  # gradient values zero-filled (reduce stage)
     reduced_elements: int = 0  # gradient values this rank received in the reduce stage
     buckets: int = 0
+    marked_elements: int = 0  # values this rank sent in drop-eligible packets
+    sent_elements: int = 0  # values this rank sent (both stages)
+    lost_by_class: dict[int, int] = field(default_factory=dict)  # its values lost at receivers, by class
 
 
 @dataclass
@@ -114,6 +117,11 @@ class DlcpHookState:
             self.stats.lost_elements += lost
             self.stats.reduced_elements += reduced
             self.stats.buckets += 1
+            for s in sends:
+                self.stats.marked_elements += s.eligible_elements
+                self.stats.sent_elements += s.payload_bytes // 4
+                for c, n in s.lost_by_class.items():
+                    self.stats.lost_by_class[c] = self.stats.lost_by_class.get(c, 0) + n
 
     def allreduce(self, values: np.ndarray, *, iteration: int, tensor_id: int, part: int) -> np.ndarray:
         """The mean of `values` over all ranks (blocking; runs on a sender thread)."""
