@@ -198,3 +198,40 @@ def test_split_is_by_file_and_stable() -> None:
     corpus = load_corpus()
     assert corpus.val_files > 0 and corpus.train_files > 5 * corpus.val_files
     assert corpus.train.size > 1_000_000
+
+
+def test_report_pairs_seeds_and_times_accuracy(tmp_path: Path) -> None:
+    """Hand-made runs: 'none' crosses 3.0 bits/byte at iteration 20 for every seed; 'random-10'
+    at 30, 30 and never; time to accuracy with 0.5 s (none) and 0.25 s (lossy) iterations."""
+    import json
+
+    from experiments.accuracy.report import write_report
+
+    def run(curve: list[float]) -> str:
+        lines = [{"step": 10 * (i + 1), "train_bpb": v, "reduce_lost": 0.1, "gather_lost": 0.0, "val_bpb": v}
+                 for i, v in enumerate(curve)]
+        return "".join(json.dumps(x) + "\n" for x in lines)
+
+    (tmp_path / "runs").mkdir()
+    for seed in range(3):
+        (tmp_path / "runs" / f"none_seed{seed}.jsonl").write_text(run([4.0, 3.0, 2.8, 2.7]))
+        (tmp_path / "runs" / f"random-10_seed{seed}.jsonl").write_text(
+            run([4.0, 3.5, 3.0, 2.9] if seed < 2 else [4.0, 3.5, 3.2, 3.1]))
+    settings = {"conditions": ["none", "random-10"], "seeds": [0, 1, 2], "target_bpb": 3.0, "command": "x",
+                "iteration_time": {}, "corpus": {"train_bytes": 1, "val_bytes": 1, "train_files": 1,
+                                                 "val_files": 1, "fingerprint": "abc"},
+                "settings": {"model": {"layers": 1, "width": 8, "heads": 1, "context": 4}, "workers": 2,
+                             "batch": 1, "steps": 40, "lr": 0.1, "eval_every": 10}}
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    md = write_report(tmp_path, {"none": 0.5, "*": 0.25}, "gradfabric experiment accuracy --report here").read_text()
+    rows = {r["condition"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    lossy = rows["random-10"]
+    assert lossy["reached"] == 2 and lossy["iterations_by_seed"] == {"0": 30.0, "1": 30.0, "2": None}
+    assert lossy["d_iterations"]["mean"] == 10.0 and lossy["d_iterations"]["pairs"] == 2
+    assert lossy["r_iterations"]["mean"] == 1.5
+    assert lossy["d_final_bpb"]["mean"] == pytest.approx((0.2 + 0.2 + 0.4) / 3)
+    assert lossy["time_to_target_s"] == 7.5 and rows["none"]["time_to_target_s"] == 10.0
+    assert lossy["r_time_to_target"]["mean"] == 0.75  # 1.5 x (0.25 / 0.5)
+    assert "| random-10 | 10.00% | 2/3 | 30.0 | +10.0 [+10.0, +10.0] | 1.500 [1.500, 1.500]" in md
+    assert (tmp_path / "accuracy.png").stat().st_size > 1000
+    assert "smoke test" in md  # 3 seeds

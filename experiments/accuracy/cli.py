@@ -30,7 +30,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default: a new build/results/accuracy/<UTC time>/)")
     p.add_argument("--resume", type=Path, default=None, help="continue the sweep in this folder (skips finished runs)")
-    p.add_argument("--report", type=Path, default=None, help="only write the report of this folder")
+    p.add_argument("--report", type=Path, default=None,
+                   help="only write the report of this folder (with --iteration-time: those times)")
     p.set_defaults(handler=run)
 
 
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     from experiments.errors import ExperimentError
 
     if args.report is not None:
-        print(f"report in {write_report(args.report)}", flush=True)
+        out = write_report(args.report, parse_iteration_times(args.iteration_time),
+                           shlex.join(["gradfabric", *sys.argv[1:]]))
+        print(f"report in {out}", flush=True)
         return 0
     masks = parse_masks_args(args.masks)
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]

@@ -149,14 +149,17 @@ def table(settings: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         head += ["iteration time (s)", "time to accuracy (s)", "time ratio vs none [95% CI]"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
+        ref = r["condition"] == BASELINE
         cells = [r["condition"], f"{r['lost_share']:.2%}" + (f" (+{r['gather_lost_share']:.2%} gather)"
                                                            if r["gather_lost_share"] else ""),
                  f"{r['reached']}/{r['seeds']}", "–" if r["iterations"] is None else f"{r['iterations']:.1f}",
-                 _est(r["d_iterations"], 1), _est(r["r_iterations"], 3, signed=False), f"{r['final_bpb']:.3f}",
-                 _est(r["d_final_bpb"], 3)]
+                 "(reference)" if ref else _est(r["d_iterations"], 1),
+                 "(reference)" if ref else _est(r["r_iterations"], 3, signed=False), f"{r['final_bpb']:.3f}",
+                 "(reference)" if ref else _est(r["d_final_bpb"], 3)]
         if timed:
             cells += [f"{r['iteration_time_s']:g}" if "iteration_time_s" in r else "–",
                       f"{r['time_to_target_s']:.1f}" if "time_to_target_s" in r else "–",
+                      "(reference)" if ref else
                       _est(r["r_time_to_target"], 3, signed=False) if "r_time_to_target" in r else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -193,17 +196,27 @@ def plot(settings: dict[str, Any], runs: dict[str, dict[int, list[dict[str, Any]
     plt.close(fig)
 
 
-def write_report(folder: Path) -> Path:
-    """Write results.md, results.json and accuracy.png into `folder`; returns results.md."""
+def write_report(folder: Path, iteration_time: dict[str, float] | None = None, command: str = "") -> Path:
+    """Write results.md, results.json and accuracy.png into `folder`; returns results.md.
+    `iteration_time` (condition or "*" -> seconds) replaces the sweep's, with the `command`
+    that gave it."""
     settings, runs = load(folder)
+    if iteration_time:
+        settings["iteration_time"] = iteration_time
+        settings["report_command"] = command
     rows = summarize(settings, runs)
+    pairs = min((r["seeds"] for r in rows), default=0)
+    smoke = len(settings["seeds"]) < 5 or any(len(by_seed) < len(settings["seeds"]) for by_seed in runs.values())
     (folder / "results.json").write_text(json.dumps({"settings": settings, "rows": rows}, indent=2) + "\n")
     plot(settings, runs, rows, folder / "accuracy.png")
     s = settings["settings"]
     m = s["model"]
     text = [
         "# Accuracy under DLCP's loss (loss masks replayed into data-parallel training)", "",
-        f"Command: `{settings['command']}`", "",
+        f"Command: `{settings['command']}`" + (f"; report: `{settings['report_command']}`"
+                                               if settings.get("report_command") else ""), "",
+        *(["**A smoke test or an unfinished sweep**: fewer than 5 seeds or missing runs; no claims.", ""]
+          if smoke else []),
         f"Byte-level transformer ({m['layers']} layers, width {m['width']}, {m['heads']} heads, context "
         f"{m['context']}) on the Python standard library's source ({settings['corpus']['train_bytes']:,} train / "
         f"{settings['corpus']['val_bytes']:,} validation bytes, {settings['corpus']['train_files']} / "
@@ -213,8 +226,12 @@ def write_report(folder: Path) -> Path:
         table(settings, rows),
         "Reduce-stage masks (lost values zero in the sum, divided by the number of workers). "
         "Iterations to target are interpolated between evaluations every "
-        f"{s['eval_every']} iterations; CIs are 95% percentile bootstrap over seed pairs; "
-        "with 5 pairs they are wide, and a CI that includes 0 is no measured effect.", "",
+        f"{s['eval_every']} iterations; CIs are 95% percentile bootstrap over seed pairs (at most {pairs} here; "
+        "few pairs make them wide), and a CI that includes 0 is no measured effect. A seed that did not reach "
+        "the target is left out of the iteration differences and counted under *reached*."
+        + (" Time to accuracy = mean iterations to target x the given iteration time; its ratio to *none* is "
+           "the iterations ratio x the ratio of the two given times." if any("time_to_target_s" in r for r in rows)
+           else ""), "",
         "![accuracy](accuracy.png)", ""]
     out = folder / "results.md"
     out.write_text("\n".join(text))
