@@ -159,7 +159,9 @@ def _load() -> Native | None:
         ffi = cffi.FFI()
         ffi.cdef(CDEF)
         lib = ffi.dlopen(str(path))
-    except (FastPathError, OSError) as exc:
+        for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes"):
+            getattr(lib, name)  # cffi parses a declaration on first use: do it now, not mid-transfer
+    except (FastPathError, OSError, AttributeError) as exc:
         log.warning("hosts data path: Python, because the C data path is unavailable: %s", exc)
         return None
     return Native(ffi, lib, path)

@@ -108,11 +108,13 @@ class DropRule:
         if not self.split:
             return marks, None
         left = self.budget(tensor_len, position) - int(counts[marks].sum())
-        order = np.argsort(mag_classes, kind="stable")
-        rest = [int(i) for i in order if not marks[i] and mag_classes[i] <= self.max_mag_class]
-        if left <= 0 or not rest or counts[rest[0]] <= left:
+        if left <= 0:
             return marks, None
-        return marks, (rest[0], left)
+        order = np.argsort(mag_classes, kind="stable")
+        rest = order[~marks[order] & (mag_classes[order] <= self.max_mag_class)]
+        if not rest.size or counts[rest[0]] <= left:
+            return marks, None
+        return marks, (int(rest[0]), left)
 
 
 @dataclass
