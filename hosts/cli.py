@@ -107,6 +107,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="seconds a peer may be silent (nothing at all heard from it) before the command gives "
                         "up naming it; recv: seconds to wait for each message (default 30)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON lines to this file")
+    p.add_argument("--marking", choices=("p4", "commodity"), default="p4",
+                   help="IP header marking: p4 (DSCP 0, ECT(0); the P4 switches read the DLCP header) or commodity "
+                        "(DSCP per priority class, Not-ECT on drop-eligible packets, ECT(0) on the rest)")
     p.add_argument("--key-file", type=Path, default=None,
                    help="file holding the job's shared key (>= 16 bytes): sign every datagram and drop unsigned "
                         "ones (default: no key)")
@@ -174,7 +177,8 @@ def _endpoint(args: argparse.Namespace, bind: tuple[str, int], worker_id: int, *
             raise HostError(f"the job key in {args.key_file} has {len(key)} bytes; it needs at least 16")
     return Endpoint(worker_id=worker_id, job_id=args.job, host=bind[0], port=bind[1],
                     bounds={MsgType.GRADIENT: args.grad_bound, MsgType.PARAMETER: args.param_bound},
-                    aimd=Aimd(rate=args.rate), peer_timeout=args.timeout, key=key, **kw)
+                    aimd=Aimd(rate=args.rate), peer_timeout=args.timeout, key=key,
+                    marking=getattr(args, "marking", "p4"), **kw)
 
 
 def _with_lines(args: argparse.Namespace, body: Callable[[_Lines], int]) -> int:

@@ -29,6 +29,7 @@ import itertools
 import logging
 import select
 import socket
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -39,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from hosts.auth import TAG_LEN, Signer
-from hosts.errors import TransportError
+from hosts.errors import HostError, TransportError
 from hosts.fastpath import BatchReceiver, BatchSender, native
 from hosts.liveness import Liveness
+from hosts.marking import Marking, parse_marking
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
 from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
@@ -58,6 +60,7 @@ RECEIVE_WINDOW = SOCKET_BUFFER // 2048
 ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
+_TOS_INT = struct.Struct("i")
 _log = logging.getLogger("hosts.endpoint")
 
 
@@ -81,7 +84,9 @@ class Endpoint:
     address) is the job's membership: datagrams from anyone else are dropped and never
     answered (see :class:`~hosts.receiver.Reassembler`). `key`: the job's shared key; every
     datagram is then signed and checked (:mod:`hosts.auth`). `fast`: use the C data path
-    (:mod:`hosts.fastpath`; None: when it can be built), False: the Python one."""
+    (:mod:`hosts.fastpath`; None: when it can be built), False: the Python one. `marking`:
+    ``"p4"`` (DSCP 0, ECT(0)) or ``"commodity"`` (DSCP per class, Not-ECT on drop-eligible
+    packets; :mod:`hosts.marking`)."""
 
     def __init__(
         self,
@@ -109,6 +114,7 @@ class Endpoint:
         send_threads: int = 32,
         key: bytes | None = None,
         fast: bool | None = None,
+        marking: Marking | str | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
@@ -137,12 +143,16 @@ class Endpoint:
         try:
             set_buffer(self._sock, getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF, SOCKET_BUFFER)
             set_buffer(self._sock, getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF, SOCKET_BUFFER)
-            if ecn:
-                self._sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+            self.marking = parse_marking(marking)
+            self.ecn = ecn
+            if ecn or self.marking.per_packet:
+                self._sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.marking.control_tos(ecn))
             self._sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             self._sock.bind((host, port))
-        except OSError as exc:
+        except (OSError, HostError) as exc:
             self._sock.close()
+            if isinstance(exc, HostError):
+                raise
             raise TransportError(f"cannot bind a DLCP socket to {host}:{port}: {exc}") from exc
         self._tx: BatchSender | None = None
         self._rx: BatchReceiver | None = None
@@ -428,6 +438,7 @@ class Endpoint:
                 self._seq_base.pop(next(iter(self._seq_base)))
         if seq_base:
             batch.headers["seq"] += seq_base
+        batch.tos = self.marking.data_tos(prio, batch.eligible, self.ecn)
         sender = MessageSender(self, dest, batch, key, seq_base=seq_base, tensor_len=total, bound=bound,
                                elements=flat.size, is_part=(start != 0 or flat.size != total), prio=prio)
         return sender.run()
@@ -462,13 +473,14 @@ class Endpoint:
                     allowed = self.pacer.burst(total - i)
                     if self._tx is not None:
                         self._tx.send(batch, indices[i:i + allowed], dest)
-                    elif self.signer is not None:
-                        for j in indices[i:i + allowed].tolist():
-                            self._sock.sendto(self.signer.sign(batch.packet(j)), dest)
                     else:
-                        sendmsg = self._sock.sendmsg
+                        sendmsg, tos = self._sock.sendmsg, batch.tos
                         for j in indices[i:i + allowed].tolist():
-                            sendmsg(batch.parts(j), (), 0, dest)
+                            cmsg = [] if tos is None else [(socket.IPPROTO_IP, socket.IP_TOS, _TOS_INT.pack(tos[j]))]
+                            if self.signer is not None:
+                                sendmsg([self.signer.sign(batch.packet(j))], cmsg, 0, dest)
+                            else:
+                                sendmsg(batch.parts(j), cmsg, 0, dest)
                     i += allowed
             except OSError as exc:
                 raise TransportError(f"cannot send to {dest[0]}:{dest[1]}: {exc}") from exc

@@ -43,7 +43,8 @@ static uint32_t be32(const uint8_t *p) {
 /* Send packets idx[0..n) of a message: header i at hdrs + 28 i, nvals[i] values at
  * values + 4 starts[i] (count: values of a full packet). gso: packets per datagram (<= 1: no GSO). Returns packets sent or -errno. */
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
-             uint32_t count, const uint16_t *nvals, const int64_t *starts, const int64_t *idx, int n, int gso) {
+             uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
+             int n, int gso) {
     struct sockaddr_in dst;
     memset(&dst, 0, sizeof dst);
     dst.sin_family = AF_INET;
@@ -51,7 +52,7 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
     dst.sin_port = port_be;
     struct mmsghdr msgs[BATCH];
     struct iovec iov[IOV_MAX_BATCH];
-    union { char buf[CMSG_SPACE(sizeof(uint16_t))]; struct cmsghdr align; } ctl[BATCH];
+    union { char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } ctl[BATCH];
     uint32_t full = HDR + 4 * count;
     int per = gso > 1 ? gso : 1;
     if (per > GSO_MAX_SEGS) per = GSO_MAX_SEGS;
@@ -77,17 +78,32 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
                 segs++;
                 k++;
                 if (HDR + 4u * nvals[i] != full) break; /* a short packet ends a GSO datagram */
+                if (tos && k < n && tos[idx[k]] != tos[i]) break; /* one TOS byte per datagram */
             }
             mh->msg_hdr.msg_iovlen = (size_t)segs * 2;
-            if (segs > 1) {
+            size_t used = 0;
+            if (segs > 1 || tos) {
                 mh->msg_hdr.msg_control = ctl[m].buf;
                 mh->msg_hdr.msg_controllen = sizeof ctl[m].buf;
                 struct cmsghdr *cm = CMSG_FIRSTHDR(&mh->msg_hdr);
-                cm->cmsg_level = SOL_UDP;
-                cm->cmsg_type = UDP_SEGMENT;
-                cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-                uint16_t seg = (uint16_t)full;
-                memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+                if (segs > 1) {
+                    cm->cmsg_level = SOL_UDP;
+                    cm->cmsg_type = UDP_SEGMENT;
+                    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                    uint16_t seg = (uint16_t)full;
+                    memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+                    used += CMSG_SPACE(sizeof(uint16_t));
+                    cm = (struct cmsghdr *)((char *)cm + CMSG_SPACE(sizeof(uint16_t)));
+                }
+                if (tos) { /* this datagram's DSCP and ECN (marking mode "commodity") */
+                    cm->cmsg_level = IPPROTO_IP;
+                    cm->cmsg_type = IP_TOS;
+                    cm->cmsg_len = CMSG_LEN(sizeof(int));
+                    int t = tos[idx[k - 1]];
+                    memcpy(CMSG_DATA(cm), &t, sizeof t);
+                    used += CMSG_SPACE(sizeof(int));
+                }
+                mh->msg_hdr.msg_controllen = used;
             }
             m++;
         }

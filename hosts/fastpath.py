@@ -40,7 +40,8 @@ CFLAGS = ("-O3", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
 SOURCE = "fastpath.c"
 CDEF = """
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
-             uint32_t count, const uint16_t *nvals, const int64_t *starts, const int64_t *idx, int n, int gso);
+             uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
+             int n, int gso);
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts);
 int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
@@ -225,12 +226,12 @@ class BatchSender:
         idx = np.ascontiguousarray(indices, dtype=np.int64)
         gso = GSO_PACKETS if (local and self.gso_ok) else 1
         ptrs = batch.native_ptrs(self.nat)
-        r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3],
+        r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
                                   self.nat.ptr(idx, "int64_t[]"), idx.size, gso)
         if r < 0 and gso > 1 and -r in (5, 22, 95):  # EIO, EINVAL, EOPNOTSUPP: no GSO here
             log.warning("hosts data path: UDP GSO refused (%s), sending one datagram per packet", os.strerror(-r))
             self.gso_ok = False
-            r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3],
+            r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
                                       self.nat.ptr(idx, "int64_t[]"), idx.size, 1)
         if r < 0:
             raise OSError(-r, os.strerror(-r))

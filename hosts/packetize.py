@@ -128,6 +128,7 @@ class PacketBatch:
     headers: np.ndarray  # structured view (HEADER_DTYPE) of the rows
     nvals: np.ndarray  # values of each packet (uint16)
     starts: np.ndarray  # index in `values` of each packet's first value (int64)
+    tos: np.ndarray | None = None  # IP TOS byte of each packet (None: the socket's)
     _native: Any = None  # C pointers (hosts.fastpath), made on first use
 
     def __len__(self) -> int:
@@ -148,11 +149,13 @@ class PacketBatch:
         head, payload = self.parts(i)
         return bytes(head) + bytes(payload)
 
-    def native_ptrs(self, nat: Any) -> tuple[Any, Any, Any, Any]:
-        """(headers, values, value counts, first values) as C pointers of `nat` (hosts.fastpath)."""
+    def native_ptrs(self, nat: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """(headers, values, value counts, first values, TOS bytes) as C pointers of `nat`
+        (:mod:`hosts.fastpath`)."""
         if self._native is None:
             self._native = (nat.ptr(self.rows), nat.ptr(self.values), nat.ptr(self.nvals, "uint16_t[]"),
-                            nat.ptr(self.starts, "int64_t[]"))
+                            nat.ptr(self.starts, "int64_t[]"),
+                            nat.ptr(self.tos) if self.tos is not None else nat.ffi.NULL)
         return self._native
 
     @property

@@ -167,3 +167,74 @@ def test_frames_reaching_a_switch_port_fit_the_mtu(lab: netns.Lab) -> None:
     assert len(sent) == 3
     assert max(sizes) <= 1514, f"a frame of {max(sizes)} bytes reached the switch port"
     assert len(sizes) >= sum(s["packets"] for s in sent)  # every data packet was seen, one frame each
+
+
+_COMMODITY_SENDER = """
+import sys
+import numpy as np
+from hosts.endpoint import Endpoint
+from hosts.wire import MsgType
+dest = (sys.argv[1], 19600)
+with Endpoint(worker_id=1, host=sys.argv[2], marking="commodity",
+              bounds={MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.0}) as ep:
+    for i, prio in enumerate((1, 4, 7)):
+        values = np.random.default_rng(i).standard_normal(20_000, dtype=np.float32)
+        ep.send(dest, values, iteration=i, prio_hint=prio)
+print("sent", ep.fast)
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_commodity_marking_sets_dscp_per_class_and_ecn_by_eligibility(lab: netns.Lab, path: str) -> None:
+    """Marking mode ``commodity``, read off a host's veth: every data packet carries its
+    priority class's DSCP, Not-ECT when drop-eligible and ECT(0) otherwise; probes carry the
+    most urgent class's DSCP with ECT(0)."""
+    import os
+    import socket
+
+    from hosts.marking import DEFAULT_DSCP
+
+    a, a_out = lab.add_host(1, "10.77.0.1")
+    b, b_out = lab.add_host(2, "10.77.0.2")
+    lab.add_bridge([a_out, b_out])
+    capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    capture.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)
+    capture.bind((a_out, 0))
+    capture.settimeout(0.3)
+    recv = _agent(b.ns, "recv", "--bind", f"{b.ip}:19600", "--messages", "3", "--grad-bound", "0.05",
+                  "--linger", "0.3", "--timeout", "60")
+    env = dict(os.environ, GRADFABRIC_FASTPATH="1" if path == "c" else "0")
+    frames: list[bytes] = []
+    try:
+        sender = subprocess.Popen(["ip", "netns", "exec", a.ns, sys.executable, "-c", _COMMODITY_SENDER, b.ip, a.ip],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        while True:
+            try:
+                frames.append(capture.recv(1 << 16))
+            except TimeoutError:
+                if sender.poll() is not None:
+                    break
+        out, err = sender.communicate(timeout=60)
+        assert sender.returncode == 0, err
+        assert out.split() == ["sent", str(path == "c")]
+        recv.communicate(timeout=60)
+    finally:
+        capture.close()
+        _stop(recv)
+    data = {"eligible": 0, "kept": 0}
+    probes = 0
+    for frame in frames:
+        ihl = (frame[14] & 0x0F) * 4
+        if frame[12:14] != b"\x08\x00" or frame[23] != 17 or int.from_bytes(frame[14 + ihl + 2:14 + ihl + 4], "big") != 19600:
+            continue
+        tos, dlcp = frame[15], frame[14 + ihl + 8:]
+        kind, eligible, prio = dlcp[0] & 0x0F, dlcp[1] & 0x01, dlcp[23]
+        if kind <= 1:
+            assert tos >> 2 == DEFAULT_DSCP[prio], f"priority {prio} left with DSCP {tos >> 2}"
+            assert tos & 3 == (0 if eligible else 2), f"eligible={eligible} left with ECN {tos & 3}"
+            data["eligible" if eligible else "kept"] += 1
+        elif kind == 2:
+            assert tos == (DEFAULT_DSCP[7] << 2) | 2
+            probes += 1
+    assert data["eligible"] > 0 and data["kept"] > 0 and probes > 0, (data, probes, len(frames))
