@@ -105,7 +105,10 @@ class OperatorCompiler:
         if kind not in ("eq", "ne") and not isinstance(t, BitT | IntLitT):
             raise self.type_error(node, f"{SYMBOL[kind]} is not defined on {t}")
         op = COMPARE[kind]
-        if isinstance(t, HeaderT | StructT | StackT):
+        if isinstance(t, StackT):  # the elements only: the next index is not part of the value (BMv2)
+            fa, fb = self._block_fn(a), self._block_fn(b)
+            return E(BoolT(), lambda s: op(fa(s)[1:], fb(s)[1:]))
+        if isinstance(t, HeaderT | StructT):
             fa, fb = self._block_fn(a), self._block_fn(b)
             return E(BoolT(), lambda s: op(fa(s), fb(s)))
         if a.is_const and b.is_const:

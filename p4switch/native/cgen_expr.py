@@ -13,8 +13,8 @@ from lark import Token, Tree
 
 from p4switch.compiled import E, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
-from p4switch.frontend.types import (BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, P4Type, StackT, StructT, field_offset,
-                                     slot_count)
+from p4switch.frontend.types import (BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StructT, field_offset,
+                                     VarbitT, slot_count)
 
 
 class NativeUnsupported(P4SwitchError):
@@ -173,10 +173,19 @@ class ExprGen:
         return f"gf_shr({self.cx(node.children[0])}, {self.cx(node.children[1])})"
 
     def _cmp(self, node: Tree, op: str) -> str:
-        for child in node.children:
-            t = self.e(child).type
-            if isinstance(t, HeaderT | StructT):
-                raise self.fail(node, "comparison of headers or structs")
+        types = [self.e(child).type for child in node.children]
+        if any(_has_varbit(t) for t in types):  # the slot holds the length; the bits live beside it
+            raise self.fail(node, "comparison of varbit values")
+        compound = [t for t in types if isinstance(t, HeaderT | StructT)]
+        if compound and op in ("==", "!=") and hasattr(self, "value_slots"):
+            # every slot, validity included, as the Python pipeline compares the two blocks
+            t = compound[0]
+            a, b = (self.value_slots(node, t, child) for child in node.children)  # type: ignore[attr-defined]
+            same = f"(memcmp((const uint64_t[]){{{', '.join(a)}}}, (const uint64_t[]){{{', '.join(b)}}}, " \
+                   f"{len(a)} * sizeof(uint64_t)) == 0)"
+            return same if op == "==" else f"(!{same})"
+        if compound or any(isinstance(t, ListT) for t in types):
+            raise self.fail(node, "comparison of headers or structs")
         return f"({self.cx(node.children[0])} {op} {self.cx(node.children[1])})"
 
     def _cx_eq(self, node: Tree, e: E) -> str:
@@ -383,3 +392,12 @@ class ExprGen:
             lines.append(f"gf_put({buf}, {off}, {w}, {code});")
             off += w
         return lines, nbytes
+
+
+def _has_varbit(t: P4Type) -> bool:
+    """A varbit value, or a header or struct holding one."""
+    if isinstance(t, VarbitT):
+        return True
+    if isinstance(t, HeaderT | StructT):
+        return any(_has_varbit(ft) for _, ft in t.fields)
+    return False

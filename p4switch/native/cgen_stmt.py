@@ -95,16 +95,52 @@ class StmtGen(StackGen):
 
     def assign_place(self, node: Any, base: int, t: Any, value_node: Any, out: list[str], ind: str) -> None:
         if isinstance(t, HeaderT | StructT | StackT):
+            n = slot_count(t)
+            if _is_initializer(value_node) and isinstance(t, HeaderT | StructT):
+                # every slot's value first, then the stores: the value may read the target
+                codes = self.value_slots(node, t, value_node)
+                out.append(f"{ind}{{ const uint64_t v_[{n}] = {{{', '.join(codes)}}}; "
+                           f"memcpy(&S[{base}], v_, sizeof v_); }}")
+                return
             src = self.e(value_node)
             if src.place is None or src.place.base is None:
                 raise self.fail(node, "assignment of a header or struct value that is not an lvalue")
-            n = slot_count(t)
             out.append(f"{ind}memmove(&S[{base}], &S[{src.place.base}], {n} * sizeof(uint64_t));")
             return
         if isinstance(t, VarbitT):
             raise self.fail(node, "varbit assignment")
         code = self.cx(value_node)
         out.append(f"{ind}S[{base}] = {self.masked(code, t) if isinstance(t, BitT) else code};")
+
+    def value_slots(self, node: Any, t: Any, value_node: Any) -> list[str]:
+        """The C value of every slot of a header or struct (a header's validity first: a
+        header given a list or structure value is valid) from a list or structure expression
+        or an lvalue."""
+        if not _is_initializer(value_node):
+            src = self.e(value_node)
+            if src.place is None or src.place.base is None:
+                raise self.fail(node, "a header or struct value that is not an lvalue")
+            return [f"S[{src.place.base + i}]" for i in range(slot_count(t))]
+        if isinstance(t, HeaderT) and t.groups:
+            raise self.fail(node, "a list value of a header with struct fields")
+        if value_node.data == "list_expr":
+            items = [c for c in value_node.children if c is not None]
+        else:
+            given = {str(kv.children[0].children[0]): kv.children[1] for kv in value_node.children}
+            items = [given.get(fname) for fname, _ in t.fields]
+        if len(items) != len(t.fields) or any(i is None for i in items):
+            raise self.fail(node, "a list or structure value that does not match its type")
+        codes = ["1"] if isinstance(t, HeaderT) else []
+        for (_, ft), item in zip(t.fields, items):
+            if isinstance(ft, HeaderT | StructT):
+                codes += self.value_slots(node, ft, item)
+            elif isinstance(ft, StackT | VarbitT):
+                raise self.fail(node, "a list value with a stack or varbit field")
+            else:
+                self.check_type(ft, node)
+                code = self.cx(item)
+                codes.append(self.masked(code, ft) if isinstance(ft, BitT) else code)
+        return codes
 
     def hoisted_target(self, target_node: Any, out: list[str], ind: str) -> Any:
         """An lvalue whose indices make calls: those indices into their temporaries first
@@ -505,3 +541,8 @@ class StmtGen(StackGen):
                 self.emit(node, t.elem, place.at(1 + i * stride, t.elem), out, ind)
             return
         raise self.fail(node, f"emit of {t}")
+
+
+def _is_initializer(node: Any) -> bool:
+    """A list expression `{a, b}` or a structure expression `{f = a, g = b}`."""
+    return isinstance(node, Tree) and node.data in ("list_expr", "struct_expr")
