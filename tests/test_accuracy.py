@@ -235,3 +235,30 @@ def test_report_pairs_seeds_and_times_accuracy(tmp_path: Path) -> None:
     assert "| random-10 | 10.00% | 2/3 | 30.0 | +10.0 [+10.0, +10.0] | 1.500 [1.500, 1.500]" in md
     assert (tmp_path / "accuracy.png").stat().st_size > 1000
     assert "smoke test" in md  # 3 seeds
+
+
+def test_recorded_file_replayed_in_training(tmp_path: Path) -> None:
+    """A file naming all of tensor 0's packets for worker 0 at iteration 0 (a model of the same
+    tensors: identity mapping) loses exactly tensor 0's values of one worker in iterations 0
+    and 2 (the file has 2 iterations), nothing in iteration 1."""
+    from experiments.accuracy.sweep import mask_source, parse_iteration_times, parse_seeds
+
+    settings = TrainSettings(model=ModelConfig(layers=1, width=16, heads=2, context=8), workers=2, batch=2,
+                             steps=3, lr=1e-2, warmup=1, eval_every=3, eval_windows=4)
+    sizes = [p.numel() for p in make_model(settings, 0).parameters()]
+    layout = PacketLayout(tuple(sizes))
+    masks = LossMasks(tensors=sizes, workers=2, iterations=2, source="hand")
+    masks.add(0, REDUCE, 0, 0, range(int(layout.tensor_packets[0])))
+    masks.write(tmp_path / "m.txt.gz")
+    source = mask_source("recorded-m", layout, 0, {"recorded-m": tmp_path / "m.txt.gz"})
+    records = train(small_corpus(), settings, 0, source)
+    share = sizes[0] / (sum(sizes) * 2)
+    assert [r["reduce_lost"] for r in records] == pytest.approx([share, 0.0, share])
+    assert parse_seeds("3") == (0, 1, 2) and parse_seeds("2-4") == (2, 3, 4) and parse_seeds("1,3") == (1, 3)
+    assert parse_iteration_times(["none=0.5", "0.25"]) == {"none": 0.5, "*": 0.25}
+    from experiments.errors import ExperimentError
+
+    with pytest.raises(ExperimentError, match="recorded-x"):
+        mask_source("recorded-x", layout, 0, {})
+    with pytest.raises(ExperimentError, match="unknown condition"):
+        mask_source("lossy-10", layout, 0, {})
