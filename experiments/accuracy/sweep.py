@@ -9,6 +9,7 @@ the finished runs). The report (``report.py``) reads only the folder.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Sequence
@@ -113,18 +114,43 @@ def run_sweep(plan: SweepPlan, resume: bool = False) -> None:
           f"validation bytes", flush=True)
     started = time.monotonic()
     for n, (seed, condition) in enumerate(todo, start=1):
-        t0 = time.monotonic()
-        records = train(corpus, plan.settings, seed, mask_source(condition, layout, seed, plan.masks))
         path = run_path(plan.out, condition, seed)
-        tmp = path.with_suffix(".partial")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-        tmp.rename(path)
-        elapsed = time.monotonic() - started
-        eta = elapsed / n * (len(todo) - n)
+        if path.exists() or not _claim(path):
+            continue  # finished or being run by another part of the sweep
+        t0 = time.monotonic()
+        try:
+            records = train(corpus, plan.settings, seed, mask_source(condition, layout, seed, plan.masks))
+            tmp = path.with_suffix(".partial")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+            tmp.rename(path)
+        finally:
+            path.with_suffix(".claim").unlink(missing_ok=True)
+        eta = (time.monotonic() - started) / n * (len(todo) - n)
         last = records[-1]
         print(f"[{n}/{len(todo)}] {condition} seed {seed}: val {last['val_bpb']:.3f} bits/byte, "
               f"{last['reduce_lost']:.2%} lost at the last step, {time.monotonic() - t0:.0f} s "
-              f"(about {eta / 60:.0f} min left)", flush=True)
+              f"(at most {eta / 60:.0f} min left)", flush=True)
+
+
+def _claim(path: Path) -> bool:
+    """Take a run for this process (a ``.claim`` file with its pid); a claim of a process
+    that is gone is taken over. False when another live process holds it."""
+    claim = path.with_suffix(".claim")
+    for _ in range(2):
+        try:
+            with open(claim, "x") as f:
+                f.write(str(os.getpid()))
+            return True
+        except FileExistsError:
+            try:
+                pid = int(claim.read_text() or "0")
+                os.kill(pid, 0)
+                return False
+            except ProcessLookupError:
+                claim.unlink(missing_ok=True)  # its process is gone
+            except (ValueError, PermissionError, FileNotFoundError):
+                return False
+    return False
 
 
 def parse_iteration_times(items: Sequence[str]) -> dict[str, float]:
