@@ -130,3 +130,27 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
     assert native is None and "comparison of varbit values" in reason
     frame = bytes([1, 0xAB, 0xCD, 1, 0xAB, 0xCE])
     assert Pipeline(program).process(frame, 1) == [(3, frame)]  # the bits differ, not the lengths
+
+
+def test_actions_bound_with_arguments_in_a_table_and_header_out_arguments() -> None:
+    """`actions = { put(h.res); }`: the header argument is copied in, written by the action
+    (data 0x55 from the default entry) and copied out; an action with an inout header
+    argument called from apply copies it back also after `exit`."""
+    outs = both("""
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    action put(inout pair_t dst, bit<8> v) { dst.setValid(); dst.a = v; dst.b = dst.b + 1; }
+    action bump_and_exit(inout pair_t p) { p.a = p.a + 8w16; exit; }
+    table t {
+        key = { h.p.a: exact; }
+        actions = { put(h.res); }
+        default_action = put(h.res, 8w0x55);
+    }
+    apply {
+        sm.egress_spec = 2;
+        t.apply();
+        bump_and_exit(h.q);
+    }
+}
+""", bytes([1, 2, 3, 4]))
+    # res = {0x55, 0 + 1}, valid; q.a = 3 + 16 copied back though the action exited
+    assert outs[0] == outs[1] == [(2, bytes([1, 2, 0x13, 4, 0x55, 1]))]

@@ -125,7 +125,10 @@ class ProgramGen(LoopGen, FunctionGen):
             return fname
         node = self.impl_nodes.get(id(impl))
         if node is None:
-            raise self.fail(where, f"action {impl.name} bound with arguments in a table")
+            bound = self.rec.bound_actions.get(id(impl))
+            if bound is None:
+                raise self.fail(where, f"action {impl.name} bound with arguments in a table")
+            return self.bound_action_fn(impl, *bound)
         fname = f"a{len(self.action_fns)}"
         self.action_fns[id(impl)] = fname
         saved = (self.exit_label, self.in_parser, self.fn_ret, self.rec)
@@ -136,6 +139,16 @@ class ProgramGen(LoopGen, FunctionGen):
         body.append("}")
         self.exit_label, self.in_parser, self.fn_ret, self.rec = saved
         self.action_defs.append(body)
+        return fname
+
+    def bound_action_fn(self, impl: ActionImpl, action: ActionImpl, args: list, ref: Any) -> str:
+        """`actions = { a(x); }`: a function that copies the bound arguments in, runs `a` and
+        copies them out (also after `exit`, as the Python pipeline does)."""
+        fname = f"a{len(self.action_fns)}"
+        self.action_fns[id(impl)] = fname
+        lines: list[str] = []
+        self.call_action(ref, action, args, lines, "    ")  # type: ignore[attr-defined]
+        self.action_defs.append([f"/* {impl.name}, bound */", f"static void {fname}(gf_ctx *c) {{", *lines, "}"])
         return fname
 
     def table_fn(self, name: str) -> list[str]:

@@ -293,11 +293,13 @@ class StmtGen(StackGen):
                 continue  # `_` for an out argument: the value is not wanted
             if direction in ("out", "inout"):
                 target = self.e(arg)
-                if target.place is None or target.place.base is None or isinstance(ptype, HeaderT | StructT):
-                    raise self.fail(arg, "out argument that is not a static scalar")
+                if target.place is None or target.place.base is None or isinstance(ptype, StackT) \
+                        or isinstance(target.extra, tuple):
+                    raise self.fail(arg, "out argument that is not a static place")
+                n = slot_count(ptype) if isinstance(ptype, HeaderT | StructT) else 1
                 if direction == "inout":
-                    out.append(f"{ind}S[{slot}] = S[{target.place.base}];")
-                copy_out.append(f"{ind}S[{target.place.base}] = S[{slot}];")
+                    out.append(f"{ind}memmove(&S[{slot}], &S[{target.place.base}], {n} * sizeof(uint64_t));")
+                copy_out.append(f"{ind}memmove(&S[{target.place.base}], &S[{slot}], {n} * sizeof(uint64_t));")
             else:
                 self.assign_place(arg, slot, ptype, arg, out, ind)
         out.append(f"{ind}{fname}(c);")

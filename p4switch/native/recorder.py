@@ -29,6 +29,9 @@ class Recorded:
     actions: dict[int, ActionImpl] = field(default_factory=dict)  # action_decl node -> impl
     action_nodes: dict[str, Tree] = field(default_factory=dict)  # qualified name -> action_decl
     impl_nodes: dict[int, Tree] = field(default_factory=dict)  # id(ActionImpl) -> action_decl
+    # id(ActionImpl) of an action bound with arguments in a table's actions -> (the action,
+    # the argument nodes, the table's action reference)
+    bound_actions: dict[int, tuple[ActionImpl, list, Any]] = field(default_factory=dict)
     table_actions: dict[str, dict[str, ActionImpl]] = field(default_factory=dict)
     table_counted: dict[str, bool] = field(default_factory=dict)
     table_nodes: dict[int, str] = field(default_factory=dict)  # table_decl node -> name
@@ -106,6 +109,12 @@ class RecordingCompiler(Compiler):
         rec.action_context[id(impl)] = rec
         rec.keep.extend((node, impl))
         return impl
+
+    def _bound_action(self, ref: Tree, impl: ActionImpl, args: list, scope: Scope) -> ActionImpl:
+        wrapped = super()._bound_action(ref, impl, args, scope)
+        self.recorded.bound_actions[id(wrapped)] = (impl, list(args), ref)
+        self.recorded.keep.extend((wrapped, ref))
+        return wrapped
 
     def compile_table(self, node: Tree, prefix: str, scope: Scope) -> Any:
         impl = super().compile_table(node, prefix, scope)
