@@ -154,3 +154,27 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
 """, bytes([1, 2, 3, 4]))
     # res = {0x55, 0 + 1}, valid; q.a = 3 + 16 copied back though the action exited
     assert outs[0] == outs[1] == [(2, bytes([1, 2, 0x13, 4, 0x55, 1]))]
+
+
+def test_functions_returning_headers_and_structs() -> None:
+    outs = both("""
+pair_t swapped(in pair_t p) {
+    if (p.a == 0) { return { 8w0xEE, 8w0xEE }; }
+    pair_t r = { p.b, p.a };
+    return r;
+}
+inner_t halves(in bit<8> v) { return { x = v >> 4, y = v[3:0] }; }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 2;
+        h.p = swapped(h.p);
+        h.q = swapped(h.q);
+        m.o.i = halves(h.p.a);
+        h.res.setValid();
+        h.res.a = m.o.i.x;
+        h.res.b = (bit<8>)m.o.i.y;
+    }
+}
+""", bytes([1, 0x52, 0, 9]))
+    # p swapped to {0x52, 1}; q.a == 0 gives {0xEE, 0xEE}; 0x52 halves: 5 and 2
+    assert outs[0] == outs[1] == [(2, bytes([0x52, 1, 0xEE, 0xEE, 5, 2]))]

@@ -60,6 +60,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.action_fns: dict[int, str] = {}
         self.action_defs: list[list[str]] = []
         self.function_fns: dict[int, str] = {}
+        self.compound_fns: set[str] = set()  # functions returning a header or struct (into r_)
         self.function_defs: list[list[str]] = []
         self.instance_fns: dict[int, str] = {}
         self.fn_ret: Any = None  # the return type while a function's body is generated
@@ -363,7 +364,8 @@ class ProgramGen(LoopGen, FunctionGen):
             f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}{', -1' * len(_OWN_SLOTS)}}};",
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
-        lines += [f"static uint64_t {fn}(gf_ctx *c);" for fn in self.function_fns.values()]
+        lines += [f"static uint64_t {fn}(gf_ctx *c{', uint64_t *r_' if fn in self.compound_fns else ''});"
+                  for fn in self.function_fns.values()]
         lines += [f"static void ctl_{fn}(gf_ctx *c);" for fn in self.instance_fns.values()]
         lines += [f"static int t{i}_apply(gf_ctx *c);" for i in range(len(self.table_names))]
         for body in self.action_defs + self.function_defs + tables + bodies:

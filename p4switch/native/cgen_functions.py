@@ -2,7 +2,8 @@
 `StmtCompiler._call_function` and `_apply_block` run them.
 
 Each compiled function (each specialization of a generic one) becomes one C function over
-the slot array that returns its scalar result (0 for `void`); each control instance one
+the slot array that returns its scalar result (0 for `void`; a header or struct result goes
+to an array the caller passes, one word per slot); each control instance one
 `void` C function with its own locals. A call copies `in` and `inout` arguments into the
 parameters' slots, calls, then copies `out` and `inout` parameters back, also when the body
 ran `exit` (the caller then leaves its block). In an expression the call is a GCC statement
@@ -31,6 +32,7 @@ class FunctionGen(StmtGen):
     """Mixin of the generator: the program's functions and their calls."""
 
     function_fns: dict[int, str]
+    compound_fns: set[str]
     function_defs: list[list[str]]
     instance_fns: dict[int, str]
     fn_ret: Any
@@ -79,15 +81,19 @@ class FunctionGen(StmtGen):
         if found is None:
             raise self.fail(where, f"function {impl.name} without a body")
         decl, recorded = found
-        if not isinstance(impl.ret, BitT | BoolT | VoidT):
+        compound = isinstance(impl.ret, HeaderT | StructT)
+        if not (compound or isinstance(impl.ret, BitT | BoolT | VoidT)):
             raise self.fail(where, f"function {impl.name} returning {impl.ret}")
         fname = f"f{len(self.function_fns)}"
         self.function_fns[id(impl)] = fname
+        if compound:  # the value goes to r_, one word per slot of the type
+            self.compound_fns.add(fname)
         saved = (self.rec, self.exit_label, self.in_parser, self.fn_ret)
         self.rec = recorded  # the body's own recordings; tables and actions are shared
         self.exit_label, self.in_parser, self.fn_ret = None, False, impl.ret
         try:
-            body: list[str] = [f"/* {impl.name} */", f"static uint64_t {fname}(gf_ctx *c) {{"]
+            params = "gf_ctx *c, uint64_t *r_" if compound else "gf_ctx *c"
+            body: list[str] = [f"/* {impl.name} */", f"static uint64_t {fname}({params}) {{"]
             self.stmts(decl.children[2].children[1:], body, "    ")
             body += ["    return 0;", "}"]
         finally:
@@ -212,6 +218,20 @@ class FunctionGen(StmtGen):
         return (bits + 7) // 8, fields
 
     def assign_place(self, node: Any, base: int, t: Any, value_node: Any, out: list[str], ind: str) -> None:
+        impl = self._callee_impl(value_node) if isinstance(value_node, Tree) and \
+            value_node.data in ("call", "call_generic") else None
+        if isinstance(t, HeaderT | StructT) and impl is not None:
+            # a function's header or struct value: into a temporary, stored once the call
+            # (and its copies out) is done, not at all when it ran `exit`
+            n = slot_count(t)
+            pre, call, post = self.function_call(value_node, impl, self._call_args(value_node))
+            if not call.endswith("(c)") or self.function_fns.get(id(impl)) not in self.compound_fns:
+                raise self.fail(node, "a header or struct value of a call")
+            call = call[:-1] + ", rv_)"
+            leave = f" if (c->exit_flag) {{ {self.leave()} }}" if self.has_exit and not self.in_parser else ""
+            out.append(f"{ind}{{ uint64_t rv_[{n}]; memset(rv_, 0, sizeof rv_); {' '.join(pre)} {call}; "
+                       f"{' '.join(post)}{leave} memcpy(&S[{base}], rv_, sizeof rv_); }}")
+            return
         if isinstance(t, HeaderT | StructT) and self._is_lookahead(value_node):
             nbytes, fields = self._lookahead_layout(t, value_node)
             out.append(f"{ind}if (c->pos + {nbytes} > c->len) {{ err_ = {self.error_index('PacketTooShort')}; "
@@ -242,5 +262,10 @@ class FunctionGen(StmtGen):
         value = node.children[0] if node.children else None
         if value is None or self.fn_ret is None:
             super()._st_return_stmt(node, out, ind)
+            return
+        if isinstance(self.fn_ret, HeaderT | StructT):
+            codes = self.value_slots(node, self.fn_ret, value)
+            out.append(f"{ind}{{ const uint64_t v_[{len(codes)}] = {{{', '.join(codes)}}}; "
+                       f"memcpy(r_, v_, sizeof v_); return 0; }}")
             return
         out.append(f"{ind}return {self.masked(self.cx(value), self.fn_ret)};")
