@@ -178,3 +178,35 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
 """, bytes([1, 0x52, 0, 9]))
     # p swapped to {0x52, 1}; q.a == 0 gives {0xEE, 0xEE}; 0x52 halves: 5 and 2
     assert outs[0] == outs[1] == [(2, bytes([0x52, 1, 0xEE, 0xEE, 5, 2]))]
+
+
+def test_slices_and_run_time_indexed_fields_as_inout_arguments() -> None:
+    program = load_program_text("""
+#include <core.p4>
+#include <v1model.p4>
+header b_t { bit<8> v; }
+header i_t { bit<8> idx; bit<8> f; }
+struct hs { i_t i; b_t[2] s; }
+struct ms { }
+parser P(packet_in pkt, out hs h, inout ms m, inout standard_metadata_t sm) {
+    state start { pkt.extract(h.i); pkt.extract(h.s.next); pkt.extract(h.s.next); transition accept; }
+}
+control V(inout hs h, inout ms m) { apply { } }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    action low_nibble(inout bit<4> n) { n = n + 4w1; }
+    action add(inout bit<8> x, bit<8> d) { x = x + d; }
+    apply {
+        sm.egress_spec = 2;
+        low_nibble(h.i.f[3:0]);
+        add(h.s[h.i.idx].v, 8w0x10);
+    }
+}
+control E(inout hs h, inout ms m, inout standard_metadata_t sm) { apply { } }
+control C(inout hs h, inout ms m) { apply { } }
+control D(packet_out pkt, in hs h) { apply { pkt.emit(h.i); pkt.emit(h.s); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+""", "inout_places.p4")
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        # f = 0x2F: its low nibble wraps to 0 (0x20); s[1].v = 7 + 0x10
+        assert pipe.process(bytes([1, 0x2F, 5, 7]), 1) == [(2, bytes([1, 0x20, 5, 0x17]))]
+        assert pipe.process(bytes([0, 0x21, 5, 7]), 1) == [(2, bytes([0, 0x22, 0x15, 7]))]

@@ -293,8 +293,13 @@ class StmtGen(StackGen):
                 continue  # `_` for an out argument: the value is not wanted
             if direction in ("out", "inout"):
                 target = self.e(arg)
-                if target.place is None or target.place.base is None or isinstance(ptype, StackT) \
-                        or isinstance(target.extra, tuple):
+                if target.place is None or target.place.base is None or isinstance(target.extra, tuple):
+                    # a slice or a field of a run-time-indexed element: read in, written back
+                    if direction == "inout":
+                        out.append(f"{ind}S[{slot}] = {self.cx(arg)};")
+                    copy_out.append(f"{ind}{self.write_back(arg, target, slot)}")
+                    continue
+                if isinstance(ptype, StackT):
                     raise self.fail(arg, "out argument that is not a static place")
                 n = slot_count(ptype) if isinstance(ptype, HeaderT | StructT) else 1
                 if direction == "inout":
@@ -304,6 +309,25 @@ class StmtGen(StackGen):
                 self.assign_place(arg, slot, ptype, arg, out, ind)
         out.append(f"{ind}{fname}(c);")
         out.extend(copy_out)
+
+    def write_back(self, arg: Any, target: Any, slot: int) -> str:
+        """The statement storing slot `slot` into an out argument that is a slice of a static
+        scalar or a scalar field of a run-time-indexed stack element (its index evaluated
+        now, as the Python pipeline writes it back)."""
+        extra = target.extra
+        if isinstance(extra, tuple) and extra and extra[0] == "slice":
+            _, base, hi, lo = extra
+            if base.place is None or base.place.base is None:
+                raise self.fail(arg, "out argument that is a slice of a non-static place")
+            m = ((1 << (hi - lo + 1)) - 1) << lo
+            b = base.place.base
+            return f"S[{b}] = (S[{b}] & ~{lit(m)}) | ((S[{slot}] << {lo}) & {lit(m)});"
+        element = arg.children[0] if isinstance(arg, Tree) and arg.data == "member" else None
+        dyn = self.dyn_element(element) if element is not None else None
+        if dyn is None or not isinstance(target.type, BitT | BoolT):
+            raise self.fail(arg, "out argument that is not a static place")
+        offset = self.dyn_field(arg, element, str(arg.children[1].children[0]))
+        return f"S[{dyn} + {offset}] = S[{slot}];"
 
     def extern_method(self, node: Tree, inst: ExternInstance, method: str, args: list,
                       out: list[str], ind: str) -> None:
