@@ -117,6 +117,8 @@ TRACE_CONFIGS: tuple[TraceConfig, ...] = (
                 "tcp", "p3", "layerwise"),
     TraceConfig("transport", "the DLCP transport alone: DDP buckets over UDP, loss bound 0, FIFO, per-flow ECMP",
                 "dlcp", "fusion", "ddp"),
+    TraceConfig("transport-qos", "the DLCP transport with DDP buckets, the whole job one class above the background",
+                "dlcp", "fusion", "ddp", queues="job"),
     TraceConfig("priority", "+ per-layer priority: DLCP scheduler, layer-wise overlap, layer queues (7/6/5)",
                 "dlcp", "dlcp", "layerwise", queues="layer"),
     TraceConfig("dropping", "+ magnitude dropping: DLCP transport with a 10% gradient bound, drops at half a queue",
@@ -160,7 +162,8 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
 
 QUICK: dict[str, tuple[str, ...]] = {"tcp": ("ddp-tcp", "p3-tcp", "dlcp"), "incast": ("ddp-tcp", "p3-tcp", "dlcp"),
                                      "multitenant": ("ddp-tcp", "p3-tcp", "dlcp")}
-ALL_MECHANISMS = ("ddp-tcp", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "spraying", "dlcp")
+ALL_MECHANISMS = ("ddp-tcp", "ddp-tcp-qos", "p3-tcp", "transport", "transport-qos", "priority", "dropping",
+                  "spraying", "dlcp")
 FULL: dict[str, tuple[str, ...]] = {
     "tcp": ALL_MECHANISMS, "multitenant": ALL_MECHANISMS, "hotspot": ALL_MECHANISMS,
     "incast": ("ddp-tcp", "ddp-tcp-rto", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "dlcp"),
