@@ -60,6 +60,7 @@ def _one_bucket(numel: int) -> Workload:
 
 
 @needs_ns3
+@pytest.mark.slow
 def test_ring_of_two_iterates_in_compute_plus_two_hand_computed_steps() -> None:
     from simulator.packet.run import RunSettings, run
 
@@ -80,6 +81,7 @@ def test_ring_of_two_iterates_in_compute_plus_two_hand_computed_steps() -> None:
 
 
 @needs_ns3
+@pytest.mark.slow
 def test_bounded_loss_star_under_incast_keeps_within_the_bound() -> None:
     from simulator.packet.run import RunSettings, run
     from simulator.packet.topology import leafspine
@@ -99,6 +101,7 @@ def test_bounded_loss_star_under_incast_keeps_within_the_bound() -> None:
 
 
 @needs_ns3
+@pytest.mark.slow
 def test_gloo_ring_over_ns3_tcp_completes_every_iteration() -> None:
     from simulator.packet.run import RunSettings, run
 

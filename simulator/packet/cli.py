@@ -53,6 +53,8 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
     p.add_argument("--bucket-mb", type=float, default=25.0, help="trace: DDP bucket size (real MiB)")
     p.add_argument("--ordering", choices=("wfbp", "p3", "dlcp"), default="wfbp",
                    help="host sending order of DLCP jobs (wfbp: as handed out, the fabric's hook)")
+    p.add_argument("--warmup-ms", type=float, default=1000.0,
+                   help="background alone before the jobs start (the fabric's runner: 1 s)")
     p.add_argument("--rto-min-ms", type=float, default=200.0, help="ns-3 TCP's minimum RTO (Linux: 200)")
     p.add_argument("--seed", type=int, default=1000, help="seed of the first repetition")
     p.add_argument("--compare", type=Path, action="append", default=None,
@@ -150,6 +152,7 @@ def _packet(args: argparse.Namespace) -> int:
                     wl = replace(workload, host_samples=tuple(samples))
                 settings = RunSettings(wl, iterations=args.iterations, ordering=args.ordering,
                                        rto_min_s=args.rto_min_ms * 1e-3, seed=args.seed + r,
+                                       job_start_s=args.warmup_ms * 1e-3,
                                        progress=None if args.quiet else (lambda m: print(m, flush=True)))
                 record: dict[str, Any] = {"index": index, "scenario": sc.name, "config": config.name,
                                           "repetition": r, "seed": args.seed + r, "run_id": run_id}

@@ -15,6 +15,7 @@ OnOff at a constant rate; request/response flows gradfabric's ``RrFlow``. ns-3's
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -61,21 +62,23 @@ class _Transport:
         self.sizes: dict[int, tuple[int, int]] = {}  # message id -> (values, packets)
         self.endpoints: dict[str, Any] = {}
         self.pipes: dict[tuple[str, str], Any] = {}
-        self.keep: list[Any] = []  # Python callables handed to C++ must outlive the run
-        self.by_address = {net.address(h): h for h in net.topology.hosts}
         self.gloo_hosts = gloo_hosts
+
+        # One callable each for every endpoint and pipe: the bindings wrap a callable once.
+        def dlcp_received(src: int, msg: int, values: int, lost: int) -> None:
+            self._delivered(msg, lost)
+
+        def tcp_received(msg: int) -> None:
+            self._delivered(msg, 0)
+
+        self.dlcp_received, self.tcp_received = dlcp_received, tcp_received
 
     def endpoint(self, host: str) -> Any:
         if host not in self.endpoints:
             s = self.settings
             ep = self.gf.DlcpEndpoint(self.net.nodes[host], DLCP_PORT, s.dlcp_chunk, s.dlcp_initial_window,
                                       s.dlcp_max_window, s.dlcp_min_rto_s, max(s.dlcp_min_rto_s, 0.005))
-
-            def received(src: int, msg: int, values: int, lost: int) -> None:
-                self._delivered(msg, lost)
-
-            ep.onReceived = received
-            self.keep.append(received)
+            ep.onReceived = self.dlcp_received
             self.endpoints[host] = ep
         return self.endpoints[host]
 
@@ -83,12 +86,7 @@ class _Transport:
         if (src, dst) not in self.pipes:
             port = 20000 + len(self.pipes)
             p = self.gf.TcpPipe(self.net.nodes[src], self.net.nodes[dst], self.net.address(dst), port, 0, 0.0)
-
-            def received(msg: int) -> None:
-                self._delivered(msg, 0)
-
-            p.onReceived = received
-            self.keep.append(received)
+            p.onReceived = self.tcp_received
             self.pipes[(src, dst)] = p
         return self.pipes[(src, dst)]
 
@@ -147,11 +145,19 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     gloo = config.comm == "gloo"
     gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
     transport = _Transport(net, settings, gloo_hosts)
-    keep: list[Any] = []
+    pending: dict[int, Callable[[], None]] = {}
+    tokens = itertools.count(1)
+
+    def dispatch(token: int) -> None:
+        pending.pop(token)()
+
+    _KEEP.append(dispatch)
+    gf.SetDispatcher(dispatch)
 
     def schedule(delay_s: float, fn: Callable[[], None]) -> None:
-        keep.append(fn)
-        gf.ScheduleCall(delay_s, fn)
+        token = next(tokens)
+        pending[token] = fn
+        gf.ScheduleToken(delay_s, token)
 
     jobs: list[JobRun] = []
     for j in scenario.jobs:
@@ -163,7 +169,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
         job = JobRun(spec, transport, schedule, gf.NowSeconds, transport.messages)
         job.start()
         jobs.append(job)
-    background = _start_background(ns, gf, net, scenario, settings)
+    background = _start_background(ns, gf, net, scenario, settings, schedule)
 
     # Run in slices, to tell progress and to stop once every job is done.
     sim_t, step = 0.0, 0.25
@@ -202,8 +208,8 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     return record
 
 
-def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario,
-                      settings: RunSettings) -> list[Callable[[float], dict[str, Any]]]:
+def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario, settings: RunSettings,
+                      schedule: Callable[[float, Callable[[], None]], None]) -> list[Callable[[float], dict[str, Any]]]:
     """Start every background flow at t = 0; returns a report maker per flow."""
     reports: list[Callable[[float], dict[str, Any]]] = []
     for i, flow in enumerate(scenario.background):
@@ -229,7 +235,7 @@ def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario,
             def mark(sink: Any = sink, start_rx: dict[str, int] = start_rx) -> None:
                 start_rx["bytes"] = int(sink.GetTotalRx())
 
-            gf.ScheduleCall(settings.job_start_s, mark)
+            schedule(settings.job_start_s, mark)
 
             def report(seconds: float, sink: Any = sink, start_rx: dict[str, int] = start_rx, name: str = name,
                        kind: str = flow.kind, mbps: float = flow.mbps) -> dict[str, Any]:
@@ -240,7 +246,7 @@ def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario,
                         "loss": loss, "requests": None, "failed": None, "fct_s": [], "error": None}
 
             reports.append(report)
-            _KEEP.append((sinks, apps, mark))
+            _KEEP.append((sinks, apps))
         elif flow.kind == "rr":
             rr = gf.RrFlow(src, dst, net.address(flow.dst), port, 64, flow.packet_bytes, flow.interval_s,
                            settings.job_start_s, 1e9)

@@ -405,6 +405,27 @@ ScheduleCall(double delaySeconds, std::function<void()> call)
     Simulator::Schedule(Seconds(delaySeconds), [call]() { call(); });
 }
 
+// Python callbacks by number: one dispatcher handed over once, then events carry a token
+// (a new Python callable per event would cost a binding wrapper each).
+inline std::function<void(uint64_t)>&
+Dispatcher()
+{
+    static std::function<void(uint64_t)> dispatcher;
+    return dispatcher;
+}
+
+inline void
+SetDispatcher(std::function<void(uint64_t)> dispatcher)
+{
+    Dispatcher() = dispatcher;
+}
+
+inline void
+ScheduleToken(double delaySeconds, uint64_t token)
+{
+    Simulator::Schedule(Seconds(delaySeconds), [token]() { Dispatcher()(token); });
+}
+
 inline double
 NowSeconds()
 {
