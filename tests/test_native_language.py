@@ -210,3 +210,43 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
         # f = 0x2F: its low nibble wraps to 0 (0x20); s[1].v = 7 + 0x10
         assert pipe.process(bytes([1, 0x2F, 5, 7]), 1) == [(2, bytes([1, 0x20, 5, 0x17]))]
         assert pipe.process(bytes([0, 0x21, 5, 7]), 1) == [(2, bytes([0, 0x22, 0x15, 7]))]
+
+
+def test_a_table_with_twelve_key_fields() -> None:
+    from p4switch.tables import Exact, TableEntry
+
+    keys = "\n".join(f"            h.k[{i}].v: exact;" for i in range(12))
+    program = load_program_text(f"""
+#include <core.p4>
+#include <v1model.p4>
+header b_t {{ bit<8> v; }}
+struct hs {{ b_t[12] k; }}
+struct ms {{ }}
+parser P(packet_in pkt, out hs h, inout ms m, inout standard_metadata_t sm) {{
+    state start {{ pkt.extract(h.k); transition accept; }}
+}}
+control V(inout hs h, inout ms m) {{ apply {{ }} }}
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {{
+    action to(bit<9> p) {{ sm.egress_spec = p; }}
+    table wide {{
+        key = {{
+{keys}
+        }}
+        actions = {{ to; }}
+        default_action = to(9w3);
+    }}
+    apply {{ wide.apply(); }}
+}}
+control E(inout hs h, inout ms m, inout standard_metadata_t sm) {{ apply {{ }} }}
+control C(inout hs h, inout ms m) {{ apply {{ }} }}
+control D(packet_out pkt, in hs h) {{ apply {{ pkt.emit(h.k); }} }}
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+""".replace("pkt.extract(h.k);", " ".join(["pkt.extract(h.k.next);"] * 12)), "twelve.p4")
+    frame, other = bytes(range(1, 13)), bytes(range(1, 12)) + bytes(1)
+    entry = TableEntry(tuple(Exact(v) for v in frame), 0, "I.to", (2,))
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        pipe.tables["I.wide"].insert(entry)
+        assert [p for p, _ in pipe.process(frame, 1)] == [2]
+        assert [p for p, _ in pipe.process(other, 1)] == [3]  # the last key differs
+        pipe.tables["I.wide"].delete(entry)
+        assert [p for p, _ in pipe.process(frame, 1)] == [3]

@@ -41,6 +41,8 @@ def _name(node: Any) -> str:
     return str(node.children[0]) if isinstance(node, Tree) else str(node)
 
 
+MAX_KEYS = 64  # key fields a table may have natively (GF_MAXK is the program's largest)
+
 class ProgramGen(LoopGen, FunctionGen):
     """One C translation of one recorded compilation."""
 
@@ -93,8 +95,8 @@ class ProgramGen(LoopGen, FunctionGen):
                 if sub.data == "exit_stmt":
                     self.has_exit = True
         for name, table in c.tables.items():
-            if len(table.keys) > 8:
-                raise NativeUnsupported(f"table {name}: more than 8 key fields")
+            if len(table.keys) > MAX_KEYS:
+                raise NativeUnsupported(f"table {name}: more than {MAX_KEYS} key fields")
             for key in table.keys:
                 if key.bitwidth > 64 or key.match_kind not in MATCH_KINDS:
                     raise NativeUnsupported(f"table {name}: key {key.name} wider than 64 bits")
@@ -345,6 +347,7 @@ class ProgramGen(LoopGen, FunctionGen):
             "/* Generated from the P4 program by p4switch.native; do not edit. */",
             "#define _GNU_SOURCE",
             f"#define GF_NSLOTS {nslots}",
+            f"#define GF_MAXK {max([8] + [len(t.keys) for t in c.tables.values()])}  /* key fields per table */",
             *(f"#define {name} {first + k}  /* {what} */" for k, (name, what) in enumerate(_OWN_SLOTS)),
             '#include "gf_state.h"',
             "typedef struct gf_ctx {",

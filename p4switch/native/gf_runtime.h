@@ -11,7 +11,9 @@
 #include <string.h>
 
 #define GF_EXPORT __attribute__((visibility("default")))
-#define GF_MAXK 8          /* key fields per table */
+#ifndef GF_MAXK
+#define GF_MAXK 8          /* key fields per table (a program with more defines its own) */
+#endif
 #define GF_MAXA 16         /* action data per entry */
 #define GF_MAXFRAME (65535 + 64)  /* largest frame in or out: a 64 KiB IP packet (the largest MTU) and its link header */
 #define GF_DIGEST_WORDS 128  /* digests one packet may send: [id, n, values...] each */
