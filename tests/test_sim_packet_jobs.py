@@ -111,3 +111,20 @@ def test_gloo_ring_over_ns3_tcp_completes_every_iteration() -> None:
     times = [r["iteration_s"] for r in record["jobs"]["1"]["ranks"]["0"]["records"]]
     # Compute (3 ms) plus two steps of 1,800 values (7,200 bytes: five segments) each way.
     assert len(times) == 3 and all(0.003 + 2 * 7200 * 8 / 1e8 < t < 0.05 for t in times)
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_sprayed_data_overtaken_by_its_probe_is_late_not_lost() -> None:
+    from simulator.packet.run import RunSettings, run
+    from simulator.packet.topology import leafspine
+
+    # Two spines, per-packet spraying: a 62-byte probe overtakes 1,500-byte data on the other
+    # spine. Nothing is dropped, so nothing may be zero-filled: the last probe waits.
+    topo = leafspine(2, 2, 1, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2 across the spines", (sim.Job(1, ("h1", "h2")),))
+    record = run(topo, scenario, sim.configuration("dlcp"), RunSettings(_one_bucket(40 * 360), iterations=2))
+    ports = record["simulation"]["ports"]
+    assert ports["overflow_drops"] == ports["early_drops"] == 0
+    assert {int(record["jobs"]["1"]["ranks"][r]["totals"]["lost"]) for r in ("0", "1")} == {0}
+    assert record["jobs"]["1"]["ranks"]["0"]["totals"]["reduced"] == 2 * 20 * 360  # half the bucket per iteration

@@ -45,6 +45,8 @@ class RunSettings:
     dlcp_initial_window: float = 10.0
     dlcp_max_window: float = 64.0
     dlcp_chunk: int = 16
+    dlcp_reorder_grace_s: float = 0.0  # sprayed fabrics: the last probe waits max(this, SRTT)
+    spraying: bool = False
     seed: int = 1
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
     progress: Callable[[str], None] | None = None
@@ -79,6 +81,8 @@ class _Transport:
             ep = self.gf.DlcpEndpoint(self.net.nodes[host], DLCP_PORT, s.dlcp_chunk, s.dlcp_initial_window,
                                       s.dlcp_max_window, s.dlcp_min_rto_s, max(s.dlcp_min_rto_s, 0.005))
             ep.onReceived = self.dlcp_received
+            if s.spraying:
+                ep.SetLastGrace(s.dlcp_reorder_grace_s)
             self.endpoints[host] = ep
         return self.endpoints[host]
 
@@ -144,7 +148,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT)
     gloo = config.comm == "gloo"
     gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
-    transport = _Transport(net, settings, gloo_hosts)
+    transport = _Transport(net, replace(settings, spraying=config.spraying), gloo_hosts)
     pending: dict[int, Callable[[], None]] = {}
     tokens = itertools.count(1)
 

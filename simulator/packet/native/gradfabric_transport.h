@@ -117,6 +117,14 @@ class DlcpEndpoint
         return m_cwnd;
     }
 
+    // On a sprayed fabric a probe may overtake data: then the last probe (complete within
+    // the bound) goes alone, once every chunk is answered and `grace` (at least the SRTT)
+    // has passed, so late data is not taken for lost. Negative: the last chunk's probe asks.
+    void SetLastGrace(double grace)
+    {
+        m_lastGrace = grace;
+    }
+
   private:
     struct Chunk
     {
@@ -142,6 +150,8 @@ class DlcpEndpoint
         std::map<uint32_t, Chunk> chunks; // unanswered chunks by nonce
         uint32_t retransmitted = 0;
         bool lastAsked = false;
+        bool graceWait = false; // waiting to send the last probe alone
+        bool graceDone = false;
         bool roundOver = false; // the last probe was answered: not complete
         bool complete = false;
     };
@@ -182,7 +192,9 @@ class DlcpEndpoint
         Out* best = nullptr;
         for (auto& [id, o] : m_out)
         {
-            bool has = !o.resend.empty() || o.next < o.packets || (!o.lastAsked && o.chunks.empty());
+            bool lastReady = !o.lastAsked && o.chunks.empty() && o.resend.empty() && o.next >= o.packets &&
+                             (m_lastGrace < 0 || o.graceDone);
+            bool has = !o.resend.empty() || o.next < o.packets || lastReady;
             if (!has || o.complete)
             {
                 continue;
@@ -232,7 +244,7 @@ class DlcpEndpoint
                     stats.packets++;
                 }
             }
-            bool last = o->resend.empty() && o->next >= o->packets;
+            bool last = o->resend.empty() && o->next >= o->packets && (m_lastGrace < 0 || seqs.empty());
             uint32_t first = seqs.empty() ? 0 : *std::min_element(seqs.begin(), seqs.end());
             uint32_t last_seq = seqs.empty() ? 0 : *std::max_element(seqs.begin(), seqs.end());
             Chunk c{first, seqs.empty() ? 0 : last_seq - first + 1, uint32_t(seqs.size()), m_nonce++, NowSeconds(),
@@ -339,7 +351,29 @@ class DlcpEndpoint
             o.roundOver = false;
             o.resend.assign(o.missing.begin(), o.missing.end());
             o.lastAsked = false;
+            o.graceDone = false;
         }
+        MaybeGrace(o);
+    }
+
+    void MaybeGrace(Out& o)
+    {
+        if (m_lastGrace < 0 || o.lastAsked || o.graceWait || o.graceDone || !o.chunks.empty() ||
+            !o.resend.empty() || o.next < o.packets)
+        {
+            return;
+        }
+        o.graceWait = true;
+        uint32_t msg = o.msg;
+        Simulator::Schedule(Seconds(std::max(m_lastGrace, std::max(m_srtt, 0.0))), [this, msg]() {
+            auto it = m_out.find(msg);
+            if (it != m_out.end())
+            {
+                it->second.graceWait = false;
+                it->second.graceDone = true;
+                Pump();
+            }
+        });
     }
 
     void Finish(Out& o, uint32_t missing)
@@ -507,6 +541,7 @@ class DlcpEndpoint
     double m_srtt = -1;
     double m_rttvar = 0;
     double m_lastCut = -1e9;
+    double m_lastGrace = -1;
     double m_inflight = 0;
     uint32_t m_nonce = 1;
     uint64_t m_order = 0;
