@@ -249,17 +249,21 @@ class MessageSender:
     def run(self) -> SendReport:
         started = time.perf_counter()
         try:
-            settled = False
+            settle_until = 0.0
             while True:
                 self._fill()
                 self._collect()
                 if self.complete:  # the receiver holds the message: learn exactly what it holds
                     self.pending.clear()
-                    if self.received.all() or (settled and not self.chunks):
+                    if self.received.all() or (settle_until and not self.chunks):
                         break
-                    if not settled:
-                        settled = True
+                    if not settle_until:
+                        # Best effort: a receiver that closed right after completing may not
+                        # answer; then the report keeps what the answers so far showed.
+                        settle_until = time.monotonic() + 4 * self.ep._rtt(self.dest).rto
                         self._probe_missing(np.flatnonzero(~self.received))
+                    elif time.monotonic() > settle_until:
+                        break
                     self._sleep()
                     continue
                 self._early()
