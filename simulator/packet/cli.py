@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -127,6 +128,8 @@ def _packet(args: argparse.Namespace) -> int:
     if args.tile:
         scenarios = [tiled(s, topo.hosts) for s in scenarios]
     t0 = time.monotonic()
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     say(f"loading ns-3 ({workload.note}; topology {topo.name}: {len(topo.hosts)} hosts, "
         f"{len(topo.switches)} switches)")
     load()
@@ -177,8 +180,17 @@ def _packet(args: argparse.Namespace) -> int:
                 f"workload: {workload.note}"
                 f"{'' if args.baseline is None else f', host time replayed from {args.baseline}'}; host order {args.ordering}; TCP rto_min {args.rto_min_ms:g} ms.\n\n")
         (out / "results.md").write_text(head + table)
+        # "meta" as the experiment's sweeps write it, so `gradfabric experiment report` reads the folder.
+        meta = {"command": command, "started": started, "load_at_start": load_at_start,
+                "load_at_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
+                "site": f"ns-3 3.44, {topo.name}", "elapsed_s": round(time.monotonic() - t0, 1),
+                "job": {"iterations": args.iterations, "batch_size": 32, "lr": 0.01}, "target_accuracy": 0.85,
+                "repetitions": args.repetitions, "background": True,
+                "sweep": {sc.name: [c.name for c in configs] for sc in scenarios},
+                "scenarios": {sc.name: sc.description for sc in scenarios},
+                "configurations": {c.name: f"{c.comm}, queues {c.queues}" for c in configs}}
         (out / "results.json").write_text(json.dumps(
-            {"command": command, "topology": topo.name, "hosts": len(topo.hosts),
+            {"meta": meta, "command": command, "topology": topo.name, "hosts": len(topo.hosts),
              "simulated": {f"{k[0]}/{k[1]}": v for k, v in simulated.items()},
              "fabric": None if fabric is None else {f"{k[0]}/{k[1]}": v for k, v in fabric.items()}}, indent=1) + "\n")
         print(f"wrote {out}", file=sys.stderr)
