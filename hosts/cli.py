@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -60,6 +62,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     send.add_argument("--elements", type=int, default=100_000, help="float32 elements per message")
     send.add_argument("--seed", type=int, default=0, help="seed of the message contents")
     send.add_argument("--worker-id", type=int, default=1, help="worker id carried in each packet")
+    send.add_argument("--in-flight", type=int, default=2,
+                      help="messages sent at once (the next is packed and sent while the last answers come back)")
     _common(send)
     send.set_defaults(handler=_run_send)
 
@@ -266,8 +270,9 @@ def _run_send(args: argparse.Namespace) -> int:
         with _endpoint(args, parse_address(args.bind, default_port=0), args.worker_id) as endpoint:
             _listening(lines, endpoint)
             dest = parse_address(args.to)
-            for i in range(args.messages):
-                r = endpoint.send(dest, _test_tensor(args.seed, i, args.elements), iteration=i)
+            pending: deque[tuple[int, Future[Any]]] = deque()
+
+            def done(i: int, r: Any) -> None:
                 window = endpoint.window
                 srtt = window.rtt.srtt if window.rtt is not None else None
                 lines.emit({"event": "sent", "iteration": i, "packets": r.packets, "bytes": r.payload_bytes,
@@ -279,6 +284,14 @@ def _run_send(args: argparse.Namespace) -> int:
                             "window_cuts": window.decreases,
                             "srtt_ms": round(srtt * 1e3, 3) if srtt is not None else None,
                             "rate_pps": round(window.rate, 1)})
+
+            for i in range(args.messages):  # up to --in-flight messages at once, lines in order
+                if len(pending) >= max(1, args.in_flight):
+                    done(pending[0][0], pending.popleft()[1].result())
+                pending.append((i, endpoint.send_async(dest, _test_tensor(args.seed, i, args.elements), copy=False,
+                                                       iteration=i)))
+            while pending:
+                done(pending[0][0], pending.popleft()[1].result())
         return 0
 
     return _with_lines(args, body)
