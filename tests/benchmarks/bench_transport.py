@@ -28,7 +28,7 @@ from tests.benchmarks.figure import Figure
 
 MESSAGES = 25
 ELEMENTS = 1_000_000  # 4 MB per message, 100 MB in all
-ROUNDS = 3
+ROUNDS = 5
 IN_FLIGHT = 1  # messages the sender keeps in flight (more overrun a loaded receiver)
 PAYLOAD = 1444  # bytes of values in a full DLCP packet
 TOTAL = MESSAGES * ELEMENTS * 4
