@@ -157,13 +157,12 @@ class Endpoint:
         self._tx: BatchSender | None = None
         self._rx: BatchReceiver | None = None
         nat = native() if fast is not False else None
-        if nat is not None and self.signer is not None:
-            _log.info("hosts data path: Python for endpoint %d, because a job key signs every datagram", worker_id)
-            nat = None
+        if nat is not None and key is not None and not nat.auth():
+            nat = None  # no HMAC in C here (logged once)
         if fast and nat is None:
             _log.warning("hosts data path: the C data path was asked for but is unavailable; using Python")
         if nat is not None:
-            self._tx, self._rx = BatchSender(nat, self._sock), BatchReceiver(nat, self._sock)
+            self._tx, self._rx = BatchSender(nat, self._sock, key), BatchReceiver(nat, self._sock, key)
         self._inbox: OrderedDict[MessageKey, Delivered] = OrderedDict()
         self._inbox_ready = threading.Condition()
         self._cond = threading.Condition()  # guards the window, in_flight and chunk answers
@@ -333,7 +332,7 @@ class Endpoint:
     def _reply(self, replies: list[bytes], source: Address) -> None:
         for reply in replies:
             try:
-                self._sock.sendto(reply, source)
+                self._sock.sendto(reply if self.signer is None else self.signer.sign(reply), source)
             except OSError:
                 self.reassembler.stats.drops["reply_failed"] += 1
 
@@ -359,6 +358,10 @@ class Endpoint:
                 delivered: list[Delivered] = []
                 i = 0
                 while i < n:
+                    if rx.bad[i]:  # missing or wrong job-key tag: dropped before anything looks at it
+                        reassembler.stats.drops["bad_tag"] += 1
+                        i += 1
+                        continue
                     j = rx.run_end(i, n)
                     source = rx.source(i)
                     data = rx.packet(j - 1)

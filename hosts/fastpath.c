@@ -12,6 +12,7 @@
  * Protocol decisions (windows, probes, bounds, membership) stay in Python.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -35,6 +36,34 @@
 #define GSO_MAX_SEGS 64
 #define IOV_MAX_BATCH 2048
 
+/* Job-key tags (hosts/auth.py): HMAC-SHA256 truncated to 16 bytes, from the system's
+ * libcrypto, found at run time (no headers needed to build). */
+#define TAG 16
+typedef const void *(*evp_md_fn)(void);
+typedef unsigned char *(*hmac_fn)(const void *, const void *, int, const unsigned char *, size_t, unsigned char *,
+                                  unsigned int *);
+static hmac_fn hmac_sha;
+static const void *sha256;
+
+int gfh_auth_init(const char *library) {
+    if (hmac_sha) return 0;
+    void *h = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return -1;
+    evp_md_fn md = (evp_md_fn)dlsym(h, "EVP_sha256");
+    hmac_fn f = (hmac_fn)dlsym(h, "HMAC");
+    if (!md || !f) return -2;
+    sha256 = md();
+    hmac_sha = f;
+    return 0;
+}
+
+static void tag_of(const uint8_t *key, int keylen, const uint8_t *data, size_t n, uint8_t *out) {
+    unsigned char md[64];
+    unsigned int len = 0;
+    hmac_sha(sha256, key, keylen, data, n, md, &len);
+    memcpy(out, md, TAG);
+}
+
 static uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
 static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
@@ -44,7 +73,7 @@ static uint32_t be32(const uint8_t *p) {
  * values + 4 starts[i] (count: values of a full packet). gso: packets per datagram (<= 1: no GSO). Returns packets sent or -errno. */
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
              uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
-             int n, int gso) {
+             int n, int gso, const uint8_t *key, int keylen) {
     struct sockaddr_in dst;
     memset(&dst, 0, sizeof dst);
     dst.sin_family = AF_INET;
@@ -53,15 +82,18 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
     struct mmsghdr msgs[BATCH];
     struct iovec iov[IOV_MAX_BATCH];
     union { char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } ctl[BATCH];
-    uint32_t full = HDR + 4 * count;
+    static __thread uint8_t tags[IOV_MAX_BATCH / 3 + 1][TAG];
+    static __thread uint8_t scratch[HDR + 4 * 65535];
+    int per_iov = key ? 3 : 2;
+    uint32_t full = HDR + 4 * count + (key ? TAG : 0);
     int per = gso > 1 ? gso : 1;
     if (per > GSO_MAX_SEGS) per = GSO_MAX_SEGS;
     if ((uint32_t)per * full > GSO_MAX_BYTES) per = (int)(GSO_MAX_BYTES / full);
     if (per < 1) per = 1;
     int done = 0;
     while (done < n) {
-        int m = 0, k = done, v = 0;
-        while (m < BATCH && k < n && v + 2 * per <= IOV_MAX_BATCH) {
+        int m = 0, k = done, v = 0, t = 0;
+        while (m < BATCH && k < n && v + per_iov * per <= IOV_MAX_BATCH) {
             int segs = 0;
             struct mmsghdr *mh = &msgs[m];
             memset(mh, 0, sizeof *mh);
@@ -74,13 +106,20 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
                 iov[v].iov_len = HDR;
                 iov[v + 1].iov_base = (void *)(values + (size_t)starts[i] * 4);
                 iov[v + 1].iov_len = (size_t)nvals[i] * 4;
-                v += 2;
+                if (key) { /* the tag over header and values, as a third piece */
+                    memcpy(scratch, iov[v].iov_base, HDR);
+                    memcpy(scratch + HDR, iov[v + 1].iov_base, iov[v + 1].iov_len);
+                    tag_of(key, keylen, scratch, HDR + iov[v + 1].iov_len, tags[t]);
+                    iov[v + 2].iov_base = tags[t++];
+                    iov[v + 2].iov_len = TAG;
+                }
+                v += per_iov;
                 segs++;
                 k++;
-                if (HDR + 4u * nvals[i] != full) break; /* a short packet ends a GSO datagram */
+                if (HDR + 4u * nvals[i] + (key ? TAG : 0) != full) break; /* a short packet ends a GSO datagram */
                 if (tos && k < n && tos[idx[k]] != tos[i]) break; /* one TOS byte per datagram */
             }
-            mh->msg_hdr.msg_iovlen = (size_t)segs * 2;
+            mh->msg_hdr.msg_iovlen = (size_t)segs * per_iov;
             size_t used = 0;
             if (segs > 1 || tos) {
                 mh->msg_hdr.msg_control = ctl[m].buf;
@@ -125,7 +164,8 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
  * their packets: off/len into buf, source, TOS byte. Returns packets listed (0: nothing
  * queued) or -errno. `max_pkts` must be at least slots x (slot_size / 28 + 1). */
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
-             uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts) {
+             uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
+             uint8_t *bad) {
     if (slots > BATCH) slots = BATCH;
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
@@ -168,6 +208,22 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
             src_ip[p] = from[i].sin_addr.s_addr;
             src_port[p] = from[i].sin_port;
             tos[p] = t;
+            bad[p] = 0;
+            if (key) { /* a job key: the packet ends in its tag, or it is dropped (len 0, bad) */
+                uint8_t want[TAG];
+                const uint8_t *d = buf + off[p];
+                uint8_t diff = len[p] < TAG;
+                if (!diff) {
+                    tag_of(key, keylen, d, len[p] - TAG, want);
+                    for (int b = 0; b < TAG; b++) diff |= want[b] ^ d[len[p] - TAG + b];
+                }
+                if (diff) {
+                    bad[p] = 1;
+                    len[p] = 0;
+                } else {
+                    len[p] -= TAG;
+                }
+            }
             p++;
             if (seg < HDR) break; /* not DLCP packets: one truncated datagram */
         }

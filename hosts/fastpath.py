@@ -20,6 +20,7 @@ packet by packet.
 
 from __future__ import annotations
 
+import ctypes.util
 import hashlib
 import logging
 import os
@@ -41,9 +42,11 @@ SOURCE = "fastpath.c"
 CDEF = """
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
              uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
-             int n, int gso);
+             int n, int gso, const uint8_t *key, int keylen);
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
-             uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts);
+             uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
+             uint8_t *bad);
+int gfh_auth_init(const char *library);
 int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
              const uint16_t *src_port, int i, int n);
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
@@ -70,6 +73,17 @@ class Native:
         self.ffi = ffi
         self.lib = lib
         self.path = path
+        self._auth: bool | None = None
+
+    def auth(self) -> bool:
+        """Whether job-key tags can be made in C (the system's libcrypto has HMAC); logged once."""
+        if self._auth is None:
+            names = [n for n in (ctypes.util.find_library("crypto"), "libcrypto.so.3", "libcrypto.so") if n]
+            self._auth = any(self.lib.gfh_auth_init(n.encode()) == 0 for n in names)
+            if not self._auth:
+                log.warning("hosts data path: Python for endpoints with a job key, because no libcrypto with "
+                            "HMAC was found (%s)", ", ".join(names))
+        return self._auth
 
     def ptr(self, array: Any, ctype: str = "uint8_t[]") -> Any:
         """A C pointer to a writable buffer (numpy array, bytearray)."""
@@ -124,7 +138,7 @@ def build() -> Path:
     with tempfile.TemporaryDirectory(prefix="gradfabric-hostpath-") as tmp:
         src, out = Path(tmp) / SOURCE, Path(tmp) / "fastpath.so"
         src.write_text(source)
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src)], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-ldl"], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
             raise FastPathError(f"{cc} failed on hosts/{SOURCE} (exit {proc.returncode}):\n{tail}")
@@ -160,7 +174,7 @@ def _load() -> Native | None:
         ffi = cffi.FFI()
         ffi.cdef(CDEF)
         lib = ffi.dlopen(str(path))
-        for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes"):
+        for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes", "gfh_auth_init"):
             getattr(lib, name)  # cffi parses a declaration on first use: do it now, not mid-transfer
     except (FastPathError, OSError, AttributeError) as exc:
         log.warning("hosts data path: Python, because the C data path is unavailable: %s", exc)
@@ -204,10 +218,12 @@ def enable_gro(sock: socket.socket) -> bool:
 class BatchSender:
     """Sends packets of a :class:`~hosts.packetize.PacketBatch` with sendmmsg (and GSO)."""
 
-    def __init__(self, nat: Native, sock: socket.socket) -> None:
+    def __init__(self, nat: Native, sock: socket.socket, key: bytes | None = None) -> None:
+        """`key`: the job key; every packet then ends in its tag (:mod:`hosts.auth`)."""
         self.nat = nat
         self.fd = sock.fileno()
         self.gso_ok = True
+        self._key = (nat.ffi.from_buffer("uint8_t[]", key), len(key)) if key else (nat.ffi.NULL, 0)
         self._dest: dict[tuple[str, int], tuple[int, int, bool]] = {}
 
     def _target(self, dest: tuple[str, int]) -> tuple[int, int, bool]:
@@ -227,12 +243,12 @@ class BatchSender:
         gso = GSO_PACKETS if (local and self.gso_ok) else 1
         ptrs = batch.native_ptrs(self.nat)
         r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
-                                  self.nat.ptr(idx, "int64_t[]"), idx.size, gso)
+                                  self.nat.ptr(idx, "int64_t[]"), idx.size, gso, *self._key)
         if r < 0 and gso > 1 and -r in (5, 22, 95):  # EIO, EINVAL, EOPNOTSUPP: no GSO here
             log.warning("hosts data path: UDP GSO refused (%s), sending one datagram per packet", os.strerror(-r))
             self.gso_ok = False
             r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
-                                      self.nat.ptr(idx, "int64_t[]"), idx.size, 1)
+                                      self.nat.ptr(idx, "int64_t[]"), idx.size, 1, *self._key)
         if r < 0:
             raise OSError(-r, os.strerror(-r))
 
@@ -243,9 +259,11 @@ class BatchReceiver:
     SLOTS = 32
     SLOT_SIZE = 65536
 
-    def __init__(self, nat: Native, sock: socket.socket | None) -> None:
-        """`sock` None: no socket; :meth:`load` fills the batch (tests)."""
+    def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None) -> None:
+        """`sock` None: no socket; :meth:`load` fills the batch (tests). `key`: the job key;
+        a packet without a valid tag is flagged in `bad` (and has length 0)."""
         self.nat = nat
+        self._key = (nat.ffi.from_buffer("uint8_t[]", key), len(key)) if key else (nat.ffi.NULL, 0)
         self.fd = sock.fileno() if sock is not None else -1
         self.gro = enable_gro(sock) if sock is not None else False
         self.max_pkts = self.SLOTS * (self.SLOT_SIZE // 28 + 1)
@@ -255,17 +273,19 @@ class BatchReceiver:
         self.src_ip = np.zeros(self.max_pkts, dtype=np.uint32)
         self.src_port = np.zeros(self.max_pkts, dtype=np.uint16)
         self.tos = np.zeros(self.max_pkts, dtype=np.uint8)
+        self.bad = np.zeros(self.max_pkts, dtype=np.uint8)
         self.res = np.zeros(8, dtype=np.int64)
         p = nat.ptr
         self._c = (p(self.buf), p(self.off, "uint32_t[]"), p(self.len, "uint32_t[]"),
-                   p(self.src_ip, "uint32_t[]"), p(self.src_port, "uint16_t[]"), p(self.tos), p(self.res, "int64_t[]"))
+                   p(self.src_ip, "uint32_t[]"), p(self.src_port, "uint16_t[]"), p(self.tos), p(self.res, "int64_t[]"),
+                   p(self.bad))
         self.view = memoryview(self.buf)
 
     def recv(self) -> int:
         """Packets of the next batch (0: nothing queued); OSError on a socket error."""
         c = self._c
         n = self.nat.lib.gfh_recv(self.fd, c[0], self.SLOTS, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
-                                  self.max_pkts)
+                                  self.max_pkts, *self._key, c[7])
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         return int(n)

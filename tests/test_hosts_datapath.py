@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from hosts.auth import Signer
 from hosts.endpoint import Endpoint
 from hosts.fastpath import BatchReceiver, native
 from hosts.messages import Delivered
@@ -182,3 +183,28 @@ def test_both_paths_deliver_the_same_through_loss_duplicates_reordering_and_forg
     if bound == 0:  # exact delivery: identical on both paths
         for a, b in zip(results[True][1], results[False][1]):
             np.testing.assert_array_equal(a.values, b.values)
+
+
+@pytest.mark.parametrize("sender_fast,receiver_fast", [(True, False), (False, True), (True, True)])
+def test_job_key_tags_made_in_c_and_in_python_agree(sender_fast: bool, receiver_fast: bool) -> None:
+    # The C path tags and checks datagrams itself (HMAC-SHA256 from the system's libcrypto):
+    # each side verifies the other's tags, and datagrams under another key, or none, are
+    # dropped as bad_tag before anything else looks at them.
+    key = b"0123456789abcdef-job-7"
+    bounds = {MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}
+    values = np.random.default_rng(8).standard_normal(50_000, dtype=np.float32)
+    with Endpoint(worker_id=1, key=key, bounds=bounds, fast=sender_fast) as sender, \
+            Endpoint(worker_id=2, key=key, bounds=bounds, fast=receiver_fast) as receiver:
+        assert (sender.fast, receiver.fast) == (sender_fast, receiver_fast)
+        stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        forged = packetize(-values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=0)
+        other = Signer(b"another key of 16+ bytes")
+        for k in range(0, len(forged), 5):
+            stranger.sendto(forged.packet(k), receiver.address)  # no tag
+            stranger.sendto(other.sign(forged.packet(k)), receiver.address)  # tagged under another key
+        stranger.close()
+        report = sender.send(receiver.address, values, iteration=0)
+        got = receiver.receive(timeout=30)
+        bad = receiver.reassembler.stats.drops["bad_tag"]
+    np.testing.assert_array_equal(got.values, values)
+    assert report.missing == 0 and bad == 2 * len(range(0, len(forged), 5))
