@@ -174,8 +174,10 @@ class ExprGen:
 
     def _cmp(self, node: Tree, op: str) -> str:
         types = [self.e(child).type for child in node.children]
-        if any(_has_varbit(t) for t in types):  # the slot holds the length; the bits live beside it
-            raise self.fail(node, "comparison of varbit values")
+        if any(_has_varbit(t) or isinstance(t, StackT) for t in types):
+            # a varbit's slot holds its length (the bits live beside it); a stack's first slot
+            # its next index, which is not part of its value
+            return self._cmp_varbit(node, types[0], op)
         compound = [t for t in types if isinstance(t, HeaderT | StructT)]
         if compound and op in ("==", "!=") and hasattr(self, "value_slots"):
             # every slot, validity included, as the Python pipeline compares the two blocks
@@ -187,6 +189,22 @@ class ExprGen:
         if compound or any(isinstance(t, ListT) for t in types):
             raise self.fail(node, "comparison of headers or structs")
         return f"({self.cx(node.children[0])} {op} {self.cx(node.children[1])})"
+
+    def _cmp_varbit(self, node: Tree, t: P4Type, op: str) -> str:
+        """== or != of two varbit values, headers or structs holding them, or stacks, at
+        static places: every slot (a varbit's holds its length; a stack's elements only), then
+        each varbit's bits."""
+        places = [self.e(child).place for child in node.children]
+        if op not in ("==", "!=") or any(p is None or p.base is None for p in places):
+            raise self.fail(node, "comparison of varbit values")
+        a, b = places[0].base, places[1].base  # type: ignore[union-attr]
+        skip = 1 if isinstance(t, StackT) else 0
+        terms = [f"memcmp(&S[{a + skip}], &S[{b + skip}], {slot_count(t) - skip} * sizeof(uint64_t)) == 0"]
+        for o in varbit_offsets(t):
+            terms.append(f"memcmp(c->vb[gf_vb_of_slot[{a + o}]], c->vb[gf_vb_of_slot[{b + o}]], "
+                         f"(S[{a + o}] + 7) / 8) == 0")
+        same = "(" + " && ".join(terms) + ")"
+        return same if op == "==" else f"(!{same})"
 
     def _cx_eq(self, node: Tree, e: E) -> str:
         return self._cmp(node, "==")
@@ -395,9 +413,31 @@ class ExprGen:
 
 
 def _has_varbit(t: P4Type) -> bool:
-    """A varbit value, or a header or struct holding one."""
+    """A varbit value, or a header, struct or stack holding one."""
+    return bool(varbit_offsets(t))
+
+
+def varbit_offsets(t: P4Type) -> list[int]:
+    """Slot offsets, within a value of type `t`, of its varbit fields (their bits live in a
+    buffer beside the slots, which a copy of the value must copy too)."""
     if isinstance(t, VarbitT):
-        return True
+        return [0]
+    out: list[int] = []
     if isinstance(t, HeaderT | StructT):
-        return any(_has_varbit(ft) for _, ft in t.fields)
-    return False
+        at = 1 if isinstance(t, HeaderT) else 0
+        for _, ft in t.fields:
+            out += [at + o for o in varbit_offsets(ft)]
+            at += slot_count(ft)
+    elif isinstance(t, StackT):
+        n = slot_count(t.elem)
+        for i in range(t.size):
+            out += [1 + i * n + o for o in varbit_offsets(t.elem)]
+    return out
+
+
+def copy_code(dst: int, src: int, t: P4Type) -> str:
+    """C copying a value of type `t` from slot `src` to slot `dst`, varbit bits included."""
+    code = f"memmove(&S[{dst}], &S[{src}], {slot_count(t)} * sizeof(uint64_t));"
+    for o in varbit_offsets(t):
+        code += f" memmove(c->vb[gf_vb_of_slot[{dst + o}]], c->vb[gf_vb_of_slot[{src + o}]], sizeof c->vb[0]);"
+    return code

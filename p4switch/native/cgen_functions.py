@@ -18,6 +18,7 @@ from lark import Tree
 
 from p4switch.compiled import E, ControlImpl, FunctionImpl, PacketParam
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, field_offset, slot_count
+from p4switch.native.cgen_expr import copy_code
 from p4switch.native.cgen_stmt import StmtGen
 from p4switch.runtime import ExternFunctionMissing
 
@@ -103,7 +104,7 @@ class FunctionGen(StmtGen):
 
     def _copy(self, dst: int, src: int, t: Any) -> str:
         if isinstance(t, HeaderT | StructT | StackT):
-            return f"memmove(&S[{dst}], &S[{src}], {slot_count(t)} * sizeof(uint64_t));"
+            return copy_code(dst, src, t)
         return f"S[{dst}] = S[{src}];"
 
     def function_call(self, node: Tree, impl: FunctionImpl | ControlImpl, args: list) -> tuple[list[str], str, list[str]]:

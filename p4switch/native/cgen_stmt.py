@@ -10,7 +10,7 @@ from lark import Tree
 from p4switch.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
-from p4switch.native.cgen_expr import lit, width_of
+from p4switch.native.cgen_expr import copy_code, lit, width_of
 from p4switch.native.cgen_stacks import StackGen
 from p4switch.runtime import PipelineAssertion
 
@@ -105,7 +105,7 @@ class StmtGen(StackGen):
             src = self.e(value_node)
             if src.place is None or src.place.base is None:
                 raise self.fail(node, "assignment of a header or struct value that is not an lvalue")
-            out.append(f"{ind}memmove(&S[{base}], &S[{src.place.base}], {n} * sizeof(uint64_t));")
+            out.append(f"{ind}{copy_code(base, src.place.base, t)}")
             return
         if isinstance(t, VarbitT):
             raise self.fail(node, "varbit assignment")
@@ -301,10 +301,9 @@ class StmtGen(StackGen):
                     continue
                 if isinstance(ptype, StackT):
                     raise self.fail(arg, "out argument that is not a static place")
-                n = slot_count(ptype) if isinstance(ptype, HeaderT | StructT) else 1
                 if direction == "inout":
-                    out.append(f"{ind}memmove(&S[{slot}], &S[{target.place.base}], {n} * sizeof(uint64_t));")
-                copy_out.append(f"{ind}memmove(&S[{target.place.base}], &S[{slot}], {n} * sizeof(uint64_t));")
+                    out.append(f"{ind}{copy_code(slot, target.place.base, ptype)}")
+                copy_out.append(f"{ind}{copy_code(target.place.base, slot, ptype)}")
             else:
                 self.assign_place(arg, slot, ptype, arg, out, ind)
         out.append(f"{ind}{fname}(c);")
