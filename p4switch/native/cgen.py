@@ -434,7 +434,7 @@ class ProgramGen(LoopGen, FunctionGen):
             "    ctl_compute(c);",
             "    c->out = out; c->out_len = 0; ctl_deparser(c);",
             "    uint32_t rest = c->len - c->payload_off;",
-            "    if (c->out_len + rest > GF_MAXFRAME) { c->full_len = 0; return -1; }  /* too long: dropped, never cut */",
+            "    if (c->out_len + rest > GF_MAXFRAME) { c->full_len = 0; return -1; }  /* dropped, never cut */",
             "    memcpy(out + c->out_len, c->data + c->payload_off, rest);",
             "    uint32_t flen = c->full_len = c->out_len + rest;",
             "    if (drop) return -1;",

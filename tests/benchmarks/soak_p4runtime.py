@@ -109,7 +109,7 @@ def control_plane(writes: int, seed: int) -> int:
     """The control-plane differential on the IPv4 router and DLCP; the mismatch count."""
     from gradfabric.paths import P4SRC, ROOT
     from p4switch.frontend import load_program
-    from tests.p4runtime_differential import pair, run
+    from tests.p4runtime_differential import Report, pair, run
 
     total = 0
     for name, path in (("IPv4 router", ROOT / "tests" / "p4programs" / "ipv4_router.p4"),
@@ -117,11 +117,10 @@ def control_plane(writes: int, seed: int) -> int:
         started = time.monotonic()
         python, native, info = pair(load_program(path))
 
-        def progress(done: int, report: object, name: str = name) -> None:
+        def progress(done: int, report: Report, name: str = name) -> None:
             if done % 10_000 == 0:
                 print(f"soak: {name}: {done}/{writes} control-plane writes, "
-                      f"{len(report.mismatches)} mismatch(es), {time.monotonic() - started:.0f} s",  # type: ignore[attr-defined]
-                      flush=True)
+                      f"{len(report.mismatches)} mismatch(es), {time.monotonic() - started:.0f} s", flush=True)
 
         report = run(python, native, info, writes, seed, progress=progress, exclude_actions=RANDOM_ACTIONS)
         total += len(report.mismatches)
