@@ -78,9 +78,19 @@ class Assembly:
 
     __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs")
 
-    def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address) -> None:
+    def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
+                 out: np.ndarray | None = None) -> None:
+        """`out`: the array to rebuild the message in (its caller's memory), when it fits."""
         self.key = key
-        if initial is not None and initial.size == tensor_len:
+        fits = initial is not None and initial.size == tensor_len
+        if out is not None and out.size == tensor_len and out.dtype == _F32 and out.flags.c_contiguous:
+            self.values = out.reshape(-1)
+            if fits:
+                self.values[:] = np.asarray(initial, dtype=_F32).reshape(-1)
+            else:
+                self.values.fill(0)
+        elif fits:
+            assert initial is not None
             self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
         else:
             self.values = np.zeros(tensor_len, dtype=_F32)
@@ -125,6 +135,7 @@ class Reassembler:
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
         self._done_bits: dict[MessageKey, np.ndarray] = {}  # packets a message completed with, if not all
+        self._into: OrderedDict[MessageKey, np.ndarray] = OrderedDict()  # where expected messages go
 
     @property
     def open_messages(self) -> int:
@@ -171,6 +182,14 @@ class Reassembler:
         if msg_type == 3:
             return self._drop(DropReason.UNEXPECTED)
         return self._drop(DropReason.BAD_TYPE)
+
+    def expect(self, key: MessageKey, out: np.ndarray) -> None:
+        """Rebuild message `key` in `out` (a contiguous float32 array of its length) instead of
+        new memory, if its first packet arrives after this call; the delivered values are then
+        `out` itself. Lost elements are 0 (or the prior's) in `out` too."""
+        self._into[key] = out
+        while len(self._into) > 4096:  # expectations never met (a peer gone) do not pile up
+            self._into.popitem(last=False)
 
     def handle_run(self, rx: Any, i: int, j: int, source: Address, ce: int = 0) -> list[Delivered]:
         """Packets ``i .. j-1`` of the batch receiver `rx` (:class:`hosts.fastpath.BatchReceiver`):
@@ -297,7 +316,7 @@ class Reassembler:
             self._open_elements -= self._open.pop(oldest).values.size
             self.stats.evicted += 1
         initial = self.prior(key) if (self.prior is not None and key.kind == MsgType.PARAMETER) else None
-        asm = Assembly(key, tensor_len, initial, source)
+        asm = Assembly(key, tensor_len, initial, source, self._into.pop(key, None))
         self._open[key] = asm
         self._open_elements += tensor_len
         return asm

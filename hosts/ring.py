@@ -113,6 +113,13 @@ class RingAllReduce:
         if base + self.steps > 0xFFFFFFFF:
             raise TransportError(f"iteration {iteration} is too large for the ring's message numbering")
         sends: list[Future[SendReport]] = []
+        job = self.endpoint.job_id
+        for step in range(self.size - 1, self.steps):  # all-gather chunks are rebuilt in place
+            s = step - (self.size - 1)
+            recv_c = (self.rank - s) % self.size
+            if b[recv_c + 1] > b[recv_c]:
+                self.endpoint.reassembler.expect(MessageKey(job, self.left_rank, base + step, tensor_id,
+                                                            MsgType.PARAMETER), buf[b[recv_c]:b[recv_c + 1]])
         try:
             for step in range(self.steps):
                 gather = step >= self.size - 1
@@ -132,7 +139,8 @@ class RingAllReduce:
                     if gather:
                         report.gather_lost += got.values.size - got.received
                         report.gather_received += got.values.size
-                        buf[b[recv_c]:b[recv_c + 1]] = got.values
+                        if not np.shares_memory(got.values, buf):  # its first packet came before expect()
+                            buf[b[recv_c]:b[recv_c + 1]] = got.values
                     else:
                         report.lost_elements += got.values.size - got.received
                         report.received_elements += got.values.size

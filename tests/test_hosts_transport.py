@@ -181,3 +181,27 @@ def test_tensor_sent_in_parts_completes_once_with_every_part() -> None:
     lost[5_100 + 5 * 360:5_100 + 6 * 360] = True  # seq 20 is part 3's sixth packet
     assert np.all(got.values[lost] == 0)
     np.testing.assert_array_equal(got.values[~lost], values[~lost])
+
+
+def test_an_expected_message_is_rebuilt_in_the_callers_array() -> None:
+    values = tensor(10_000)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2, iteration=0, count=360)
+    r = Reassembler(job_id=1, bounds=BOUNDS)
+    key = MessageKey(1, 4, 0, 2, MsgType.GRADIENT)
+    out = np.full(10_000, 7.0, dtype=np.float32)
+    r.expect(key, out)
+    r.expect(MessageKey(1, 4, 0, 3, MsgType.GRADIENT), np.zeros(5, np.float32))  # wrong size: not used
+    delivered = []
+    for i in range(len(batch)):
+        if i != 4:  # one packet lost (within the 5 % bound)
+            delivered += r.handle(batch.packet(i), ("127.0.0.1", 1))[1]
+    probe = pack_header(Header(msg_type=MsgType.PROBE, flags=Flags.LAST, job_id=1, worker_id=4, tensor_id=2,
+                               iteration=0, offset=0, tensor_len=10_000, count=1, mag_class=0, prio_hint=7,
+                               seq=len(batch)))
+    delivered += r.handle(probe + bytes(8), ("127.0.0.1", 1))[1]
+    assert len(delivered) == 1 and delivered[0].values is not None
+    assert np.shares_memory(delivered[0].values, out)  # no new memory: the caller's array
+    lost = np.zeros(10_000, bool)
+    lost[4 * 360:5 * 360] = True
+    np.testing.assert_array_equal(out[~lost], values[~lost])
+    assert np.all(out[lost] == 0)  # lost values are 0 there too, not what the array held
