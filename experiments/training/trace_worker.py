@@ -33,6 +33,7 @@ records, ``done``); ``--wait-go`` holds until a line arrives on stdin::
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import queue
@@ -576,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in asdict(defaults).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
+    faulthandler.enable()  # a crash in native code (the C data path) leaves its stack in the rank's log
     job = TraceJob(**{k: getattr(args, k) for k in asdict(defaults)})
     try:
         run_rank(job, args.rank, parse_peers(args.peers), args.wait_go)
