@@ -17,7 +17,8 @@ from typing import Any
 from simulator.errors import SimulatorError
 
 NATIVE = Path(__file__).resolve().parent / "native"
-HEADER = NATIVE / "gradfabric_transport.h"  # includes gradfabric_ns3.h
+#: Compiled in this order; each includes gradfabric_ns3.h (switch port, ECMP, helpers).
+HEADERS = (NATIVE / "gradfabric_transport.h", NATIVE / "gradfabric_tcp.h")
 INSTALL_HINT = "pip install '.[ns3]' (the ns3 wheel, ns-3 3.44 with cppyy bindings)"
 
 _loaded: tuple[Any, Any] | None = None
@@ -55,14 +56,15 @@ def load() -> tuple[Any, Any]:
             import cppyy
             from ns3.ns import ns  # type: ignore[import-not-found]
 
-            cppyy.include(str(HEADER))
+            for header in HEADERS:
+                cppyy.include(str(header))
             gf = cppyy.gbl.gradfabric
-            gf.PortQueueDisc, gf.DlcpEndpoint  # noqa: B018  (compiles the classes now, not mid-run)
+            gf.PortQueueDisc, gf.DlcpEndpoint, gf.TcpPipe  # noqa: B018  (compiles the classes now, not mid-run)
         except Exception as exc:
             os.dup2(saved, 2)
             captured.seek(0)
             tail = captured.read().decode(errors="replace")[-2000:]
-            raise PacketSimulationError(f"loading ns-3 or {HEADER.name} failed: {exc}\n{tail}") from exc
+            raise PacketSimulationError(f"loading ns-3 or {', '.join(h.name for h in HEADERS)} failed: {exc}\n{tail}") from exc
         finally:
             os.dup2(saved, 2)
             os.close(saved)
