@@ -128,3 +128,79 @@ def test_sprayed_data_overtaken_by_its_probe_is_late_not_lost() -> None:
     assert ports["overflow_drops"] == ports["early_drops"] == 0
     assert {int(record["jobs"]["1"]["ranks"][r]["totals"]["lost"]) for r in ("0", "1")} == {0}
     assert record["jobs"]["1"]["ranks"]["0"]["totals"]["reduced"] == 2 * 20 * 360  # half the bucket per iteration
+
+
+class _FixedDelay:
+    """A transport that delivers every message ``delay_s`` after it is sent (no ns-3)."""
+
+    def __init__(self, delay_s: float) -> None:
+        import heapq
+
+        self.heapq = heapq
+        self.delay_s = delay_s
+        self.now_s = 0.0
+        self.events: list[tuple[float, int, object]] = []
+        self.sent: list[tuple[str, str, int, int, int, float]] = []
+        self.messages: dict = {}
+        self.seq = 0
+
+    def schedule(self, delay_s: float, fn) -> None:  # type: ignore[no-untyped-def]
+        self.seq += 1
+        self.heapq.heappush(self.events, (self.now_s + delay_s, self.seq, fn))
+
+    def send(self, src: str, dst: str, msg: int, values: int, priority: int, urgency: int, bound: float) -> None:
+        self.sent.append((src, dst, values, priority, urgency, bound))
+
+        def deliver() -> None:
+            job, iteration, b, step, s, d = self.messages.pop(msg)
+            job.delivered(iteration, b, step, s, d, values, 0, 1)
+
+        self.schedule(self.delay_s, deliver)
+
+    def run(self) -> None:
+        while self.events:
+            self.now_s, _, fn = self.heapq.heappop(self.events)
+            fn()  # type: ignore[operator]
+
+
+def _job(collective: str, ranks: int, ordering: str = "wfbp", priorities: str = "fifo"):  # type: ignore[no-untyped-def]
+    from simulator.packet.jobs import JobRun, JobSpec
+
+    t = _FixedDelay(0.001)
+    wl = Workload("two", (Bucket(1, 900, 0.001, 5), Bucket(0, 300, 0.002, 7)), forward_s=0.001, backward_s=0.002)
+    spec = JobSpec(1, tuple(f"h{i + 1}" for i in range(ranks)), collective, wl, iterations=2, grad_bound=0.1,
+                   priorities=priorities, ordering=ordering)
+    job = JobRun(spec, t, t.schedule, lambda: t.now_s, t.messages)
+    job.start()
+    t.run()
+    return job, t
+
+
+def test_ring_of_three_takes_four_steps_per_bucket_after_its_last_gradient() -> None:
+    job, t = _job("ring", 3)
+    # Bucket 0 (ready at 2 ms) runs 4 steps of 1 ms: the iteration ends at 1 + 2 + 4 = 7 ms.
+    for rank in job.ranks:
+        assert [round(r["iteration_s"] * 1e3, 9) for r in rank.records] == [7.0, 7.0]
+    # Per iteration 3 ranks x 2 buckets x 4 steps; reduce steps (first two) bounded, chunks of a third.
+    assert len(t.sent) == 2 * 3 * 2 * 4
+    big = [s for s in t.sent if s[0] == "h1" and s[2] == 300][:4]  # bucket of 900 values, first iteration
+    small = [s for s in t.sent if s[0] == "h1" and s[2] == 100][:4]  # bucket of 300
+    assert [s[5] for s in big] == [s[5] for s in small] == [0.1, 0.1, 0.0, 0.0]
+    assert len(big) == len(small) == 4
+
+
+def test_star_pushes_bounded_and_returns_reliable_results() -> None:
+    job, t = _job("star", 3)
+    # Workers push (1 ms), rank 0 sends the mean back (1 ms): 1 + 2 + 2 = 5 ms per iteration.
+    assert [round(r["iteration_s"] * 1e3, 9) for r in job.ranks[1].records] == [5.0, 5.0]
+    pushes = [s for s in t.sent if s[1] == "h1"]
+    results = [s for s in t.sent if s[0] == "h1"]
+    assert len(pushes) == len(results) == 2 * 2 * 2  # 2 workers x 2 buckets x 2 iterations
+    assert {s[5] for s in pushes} == {0.1} and {s[5] for s in results} == {0.0}
+
+
+def test_layer_priorities_and_host_order_reach_the_transport() -> None:
+    _, t = _job("ring", 2, ordering="p3", priorities="layer")
+    assert {(s[2], s[3], s[4]) for s in t.sent} == {(450, 5, 5), (150, 7, 7)}
+    _, t = _job("ring", 2, ordering="wfbp", priorities="job")
+    assert {(s[3], s[4]) for s in t.sent} == {(5, 0)}
