@@ -260,3 +260,27 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
         assert [p for p, _ in pipe.process(other, 1)] == [3]  # the last key differs
         pipe.tables["I.wide"].delete(entry)
         assert [p for p, _ in pipe.process(frame, 1)] == [3]
+
+
+def test_a_lookahead_whose_value_is_not_used_still_needs_its_bits() -> None:
+    program = load_program_text("""
+#include <core.p4>
+#include <v1model.p4>
+header b_t { bit<8> v; }
+struct hs { b_t b; }
+struct ms { }
+parser P(packet_in pkt, out hs h, inout ms m, inout standard_metadata_t sm) {
+    state start { pkt.lookahead<bit<24>>(); pkt.extract(h.b); transition accept; }
+}
+control V(inout hs h, inout ms m) { apply { } }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    apply { sm.egress_spec = sm.parser_error == error.PacketTooShort ? 9w3 : 9w2; }
+}
+control E(inout hs h, inout ms m, inout standard_metadata_t sm) { apply { } }
+control C(inout hs h, inout ms m) { apply { } }
+control D(packet_out pkt, in hs h) { apply { pkt.emit(h.b); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+""", "lookahead_stmt.p4")
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        assert pipe.process(bytes([7, 8, 9]), 1) == [(2, bytes([7, 8, 9]))]
+        assert pipe.process(bytes([7, 8]), 1) == [(3, bytes([7, 8]))]  # nothing extracted

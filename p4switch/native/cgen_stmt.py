@@ -538,6 +538,18 @@ class StmtGen(StackGen):
             out.append(f"{ind}  if (c->pos + n_ / 8 > c->len) {{ err_ = {self.error_index('PacketTooShort')}; goto p_error; }}")
             out.append(f"{ind}  c->pos += (uint32_t)(n_ / 8); }}")
             return
+        if param.kind == "packet_in" and method == "lookahead" and not args and self.in_parser:
+            # a lookahead whose value is not used: PacketTooShort when its bits are not there
+            t = self.e(node).type
+            if isinstance(t, BitT):
+                nbytes = (t.width + 7) // 8
+            elif isinstance(t, HeaderT | StructT) and hasattr(self, "_lookahead_layout"):
+                nbytes = self._lookahead_layout(t, node)[0]
+            else:
+                raise self.fail(node, f"lookahead of {t}")
+            out.append(f"{ind}if (c->pos + {nbytes} > c->len) {{ err_ = {self.error_index('PacketTooShort')}; "
+                       f"goto p_error; }}")
+            return
         raise self.fail(node, f"packet method {method}")
 
     def emit(self, node: Any, t: Any, place: Any, out: list[str], ind: str) -> None:

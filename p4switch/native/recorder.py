@@ -82,6 +82,13 @@ class RecordingCompiler(Compiler):
         rec.keep.append(node)
         return e
 
+    def call(self, node: Tree, scope: Scope, statement: bool) -> E:
+        e = super().call(node, scope, statement)
+        if statement and node.data == "method_call_stmt":  # its type: `pkt.lookahead<T>();`
+            self.recorded.exprs[id(node)] = e
+            self.recorded.keep.append(node)
+        return e
+
     def _s_var_decl(self, node: Tree, scope: Scope) -> Fn | None:
         fn = super()._s_var_decl(node, scope)
         binding = scope.lookup(str(node.children[2].children[0]))
