@@ -24,7 +24,7 @@ from tests.p4runtime_differential import DELETE, INSERT, MODIFY, OK, Side, pair,
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
 
-WRITES = int(os.environ.get("GRADFABRIC_CP_FUZZ_WRITES", "10000"))
+WRITES = int(os.environ.get("GRADFABRIC_CP_FUZZ_WRITES", "5000"))
 ROUTER = ROOT / "tests" / "p4programs" / "ipv4_router.p4"
 RANDOM_ACTIONS = frozenset({"DlcpIngress.spray_random"})  # each datapath draws its own numbers
 SWITCH_MAC = bytes.fromhex("000000000101")
