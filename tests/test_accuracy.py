@@ -262,3 +262,14 @@ def test_recorded_file_replayed_in_training(tmp_path: Path) -> None:
         mask_source("recorded-x", layout, 0, {})
     with pytest.raises(ExperimentError, match="unknown condition"):
         mask_source("lossy-10", layout, 0, {})
+
+
+def test_claims_keep_parts_of_a_sweep_apart(tmp_path: Path) -> None:
+    from experiments.accuracy.sweep import _claim
+
+    path = tmp_path / "none_seed0.jsonl"
+    assert _claim(path) is True
+    assert _claim(path) is False  # held by a live process (this one)
+    path.with_suffix(".claim").write_text(str(2**22 + 1))  # above Linux's largest pid: gone
+    assert _claim(path) is True
+    assert path.with_suffix(".claim").read_text() == str(__import__("os").getpid())
