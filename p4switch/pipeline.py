@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from p4switch.action_profiles import ActionProfile
-from p4switch.compiler import Compiler
+from p4switch.compiler.program import Compiler
 from p4switch.externs import CounterArray, MeterArray, RegisterArray, ReplicationEngine, ValueSet
 from p4switch.frontend.program import Program
 from p4switch.runtime import (

@@ -25,7 +25,7 @@ __all__ = [
 
 def program_from_preprocessed(source: PreprocessedSource) -> Program:
     """Parse and type-check already preprocessed source."""
-    from p4switch.compiler import Compiler
+    from p4switch.compiler.program import Compiler
 
     tree = parse_source(source.text, source.locate)
     program = Program(Path(source.name).stem, source, tree)

@@ -13,7 +13,7 @@ from typing import Any
 
 from lark import Token, Tree
 
-from p4switch.compiled import ActionImpl, CompiledProgram
+from p4switch.compiler.compiled import ActionImpl, CompiledProgram
 from p4switch.errors import P4SwitchError
 from p4switch.hashes import ALGORITHMS
 from p4switch.native.cgen_expr import NativeUnsupported, lit, width_of

@@ -11,7 +11,7 @@ from typing import Any
 
 from lark import Token, Tree
 
-from p4switch.compiled import E, ExternInstance, PacketParam, TableImpl
+from p4switch.compiler.compiled import E, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import (BitT, BoolT, EnumT, ErrorT, HeaderT, IntLitT, ListT, P4Type, StackT, StructT,
                                      VarbitT, field_offset, slot_count)

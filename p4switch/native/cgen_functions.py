@@ -16,7 +16,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E, ControlImpl, FunctionImpl, PacketParam
+from p4switch.compiler.compiled import E, ControlImpl, FunctionImpl, PacketParam
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, field_offset, slot_count
 from p4switch.native.cgen_expr import copy_code
 from p4switch.native.cgen_stmt import StmtGen

@@ -13,7 +13,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compile_loops import COMPOUND_OPS
+from p4switch.compiler.loops import COMPOUND_OPS
 from p4switch.frontend.types import BitT, P4Type
 from p4switch.native.cgen_stmt import StmtGen
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E
+from p4switch.compiler.compiled import E
 from p4switch.frontend.types import HeaderT, StackT, StructT, field_offset, slot_count
 from p4switch.native.cgen_varbit import VarbitGen
 

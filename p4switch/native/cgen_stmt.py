@@ -7,7 +7,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
+from p4switch.compiler.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
 from p4switch.native.cgen_expr import copy_code, lit, width_of

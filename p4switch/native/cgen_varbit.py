@@ -15,7 +15,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E
+from p4switch.compiler.compiled import E
 from p4switch.frontend.types import BitT, BoolT, HeaderT, P4Type, VarbitT, slot_count
 from p4switch.native.cgen_expr import ExprGen, width_of
 

@@ -1,6 +1,6 @@
 """The compiler, recording what it resolved: the typed, slot-addressed program the C backend reads.
 
-:class:`RecordingCompiler` is the ordinary :class:`~p4switch.compiler.Compiler`; on the way it
+:class:`RecordingCompiler` is the ordinary :class:`~p4switch.compiler.program.Compiler`; on the way it
 keeps, per syntax node, the compiled expression (type, storage place, constant value), the
 slot of every local variable, every action with its parameter slots, every table with its
 actions, and the six v1model blocks. Nothing here changes what the Python pipeline does.
@@ -13,8 +13,8 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E, ActionImpl, CompiledProgram, Fn, FunctionImpl, Scope
-from p4switch.compiler import Compiler
+from p4switch.compiler.compiled import E, ActionImpl, CompiledProgram, Fn, FunctionImpl, Scope
+from p4switch.compiler.program import Compiler
 from p4switch.tables import Table
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compile_stmt import _inline
-from p4switch.compiled import ActionImpl, _anno_string, generate
+from p4switch.compiler.stmt import _inline
+from p4switch.compiler.compiled import ActionImpl, _anno_string, generate
 
 
 def fast_runner(impl: ActionImpl, may_return: bool) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E, Scope, _mask, _same_type, codes, const, field_is_scalar, from_code, wrapper
+from p4switch.compiler.compiled import E, Scope, _mask, _same_type, codes, const, field_is_scalar, from_code, wrapper
 from p4switch.frontend.types import BitT, BoolT, HeaderT, IntLitT, ListT, P4Type, StackT, StructT
 
 ARITH = {

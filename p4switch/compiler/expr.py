@@ -6,8 +6,8 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compile_operators import ARITH, COMPARE
-from p4switch.compiled import (
+from p4switch.compiler.operators import ARITH, COMPARE
+from p4switch.compiler.compiled import (
     E, Const, Place, Scope, Var, _mask, _same_type, const, from_code,
     parse_int_literal, wrapper,
 )

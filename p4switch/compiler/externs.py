@@ -8,7 +8,7 @@ from typing import Any
 from lark import Tree
 
 from p4switch import hashes
-from p4switch.compiled import E, ExternInstance, Fn, FunctionImpl, Scope, _mask, field_is_scalar, generate
+from p4switch.compiler.compiled import E, ExternInstance, Fn, FunctionImpl, Scope, _mask, field_is_scalar, generate
 from p4switch.externs import GREEN
 from p4switch.frontend.program import DigestInfo, ParamInfo
 from p4switch.frontend.types import (

@@ -6,8 +6,8 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import E, Fn, PacketParam, Place, Scope, _mask, generate
-from p4switch.compile_stmt import seq
+from p4switch.compiler.compiled import E, Fn, PacketParam, Place, Scope, _mask, generate
+from p4switch.compiler.stmt import seq
 from p4switch.frontend.types import (
     BitT, BoolT, HeaderT, P4Type, StackT, StructT, VarbitT, VoidT, field_offset, scalar_width,
     slot_count,

@@ -7,9 +7,9 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compile_stmt import _inline, seq
-from p4switch.compile_support import name_of
-from p4switch.compiled import E, ExternInstance, Fn, Scope, codes, generate
+from p4switch.compiler.stmt import _inline, seq
+from p4switch.compiler.support import name_of
+from p4switch.compiler.compiled import E, ExternInstance, Fn, Scope, codes, generate
 from p4switch.frontend.types import IntLitT
 from p4switch.runtime import ParserError
 

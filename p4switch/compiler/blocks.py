@@ -9,9 +9,9 @@ from lark import Token, Tree
 
 from p4switch import hashes
 from p4switch.action_profiles import ActionProfile
-from p4switch.compile_stmt import seq
-from p4switch.compile_support import fast_runner, fixed_id, name_of, qualify
-from p4switch.compiled import (
+from p4switch.compiler.stmt import seq
+from p4switch.compiler.support import fast_runner, fixed_id, name_of, qualify
+from p4switch.compiler.compiled import (
     ActionImpl, CompiledProgram, Const, ControlImpl, ExternInstance, Fn, FunctionImpl, PacketParam,
     Place, Scope, Var, _anno_map, _same_type, anno_texts,
 )

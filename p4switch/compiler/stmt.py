@@ -7,7 +7,7 @@ from typing import Any
 
 from lark import Token, Tree
 
-from p4switch.compiled import (
+from p4switch.compiler.compiled import (
     E, ActionImpl, Const, ControlImpl, ExternInstance, Fn, FunctionImpl, PacketParam, Place,
     Scope, TableImpl, Var, _same_type, field_is_scalar, generate,
 )

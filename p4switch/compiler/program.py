@@ -14,16 +14,16 @@ from typing import Any, Callable
 
 from lark import Token, Tree
 
-from p4switch.compile_blocks import BlockCompiler
-from p4switch.compile_expr import ExprCompiler
-from p4switch.compile_externs import ExternCompiler
-from p4switch.compile_loops import LoopCompiler
-from p4switch.compile_operators import OperatorCompiler
-from p4switch.compile_packet import PacketCompiler
-from p4switch.compile_parsers import ParserCompiler
-from p4switch.compile_stmt import StmtCompiler
-from p4switch.compile_tables import TableCompiler
-from p4switch.compiled import (
+from p4switch.compiler.blocks import BlockCompiler
+from p4switch.compiler.expr import ExprCompiler
+from p4switch.compiler.externs import ExternCompiler
+from p4switch.compiler.loops import LoopCompiler
+from p4switch.compiler.operators import OperatorCompiler
+from p4switch.compiler.packet import PacketCompiler
+from p4switch.compiler.parsers import ParserCompiler
+from p4switch.compiler.stmt import StmtCompiler
+from p4switch.compiler.tables import TableCompiler
+from p4switch.compiler.compiled import (
     E, ActionImpl, Const, Place, Scope, _anno_map, _anno_string, _same_type, const,
     parse_int_literal, to_unsigned, wrapper, Fn,
 )

@@ -9,9 +9,9 @@ from lark import Tree
 
 from p4switch import hashes
 from p4switch.action_profiles import ActionProfile
-from p4switch.compile_stmt import seq
-from p4switch.compile_support import fast_runner, fixed_id, name_of, qualify
-from p4switch.compiled import (
+from p4switch.compiler.stmt import seq
+from p4switch.compiler.support import fast_runner, fixed_id, name_of, qualify
+from p4switch.compiler.compiled import (
     ActionImpl, ExternInstance, Fn, Place, Scope, TableImpl, _anno_map, _anno_string, anno_texts,
     generate,
 )

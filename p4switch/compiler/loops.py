@@ -13,8 +13,8 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiled import Fn, Scope
-from p4switch.compile_stmt import seq
+from p4switch.compiler.compiled import Fn, Scope
+from p4switch.compiler.stmt import seq
 from p4switch.frontend.types import BitT
 from p4switch.runtime import BreakSignal, ContinueSignal
 
