@@ -90,6 +90,7 @@ class Window:
     initial_rate: float | None = None  # pacing before the first RTT sample (default max_rate)
     rtt: RttEstimator | None = None
     decreases: int = 0
+    undone: int = 0  # cuts taken back (the loss was reordering)
     _last_decrease: float = -math.inf
 
     def __post_init__(self) -> None:
@@ -121,6 +122,19 @@ class Window:
         self.ssthresh = max(self.min_cwnd * 2, self.cwnd * self.beta)
         self.cwnd = max(self.min_cwnd, self.ssthresh)
         self.decreases += 1
+        return True
+
+    def undo(self, cwnd: float, ssthresh: float, decreases: int) -> bool:
+        """Take back the cut that left `decreases` cuts (the window was `cwnd`, `ssthresh`
+        before it), when the loss behind it proved to be reordering; False when another cut
+        came since."""
+        if self.decreases != decreases:
+            return False
+        self.cwnd = max(self.cwnd, cwnd)
+        self.ssthresh = ssthresh
+        self.decreases -= 1
+        self._last_decrease = -math.inf
+        self.undone += 1
         return True
 
     @property

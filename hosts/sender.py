@@ -234,6 +234,7 @@ class MessageSender:
         self.confirm_missing = 0
         self.round_lost = 0
         self.cut_this_round = False
+        self.tentative: tuple[float, float, int] | None = None  # a cut to undo if the loss was only late
         self.sent_once = np.zeros(self.n, dtype=bool)
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
@@ -395,22 +396,39 @@ class MessageSender:
             resend = self._over_bound(lost_now)
             if resend.size and not self.complete:
                 self._retransmit(resend)
-                if not self.cut_this_round:  # confirmed loss over the bound: congestion
+                self.tentative = None  # confirmed loss over the bound: the cut stands
+                if not self.cut_this_round:
                     self.cut_this_round = congested = True
         if wait.echo:
             self.echoes += 1
             congested = True
-        if (self.ep.max_confirms == 0 and not self.cut_this_round
-                and not within_bound(self.round_lost, self.elements, self.bound)):
-            self.cut_this_round = congested = True  # no confirmation: believe the first answer
+        tentative = False
+        if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
+            # Answers show loss over the bound: cut now, as TCP does on SACK; the cut is undone
+            # if the packets turn out to have been only late (reordering is no congestion).
+            self.cut_this_round = congested = True
+            tentative = self.ep.max_confirms > 0 and not wait.echo
         with ep._cond:
             limited = ep.in_flight >= ep.window.cwnd / 2  # grow only a window that is in use (RFC 7661)
             ep.in_flight -= chunk.packets.size
             if congested:
-                ep.window.on_congestion()
+                before = (ep.window.cwnd, ep.window.ssthresh)
+                if ep.window.on_congestion() and tentative:
+                    self.tentative = (*before, ep.window.decreases)
             elif limited:
                 ep.window.on_ack(delivered)
+            if self.tentative is not None and self._only_late():
+                ep.window.undo(*self.tentative)
+                self.tentative = None
+                self.cut_this_round = False
             ep._cond.notify_all()
+
+    def _only_late(self) -> bool:
+        """Whether what answers showed missing has arrived, but for loss within the bound
+        and none confirmed: the loss that cut the window was reordering."""
+        if (self.confirmed_lost & ~self.received).any():
+            return False
+        return within_bound(int(self.counts[self.shown_missing & ~self.received].sum()), self.elements, self.bound)
 
     def _early(self) -> None:
         """Once the message is sure to exceed its bound, confirm (after `reorder_grace`)
@@ -485,6 +503,7 @@ class MessageSender:
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False
+        self.tentative = None
         return False
 
     def _reorder_allowance(self) -> float:

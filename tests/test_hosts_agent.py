@@ -103,7 +103,8 @@ def test_cli_ps_and_two_workers_write_json_lines(tmp_path: Path) -> None:
     trace = tmp_path / "tiny.csv"
     trace.write_text("name,numel,forward_us,backward_us\nconv,2000,500,800\nfc,30000,200,1500\nout,100,100,300\n")
     cmd = [sys.executable, "-m", "gradfabric.command.cli", "agent"]
-    common = ["--model", str(trace), "--iterations", "2", "--timeout", "20", "--grad-bound", "0", "--param-bound", "0"]
+    # --timeout 60: under a heavy load the workers' start-up alone took 20 s, and the PS gave up
+    common = ["--model", str(trace), "--iterations", "2", "--timeout", "60", "--grad-bound", "0", "--param-bound", "0"]
     ps = subprocess.Popen([*cmd, "ps", "--bind", "127.0.0.1:0", "--workers", "2", "--update", "sum", *common],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     workers: list[subprocess.Popen[str]] = []
@@ -115,7 +116,7 @@ def test_cli_ps_and_two_workers_write_json_lines(tmp_path: Path) -> None:
                  "--scheduler", "mgwfbp", "--json", str(tmp_path / f"w{r}.jsonl"), *common],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for proc in [*workers, ps]:
-            out, err = proc.communicate(timeout=60)
+            out, err = proc.communicate(timeout=180)
             assert proc.returncode == 0, err
         lines = [json.loads(l) for l in (tmp_path / "w1.jsonl").read_text().splitlines()]
         iterations = [l for l in lines if l["event"] == "iteration"]

@@ -25,7 +25,9 @@ def test_pacer_keeps_to_the_rate() -> None:
     while sent < 4_000:
         sent += pacer.burst()
     seconds = time.perf_counter() - started
-    assert 0.17 <= seconds <= 2.0  # 4 000 packets at 20 000/s take 0.2 s (slack for a busy machine)
+    # 4 000 packets at 20 000/s take at least 0.2 s; no upper bound: a loaded machine
+    # oversleeps each 1 ms burst (a run under a load of 16 took 5.6 s)
+    assert seconds >= 0.17
     slow = Pacer(Aimd(rate=500))
     assert slow.burst() == 1 and slow.burst() == 1  # below one packet per burst: one, then a wait
     started = time.perf_counter()
@@ -59,3 +61,13 @@ def test_window_slow_start_then_additive_increase_and_one_cut_per_round_trip() -
         window.on_congestion(now=200.0 + second)
     assert window.cwnd == window.min_cwnd * 2  # the floor: a chunk of one packet can always go
     assert window.rate <= window.max_rate
+
+
+def test_a_cut_is_undone_only_when_no_other_came_since() -> None:
+    w = Window(cwnd=100.0)
+    assert w.on_congestion(now=10.0)
+    token = (100.0, float("inf"), w.decreases)
+    assert w.cwnd == 50.0 and w.undo(*token)
+    assert (w.cwnd, w.ssthresh, w.decreases, w.undone) == (100.0, float("inf"), 0, 1)
+    assert w.on_congestion(now=20.0) and w.on_congestion(now=30.0)  # a second cut came since the first
+    assert not w.undo(50.0, 50.0, 1) and w.decreases == 2

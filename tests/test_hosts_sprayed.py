@@ -81,7 +81,9 @@ def test_late_is_not_lost_overtaking_probes_and_reordering_zero_fill_nothing(hol
         assert message.received == ELEMENTS
         assert report.retransmitted == 0 and report.missing == 0 and report.lost_by_class == {}
     assert sum(r.reordered for r in reports) > 0  # answers did show overtaken packets missing
-    assert window.decreases == 0  # reordering alone never cuts the window
+    # Reordering alone never cuts the window: answers showing the overtaken packets missing
+    # cut it at once (as real loss must), and the cut is taken back when they arrive.
+    assert window.decreases == 0 and window.undone >= 1
     assert receiver.reassembler.stats.drops["late"] == 0
 
 
