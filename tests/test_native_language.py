@@ -284,3 +284,32 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
     for pipe in (Pipeline(program), NativePipeline(program)):
         assert pipe.process(bytes([7, 8, 9]), 1) == [(2, bytes([7, 8, 9]))]
         assert pipe.process(bytes([7, 8]), 1) == [(3, bytes([7, 8]))]  # nothing extracted
+
+
+def test_varbit_fields_swapped_through_a_local() -> None:
+    program = load_program_text("""
+#include <core.p4>
+#include <v1model.p4>
+header n_t { bit<8> bits; }
+header v_t { varbit<32> v; }
+struct hs { n_t n; v_t a; v_t b; }
+struct ms { }
+parser P(packet_in pkt, out hs h, inout ms m, inout standard_metadata_t sm) {
+    state start {
+        pkt.extract(h.n); pkt.extract(h.a, (bit<32>)h.n.bits); pkt.extract(h.b, (bit<32>)h.n.bits);
+        transition accept;
+    }
+}
+control V(inout hs h, inout ms m) { apply { } }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    varbit<32> s;
+    apply { sm.egress_spec = 2; s = h.a.v; h.a.v = h.b.v; h.b.v = s; }
+}
+control E(inout hs h, inout ms m, inout standard_metadata_t sm) { apply { } }
+control C(inout hs h, inout ms m) { apply { } }
+control D(packet_out pkt, in hs h) { apply { pkt.emit(h.n); pkt.emit(h.a); pkt.emit(h.b); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+""", "varbit_swap.p4")
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        assert pipe.process(bytes([16, 0xA1, 0xA2, 0xB1, 0xB2, 0xFF]), 1) == \
+            [(2, bytes([16, 0xB1, 0xB2, 0xA1, 0xA2, 0xFF]))]

@@ -107,8 +107,12 @@ class StmtGen(StackGen):
                 raise self.fail(node, "assignment of a header or struct value that is not an lvalue")
             out.append(f"{ind}{copy_code(base, src.place.base, t)}")
             return
-        if isinstance(t, VarbitT):
-            raise self.fail(node, "varbit assignment")
+        if isinstance(t, VarbitT):  # the length in its slot, the bits in the slot's buffer
+            src = self.e(value_node)
+            if src.place is None or src.place.base is None or not isinstance(src.type, VarbitT):
+                raise self.fail(node, "varbit assignment from a value that is not a static varbit")
+            out.append(f"{ind}{copy_code(base, src.place.base, t)}")
+            return
         code = self.cx(value_node)
         out.append(f"{ind}S[{base}] = {self.masked(code, t) if isinstance(t, BitT) else code};")
 
