@@ -112,9 +112,11 @@ def test_ps_job_through_loss_reordering_and_stalls_completes_within_bounds() -> 
     assert len(stalls) >= 2  # the server really was stopped, repeatedly (the job may take under a second)
     assert sum(r.stats.dropped for r in relays) > 0
     done = outcome[-1]
-    assert done[0] == "done" and done[1] <= BOUNDS[MsgType.GRADIENT] and done[2] == {}
-    assert all(loss <= BOUNDS[MsgType.PARAMETER] for loss in pulled)
-    assert all(m <= BOUNDS[MsgType.PARAMETER] for kind, *rest in outcome[:-1] for m in rest[0])
+    # (+1e-9: a message may lose exactly its bound - the marked packets fill it - and
+    # 1 - received / len is then 0.030000000000000027)
+    assert done[0] == "done" and done[1] <= BOUNDS[MsgType.GRADIENT] + 1e-9 and done[2] == {}
+    assert all(loss <= BOUNDS[MsgType.PARAMETER] + 1e-9 for loss in pulled)
+    assert all(m <= BOUNDS[MsgType.PARAMETER] + 1e-9 for kind, *rest in outcome[:-1] for m in rest[0])
     assert server.exitcode == 0
 
 
