@@ -313,3 +313,38 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
     for pipe in (Pipeline(program), NativePipeline(program)):
         assert pipe.process(bytes([16, 0xA1, 0xA2, 0xB1, 0xB2, 0xFF]), 1) == \
             [(2, bytes([16, 0xB1, 0xB2, 0xA1, 0xA2, 0xFF]))]
+
+
+def test_a_serializable_enum_header_field() -> None:
+    """Its values are its underlying bits: extracted, matched by a table key, compared with
+    a member, assigned a member and emitted."""
+    from p4switch.tables import Exact, TableEntry
+
+    program = load_program_text("""
+#include <core.p4>
+#include <v1model.p4>
+enum bit<8> Kind { DATA = 0x10, ACK = 0x20, NACK = 0x30 }
+header k_t { Kind kind; bit<8> v; }
+struct hs { k_t k; }
+struct ms { }
+parser P(packet_in pkt, out hs h, inout ms m, inout standard_metadata_t sm) {
+    state start { pkt.extract(h.k); transition accept; }
+}
+control V(inout hs h, inout ms m) { apply { } }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    action to(bit<9> p) { sm.egress_spec = p; }
+    table by_kind { key = { h.k.kind: exact; } actions = { to; } default_action = to(9w4); }
+    apply {
+        by_kind.apply();
+        if (h.k.kind == Kind.ACK) { h.k.kind = Kind.NACK; }
+    }
+}
+control E(inout hs h, inout ms m, inout standard_metadata_t sm) { apply { } }
+control C(inout hs h, inout ms m) { apply { } }
+control D(packet_out pkt, in hs h) { apply { pkt.emit(h.k); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+""", "ser_enum.p4")
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        pipe.tables["I.by_kind"].insert(TableEntry((Exact(0x20),), 0, "I.to", (2,)))
+        assert pipe.process(bytes([0x20, 7]), 1) == [(2, bytes([0x30, 7]))]  # ACK: port 2, now NACK
+        assert pipe.process(bytes([0x10, 7]), 1) == [(4, bytes([0x10, 7]))]  # DATA: the default

@@ -16,7 +16,7 @@ from typing import Any
 from lark import Tree
 
 from p4switch.compiler.compiled import E
-from p4switch.frontend.types import BitT, BoolT, HeaderT, P4Type, VarbitT, slot_count
+from p4switch.frontend.types import BitT, BoolT, EnumT, HeaderT, P4Type, VarbitT, slot_count
 from p4switch.native.cgen_expr import ExprGen, width_of
 
 VB_BYTES = 256  # GF_VBBYTES: the widest varbit covered is 2,048 bits
@@ -47,6 +47,8 @@ class VarbitGen(ExprGen):
         """(bits, [(slot offset, bit offset, width)]) of a header's fixed-width fields."""
         out, off = [], 0
         for i, (_, ft) in enumerate(fields):
+            if isinstance(ft, EnumT) and ft.repr is not None:
+                ft = ft.repr  # a serializable enum: its values are its underlying bits
             if not isinstance(ft, BitT | BoolT):
                 raise self.fail(node, f"header field of type {ft}")
             self.check_type(ft, node)
