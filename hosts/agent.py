@@ -37,6 +37,7 @@ from hosts.packetize import as_float32
 from hosts.ps import PsClient
 from hosts.ring import RingAllReduce
 from hosts.schedulers import Layer, Scheduler, Transfer, Wait
+from hosts.wire import MsgType
 
 
 @dataclass
@@ -60,6 +61,11 @@ class IterationReport:
     lost_by_class: dict[int, int] = field(default_factory=dict)
     #: packets an answer showed missing that arrived later without a resend (late, not lost)
     reordered: int = 0
+    #: values this rank's messages lost at their receivers, by tensor id (reduce stage / pushes)
+    lost_by_tensor: dict[int, int] = field(default_factory=dict)
+    #: ring: values this rank received in the all-gather stage, and how many of them were lost
+    gather_received: int = 0
+    gather_lost: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -107,6 +113,7 @@ class WorkerAgent:
         results = [np.zeros(l.numel, np.float32) for l in self.layers]
         sends: list[SendReport] = []
         lost = received = transfers = 0
+        gather = [0, 0]  # ring all-gather stage: received, lost
         inflight: list[tuple[Transfer, list[Future[Any]], float]] = []
 
         def reap(block: float | None) -> None:
@@ -121,7 +128,7 @@ class WorkerAgent:
                 if not all(f.done() for f in fs):
                     continue
                 inflight.remove(item)
-                new_sends, l, r = self._finish(transfer, fs, results)
+                new_sends, l, r = self._finish(transfer, fs, results, gather)
                 sends.extend(new_sends)
                 lost, received = lost + l, received + r
                 took = max(self._now() - began, 1e-9)
@@ -173,7 +180,8 @@ class WorkerAgent:
             packets=sum(s.packets for s in sends), retransmissions=sum(s.retransmitted for s in sends),
             loss_rate=lost / received if received else 0.0,
             marked_share=_marked_share(sends), lost_by_class=_lost_by_class(sends),
-            reordered=sum(s.reordered for s in sends),
+            reordered=sum(s.reordered for s in sends), lost_by_tensor=_lost_by_tensor(sends),
+            gather_received=gather[0], gather_lost=gather[1],
         )
         return results, report
 
@@ -195,9 +203,10 @@ class WorkerAgent:
             values, iteration=iteration, tensor_id=min(s.layer_index for s in segments), part=ordinal,
             timeout=self.timeout, **options)]
 
-    def _finish(self, transfer: Transfer, futures: list[Future[Any]],
-                results: list[np.ndarray]) -> tuple[list[SendReport], int, int]:
-        """A transfer's outcome (raises what its messages raised)."""
+    def _finish(self, transfer: Transfer, futures: list[Future[Any]], results: list[np.ndarray],
+                gather: list[int]) -> tuple[list[SendReport], int, int]:
+        """A transfer's outcome (raises what its messages raised); a ring's all-gather figures
+        are added to `gather` (received, lost)."""
         if isinstance(self.collective, PsClient):
             return [f.result() for f in futures], 0, 0
         if not futures:
@@ -208,6 +217,8 @@ class WorkerAgent:
             if s.numel > 0:
                 results[s.layer_index][s.start:s.stop] = out[at:at + s.numel]
                 at += s.numel
+        gather[0] += ring.gather_received
+        gather[1] += ring.gather_lost
         return ring.sends, ring.lost_elements, ring.received_elements
 
 
@@ -226,4 +237,12 @@ def _lost_by_class(sends: Sequence[SendReport]) -> dict[int, int]:
     for s in sends:
         for c, n in s.lost_by_class.items():
             out[c] = out.get(c, 0) + n
+    return dict(sorted(out.items()))
+
+
+def _lost_by_tensor(sends: Sequence[SendReport]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for s in sends:
+        if s.key.kind == MsgType.GRADIENT and s.missing:
+            out[s.key.tensor_id] = out.get(s.key.tensor_id, 0) + s.missing
     return dict(sorted(out.items()))

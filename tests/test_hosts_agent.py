@@ -80,6 +80,10 @@ def test_ring_agents_allreduce_merged_transfers() -> None:
                     for got, want in zip(values, expected_sum(n, it)):
                         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
                     assert report.collective == "ring" and report.transfers < len(LAYERS)
+                    # Each rank receives (n - 1) / n of every value in each stage, counted apart.
+                    total = sum(l.numel for l in LAYERS)
+                    assert abs(report.gather_received - total * (n - 1) / n) <= n * report.transfers
+                    assert report.gather_lost == 0
     finally:
         for e in endpoints:
             e.close()
@@ -255,4 +259,5 @@ def test_dlcp_agent_marks_its_bound_of_every_tensor_and_reports_the_share() -> N
     assert set(shares) == {l.index for l in LAYERS}
     for layer in LAYERS:
         assert abs(shares[layer.index] - 0.10) <= 1 / layer.numel  # floor(0.1 x len) of len
-    assert line["lost_by_class"] == {} and line["reordered"] >= 0
+    assert line["lost_by_class"] == {} and line["lost_by_tensor"] == {} and line["reordered"] >= 0
+    assert line["gather_received"] == 0 == line["gather_lost"]  # a PS job has no all-gather stage
