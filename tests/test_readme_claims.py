@@ -118,6 +118,36 @@ FABRIC = lambda: topology_switch((ROOT / "mininet_topos/leafspine.yaml").read_te
 TRAINING = lambda: topology_switch((ROOT / TRAINING_TOPO).read_text())["egress_rate_pps"]  # noqa: E731
 TRAINING_BEFORE = lambda: before_raise(TRAINING_TOPO)["egress_rate_pps"]  # noqa: E731
 BENCH = lambda: bench_constant("PORT_RATE_PPS")  # noqa: E731
+TRACE_TOPO = "experiments/topologies/leafspine8_training.yaml"
+TRACE_FABRIC = lambda: topology_switch((ROOT / TRACE_TOPO).read_text())["egress_rate_pps"]  # noqa: E731
+TRACE_QUICK = "experiments/results/training/trace-quick-20261126-080603"
+
+
+def trace_job_default(name: str) -> float:
+    """A default of ``TraceJob`` (experiments/training/trace_worker.py), read without importing torch."""
+    import ast
+
+    tree = ast.parse((ROOT / "experiments/training/trace_worker.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "TraceJob":
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == name:
+                    return float(ast.literal_eval(item.value))  # type: ignore[arg-type]
+    raise AssertionError(f"no TraceJob.{name} default in experiments/training/trace_worker.py")
+
+
+def trace_sweep_job(name: str) -> float:
+    """What the committed trace quick sweep ran with (its results.json)."""
+    import json
+
+    return float(json.loads((ROOT / TRACE_QUICK / "results.json").read_text())["meta"]["job"][name])
+
+
+def same_in_both(default: str) -> float:
+    """The TraceJob default, which must also be what the committed quick sweep recorded."""
+    value = trace_job_default(default)
+    assert value == trace_sweep_job(default), f"TraceJob.{default} {value} differs from {TRACE_QUICK}'s"
+    return value
 
 #: (file, pattern, the value each group must show). A group's value is compared at the
 #: precision it is written with (1.9 matches 1.857).
@@ -148,6 +178,13 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"the sweeps at ([\d,]+) packets/s keep", (TRAINING_BEFORE,)),
     ("README.md", r"Training over the emulated leaf-spine at ([\d,]+) packets/s per port", (TRAINING_BEFORE,)),
     ("README.md", r"The same at ([\d,]+) packets/s per port \(native switches", (TRAINING,)),
+    # The trace-driven experiment: the digits CNN's fabric, the trace fabric and the DLCP sender's pacing.
+    ("experiments/README.md", r"moves [\d.]+ kB per iteration: at ([\d,]+) packets/s its communication", (TRAINING,)),
+    ("experiments/README.md", r"leafspine8_training\.yaml`: 2 leaves x 4 hosts, 2 spines, 2:1 oversubscribed; "
+     r"([\d,]+) packets/s per port", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"emulated port ([\d,]+) full frames/s", (lambda: trace_job_default("port_pps"),)),
+    ("experiments/README.md", r"pacing from ([\d,]+) packets/s, at most ([\d,]+);",
+     (lambda: same_in_both("rate_pps"), lambda: same_in_both("max_rate_pps"))),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.
@@ -163,6 +200,10 @@ MEASURED: list[tuple[str, str, object]] = [
     ("hosts/README.md", r"took ([\d.]+)-([\d.]+) s \(([\d,]+) data packets, ([\d,]+)-([\d,]+) packets/s\)",
      lambda m: None if (round(_n(m[3]) / _n(m[2]), -3), round(_n(m[3]) / _n(m[1]), -3)) == (_n(m[4]), _n(m[5]))
      else f"{m[3]} packets in {m[1]}-{m[2]} s is not {m[4]}-{m[5]} packets/s"),
+    # the trace quick sweep's DLCP transport rate on the fabric, as its folder README measured and states it
+    ("experiments/README.md", r"its Python transport moving ([\d,]+)-([\d,]+) packets/s on the fabric",
+     lambda m: None if f"moved at about {m[1]}-{m[2]} packets/s" in normalized(ROOT / TRACE_QUICK / "README.md")
+     else f"{TRACE_QUICK}/README.md does not state {m[1]}-{m[2]} packets/s"),
 ]
 
 
