@@ -130,17 +130,3 @@ def test_layers_merge_a_convolution_and_its_norm() -> None:
     assert sum(l.backward_s for l in layers.layers) == pytest.approx(sum(l.backward_s for l in tensors.layers))
     assert layers.layers[forward_order(layers)[0]].name == "conv1"
     assert layers.layers[0].name == "conv1" and layers.layers[-1].name == "fc"
-
-
-def test_replay_zero_fills_smallest_packets_and_reads_masks() -> None:
-    torch = pytest.importorskip("torch")
-    from experiments.training.replay import masks_from_run, zero_fill
-
-    g = torch.cat([torch.full((361,), 5.0), torch.full((361,), 0.1), torch.full((278,), 2.0)])
-    assert zero_fill(g, 0.4) == 361  # the 0.1-packet; a second packet would exceed 40%
-    assert float(g[361:722].abs().sum()) == 0.0 and float(g[:361].min()) == 5.0
-    record = {"jobs": {"1": {"ranks": {
-        "0": {"role": "worker", "records": [{"lost_by_tensor": {"2": 50}}, {"lost_by_tensor": {}}]},
-        "1": {"role": "worker", "records": [{"lost_by_tensor": {"2": 150, "0": 10}}, {}]}}}}}
-    # layer 2 holds 1,000 values per rank: 200 of 2,000 lost in iteration 0
-    assert masks_from_run(record, [100, 100, 1000]) == [{2: 0.1, 0: 0.05}, {}]

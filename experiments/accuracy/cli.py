@@ -16,6 +16,10 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
                         f"(default: {','.join(SYNTHETIC)})")
     p.add_argument("--masks", action="append", default=[], metavar="NAME=FILE",
                    help="a recorded loss-mask file (experiments/README.md); adds condition recorded-NAME")
+    p.add_argument("--trace", type=Path, default=None, metavar="DIR",
+                   help="a trace sweep's folder (gradfabric experiment trace): adds condition counts-RUN for each "
+                        "scenario's lossiest run (its per-layer zero-filled counts as smallest-magnitude packet "
+                        "losses of one worker), with the run's iteration p50 as its iteration time")
     p.add_argument("--seeds", default=str(SEEDS),
                    help=f"N (seeds 0..N-1), A-B or a list; paired across conditions (default {SEEDS}); parts of "
                         "one sweep may run at once into the same folder with --resume")
@@ -60,6 +64,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     masks = parse_masks_args(args.masks)
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    times = parse_iteration_times(args.iteration_time)
+    if args.trace is not None:
+        from experiments.accuracy.trace import lossiest_runs
+
+        runs, run_times = lossiest_runs(args.trace)
+        if not runs:
+            raise ExperimentError(f"{args.trace}: no finished run zero-filled any value; nothing to replay")
+        masks.update(runs)
+        times = {**run_times, **times}
     conditions += [m for m in masks if m not in conditions]
     seeds, steps = parse_seeds(args.seeds), args.steps
     if args.quick:
@@ -74,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.resume or args.out or default_out()
     plan = SweepPlan(out=out, conditions=tuple(dict.fromkeys(conditions)), seeds=seeds,
                      settings=replace(SETTINGS, steps=steps), target=args.target, masks=masks,
-                     iteration_time=parse_iteration_times(args.iteration_time),
+                     iteration_time=times,
                      command=shlex.join(["gradfabric", *sys.argv[1:]]))
     run_sweep(plan, resume=args.resume is not None)
     print(f"report in {write_report(out)}", flush=True)

@@ -290,6 +290,12 @@ class SmallestLoss:
         return [smallest_packets(self.layout, g, self.share) for g in grads], None
 
 
+def relative_tensor_map(model_tensors: int, recorded_tensors: int) -> list[int]:
+    """Model tensor ``j`` of ``J`` -> recorded tensor ``floor(j * (T - 1) / (J - 1) + 1/2)`` of ``T``."""
+    J, T = model_tensors, recorded_tensors
+    return [math.floor(j * (T - 1) / (J - 1) + 0.5) if J > 1 else 0 for j in range(J)]
+
+
 class RecordedLoss:
     """A recorded run's masks replayed onto a model's layout.
 
@@ -302,8 +308,7 @@ class RecordedLoss:
 
     def __init__(self, layout: PacketLayout, masks: LossMasks, name: str) -> None:
         self.layout, self.masks, self.name = layout, masks, name
-        J, T = len(layout.sizes), len(masks.tensors)
-        self.tensor_map = [math.floor(j * (T - 1) / (J - 1) + 0.5) if J > 1 else 0 for j in range(J)]
+        self.tensor_map = relative_tensor_map(len(layout.sizes), len(masks.tensors))
         self.packet_map = []
         for j, n in enumerate(layout.tensor_packets):
             m = masks.packets(self.tensor_map[j])
@@ -326,3 +331,64 @@ class RecordedLoss:
     def lost(self, iteration: int, grads: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         gather = self._stage(iteration, GATHER, len(grads))
         return self._stage(iteration, REDUCE, len(grads)), (gather if any(g.any() for g in gather) else None)
+
+
+def shares_from_counts(counts: Sequence[dict[int, int]], tensor_values: Sequence[int], workers: int) -> list[dict[int, float]]:
+    """Per iteration, the share of each recorded tensor's values zero-filled over `workers`
+    workers: ``min(1, count / (values * workers))`` (counts summed over the workers)."""
+    out: list[dict[int, float]] = []
+    for it in counts:
+        shares: dict[int, float] = {}
+        for t, n in it.items():
+            if not 0 <= t < len(tensor_values):
+                raise ExperimentError(f"zero-filled count for tensor {t}, but the run has {len(tensor_values)} tensors")
+            if n > 0:
+                shares[t] = min(1.0, n / (tensor_values[t] * workers))
+        out.append(shares)
+    return out
+
+
+def smallest_whole_packets(peaks: np.ndarray, counts: np.ndarray, share: float) -> np.ndarray:
+    """Packets of one tensor (peak |value| and values of each) lost as a zero-filled `share`
+    of its values: in increasing peak magnitude (ties by sequence), whole packets while their
+    values stay within ``floor(share * L)``, and at least the smallest one when that budget is
+    positive (the fabric loses whole packets)."""
+    lost = np.zeros(len(peaks), dtype=bool)
+    want = math.floor(share * int(counts.sum()))
+    if want <= 0:
+        return lost
+    order = np.argsort(peaks, kind="stable")
+    take = np.cumsum(counts[order]) <= want
+    take[0] = True
+    lost[order[take]] = True
+    return lost
+
+
+class CountedLoss:
+    """A run that recorded how many values of each tensor were zero-filled per iteration
+    (the trace experiment's ``lost_by_tensor``), not which packets: each iteration, one
+    worker (`worker`) loses, in every model tensor, the smallest-magnitude packets covering
+    the share its recorded tensor lost (:func:`smallest_whole_packets`), at the reduce stage.
+    Tensors map by relative position (:func:`relative_tensor_map`); iteration ``i`` replays
+    recorded iteration ``i mod iterations``."""
+
+    def __init__(self, layout: PacketLayout, shares: Sequence[dict[int, float]], recorded_tensors: int,
+                 name: str, worker: int = 0) -> None:
+        if not shares:
+            raise ExperimentError(f"{name}: the run recorded no iterations")
+        self.layout, self.shares, self.name, self.worker = layout, list(shares), name, worker
+        self.tensor_map = relative_tensor_map(len(layout.sizes), recorded_tensors)
+
+    def lost(self, iteration: int, grads: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        out = [np.zeros(self.layout.packets, dtype=bool) for _ in grads]
+        shares = self.shares[iteration % len(self.shares)]
+        if not shares or self.worker >= len(grads):
+            return out, None
+        peaks = np.maximum.reduceat(np.abs(np.asarray(grads[self.worker], dtype=np.float32)), self.layout.packet_starts)
+        for j, first in enumerate(self.layout.tensor_first_packet):
+            share = shares.get(self.tensor_map[j], 0.0)
+            if share > 0:
+                k = int(self.layout.tensor_packets[j])
+                out[self.worker][first: first + k] = smallest_whole_packets(
+                    peaks[first: first + k], self.layout.packet_counts(j), share)
+        return out, None

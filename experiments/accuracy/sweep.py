@@ -31,7 +31,7 @@ TARGET_BPB = 3.1
 SEEDS = 5
 SETTINGS = TrainSettings(model=ModelConfig(layers=2, width=64, heads=4, context=32), workers=4, batch=8,
                          steps=450, lr=3e-3, warmup=20, eval_every=10, eval_windows=128, threads=1)
-_CONDITION = re.compile(r"^(none|(random|smallest)-(\d+(\.\d+)?)|recorded-[A-Za-z0-9_.]+)$")
+_CONDITION = re.compile(r"^(none|(random|smallest)-(\d+(\.\d+)?)|recorded-[A-Za-z0-9_.]+|counts-[A-Za-z0-9_.-]+)$")
 
 
 @dataclass
@@ -43,7 +43,7 @@ class SweepPlan:
     seeds: tuple[int, ...] = tuple(range(SEEDS))
     settings: TrainSettings = SETTINGS
     target: float = TARGET_BPB
-    masks: dict[str, Path] = field(default_factory=dict)  # recorded-NAME -> file
+    masks: dict[str, Path] = field(default_factory=dict)  # recorded-NAME -> file, counts-RUN -> trace run file
     iteration_time: dict[str, float] = field(default_factory=dict)  # condition (or "*") -> seconds
     command: str = ""
 
@@ -57,9 +57,12 @@ class SweepPlan:
 def check_condition(name: str, masks: dict[str, Path]) -> None:
     if not _CONDITION.match(name):
         raise ExperimentError(f"unknown condition {name!r}: use none, random-P, smallest-P (P in percent) "
-                              f"or recorded-NAME with --masks NAME=FILE")
+                              f"or recorded-NAME with --masks NAME=FILE, counts-RUN with --trace DIR")
     if name.startswith("recorded-") and name not in masks:
         raise ExperimentError(f"condition {name!r} needs --masks {name.removeprefix('recorded-')}=FILE")
+    if name.startswith("counts-") and name not in masks:
+        raise ExperimentError(f"condition {name!r} needs --trace DIR (a trace sweep holding run "
+                              f"{name.removeprefix('counts-')})")
     if name.startswith(("random-", "smallest-")) and not 0 <= float(name.split("-")[1]) < 100:
         raise ExperimentError(f"condition {name!r}: the share must be in [0, 100)")
 
@@ -70,6 +73,10 @@ def mask_source(name: str, layout: PacketLayout, seed: int, masks: dict[str, Pat
         return NoLoss(layout)
     if name.startswith("recorded-"):
         return RecordedLoss(layout, read_masks(masks[name]), name)
+    if name.startswith("counts-"):
+        from experiments.accuracy.trace import counted_source
+
+        return counted_source(masks[name], layout, name)
     kind, share = name.split("-")
     if kind == "random":
         return RandomLoss(layout, float(share) / 100, seed)
