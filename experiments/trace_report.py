@@ -180,6 +180,11 @@ def write_trace_report(out: Path) -> dict[str, Any]:
             lines.append("\n**Every run of this scenario was CPU-bound or CPU-starved: the figures above are from "
                          "marked runs and are not a headline.**")
         lines.append("")
+    lossy = sorted({r["scenario"] for r in records if r["status"] == "ok" and run_figures(r)["lost_values"] > 0})
+    if lossy:
+        lines += ["## Accuracy", "", f"Runs zero-filled gradient values in {', '.join(lossy)}: replay each scenario's "
+                  f"lossiest run into training with `gradfabric experiment accuracy --trace {out} --conditions none` "
+                  "(experiments/README.md, the accuracy experiment).", ""]
     if failed:
         lines += ["## Failed runs", ""] + [f"* {r['run_id']}: {r['error'].splitlines()[0][:200]}" for r in failed] + [""]
     (out / "results.md").write_text("\n".join(lines))

@@ -127,3 +127,19 @@ def test_command_replays_a_trace_sweep(tmp_path: Path) -> None:
         f"{c}_seed0.jsonl" for c in settings["conditions"])
     report = (out / "results.md").read_text()
     assert all(f"| {c} |" in report for c in runs)
+
+
+def test_trace_report_names_the_replay_command(tmp_path: Path) -> None:
+    """The trace report of a sweep whose runs zero-filled values says how to replay them."""
+    import shutil
+
+    from experiments.trace_report import write_trace_report
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    shutil.copy(QUICK / "plan.json", folder / "plan.json")
+    shutil.copytree(QUICK / "runs", folder / "runs")
+    write_trace_report(folder)
+    text = (folder / "results.md").read_text()
+    assert f"`gradfabric experiment accuracy --trace {folder} --conditions none`" in text
+    assert "zero-filled gradient values in multitenant, tcp:" in text  # no incast run lost a value
