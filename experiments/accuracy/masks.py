@@ -333,7 +333,8 @@ class RecordedLoss:
         return self._stage(iteration, REDUCE, len(grads)), (gather if any(g.any() for g in gather) else None)
 
 
-def shares_from_counts(counts: Sequence[dict[int, int]], tensor_values: Sequence[int], workers: int) -> list[dict[int, float]]:
+def shares_from_counts(counts: Sequence[dict[int, int]], tensor_values: Sequence[int],
+                       workers: int) -> list[dict[int, float]]:
     """Per iteration, the share of each recorded tensor's values zero-filled over `workers`
     workers: ``min(1, count / (values * workers))`` (counts summed over the workers)."""
     out: list[dict[int, float]] = []
