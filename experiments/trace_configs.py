@@ -39,7 +39,7 @@ from experiments.background import Flow
 from experiments.configs import MAG_THRESHOLD
 from experiments.errors import ExperimentError
 from experiments.scenarios import RR_INTERVAL, RR_RESPONSE, JobPlacement
-from experiments.training.trace_worker import TraceJob
+from experiments.training.trace_worker import COMMODITY_DSCP, TraceJob
 from gradfabric.paths import ROOT
 
 TOPOLOGY8 = ROOT / "experiments" / "topologies" / "leafspine8_training.yaml"
@@ -72,6 +72,10 @@ class TraceConfig:
     spraying: bool = False
     ecn: bool = False
     rto_min_real_s: float | None = None  # TCP: rto_min of the job's routes (scaled by k); None: Linux default
+    #: dlcp: the P4 mechanisms; commodity: the switches act as a DSCP/WRED-ECN switch (class from
+    #: DSCP only, Not-ECT dropped and ECT marked above a queue's threshold, no magnitude classes,
+    #: no spraying) and the hosts mark DSCP per class and Not-ECT on drop-eligible packets
+    profile: str = "dlcp"
 
     @property
     def grad_bound(self) -> float:
@@ -80,7 +84,8 @@ class TraceConfig:
     def job(self, base: TraceJob, placement: JobPlacement, seed: int) -> TraceJob:
         return replace(base, comm=self.comm, scheduler=self.scheduler, overlap=self.overlap,
                        collective="ps" if placement.collective == "star" else "ring", grad_bound=self.grad_bound,
-                       job_id=placement.job_id, seed=seed, dscp=JOB_DSCP if self.queues == "tcp-class" else 0)
+                       job_id=placement.job_id, seed=seed, dscp=JOB_DSCP if self.queues == "tcp-class" else 0,
+                       marking="commodity" if self.profile == "commodity" else "p4")
 
     def policy(self, job_ids: Sequence[int]) -> dict[str, Any]:
         jobs = []
@@ -88,12 +93,17 @@ class TraceConfig:
             job: dict[str, Any] = {"id": job_id, "name": f"trace-{job_id}-{self.name}", "workers": [],
                                    "spraying": "random" if self.spraying else "off",
                                    "layers": copy.deepcopy(_layer_rules(self.queues))}
+            if self.profile == "commodity":  # the DSCP the hosts mark is what the switches class by
+                for rule in job["layers"]:
+                    rule["dscp"] = COMMODITY_DSCP[rule["priority"]]
             if self.dropping:
                 job["dropping"] = {"classes": [{"mag_class": f"0..{MAG_THRESHOLD - 1}", "queue_threshold": THRESHOLD}]}
             if self.ecn:
                 job["ecn"] = {"queue_threshold": THRESHOLD}
             jobs.append(job)
         out: dict[str, Any] = {"version": 1, "default_priority": 0, "jobs": jobs}
+        if self.profile != "dlcp":
+            out["profile"] = self.profile
         if self.queues == "tcp-class":
             out["traffic_classes"] = [{"name": "job-tcp", "dscp": JOB_DSCP, "protocol": "tcp", "priority": 5}]
         return out
@@ -126,6 +136,10 @@ TRACE_CONFIGS: tuple[TraceConfig, ...] = (
     TraceConfig("spraying", "+ per-packet spraying only", "dlcp", "fusion", "ddp", spraying=True),
     TraceConfig("dlcp", "full DLCP: scheduler, layer-wise overlap, layer queues, dropping, ECN, spraying",
                 "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, spraying=True, ecn=True),
+    TraceConfig("commodity", "DLCP as deployable on commodity switches: the full DLCP hosts (scheduler, layer-wise "
+                "overlap, 10% bound) marking DSCP per layer class and Not-ECT on drop-eligible packets; switches "
+                "class by DSCP, drop Not-ECT and mark ECT above half a queue, hash per flow",
+                "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, ecn=True, profile="commodity"),
 )
 
 
@@ -163,10 +177,11 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
 QUICK: dict[str, tuple[str, ...]] = {"tcp": ("ddp-tcp", "p3-tcp", "dlcp"), "incast": ("ddp-tcp", "p3-tcp", "dlcp"),
                                      "multitenant": ("ddp-tcp", "p3-tcp", "dlcp")}
 ALL_MECHANISMS = ("ddp-tcp", "ddp-tcp-qos", "p3-tcp", "transport", "transport-qos", "priority", "dropping",
-                  "spraying", "dlcp")
+                  "spraying", "dlcp", "commodity")
 FULL: dict[str, tuple[str, ...]] = {
     "tcp": ALL_MECHANISMS, "multitenant": ALL_MECHANISMS, "hotspot": ALL_MECHANISMS,
-    "incast": ("ddp-tcp", "ddp-tcp-rto", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "dlcp"),
+    "incast": ("ddp-tcp", "ddp-tcp-rto", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "dlcp",
+               "commodity"),
 }
 
 

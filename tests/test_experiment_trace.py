@@ -84,3 +84,26 @@ def test_report_excludes_starved_runs_from_the_headline(tmp_path: Path) -> None:
     text = (tmp_path / "results.md").read_text()
     assert "quick subset" in text and "| dlcp | 2 (1) |" in text
     assert (tmp_path / "trace_tcp.png").exists()
+
+
+def test_commodity_configuration_marks_what_the_switches_class_by() -> None:
+    """The commodity profile: the switches class DLCP packets by the DSCP the hosts mark, so
+    each layer class's DSCP in the policy is the one the hosts' marking gives that priority."""
+    from experiments.training.trace_worker import _marking
+
+    cfg = trace_config("commodity")
+    policy = parse_policy(cfg.policy([1]), "<test>")
+    assert policy.profile == "commodity"
+    job = cfg.job(TraceJob(), TRACE_SCENARIOS["tcp"].jobs[0], seed=3)
+    assert job.marking == "commodity" and job.grad_bound == 0.10
+    marking = _marking(job)
+    rules = policy.jobs[0].layers
+    assert {r.priority: r.dscp for r in rules} == {7: 46, 6: 34, 5: 26}  # EF, AF41, AF31
+    for rule in rules:
+        assert marking.dscp[rule.priority] == rule.dscp
+    # drop-eligible packets leave Not-ECT (ECN 00), the others ECT(0) (10), DSCP in the upper six bits
+    import numpy as np
+
+    tos = marking.data_tos(7, np.array([True, False]))
+    assert list(tos) == [46 << 2, (46 << 2) | 0b10]
+    assert trace_config("dlcp").job(TraceJob(), TRACE_SCENARIOS["tcp"].jobs[0], seed=3).marking == "p4"

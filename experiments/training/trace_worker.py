@@ -57,6 +57,10 @@ SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "h10
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20
 PARTITION_BYTES = 4 * 2**20
+#: DSCP per priority class in the ``commodity`` marking: the three layer classes of the
+#: experiment's policies (7, 6, 5) as EF, AF41, AF31; other classes best effort.
+COMMODITY_DSCP: dict[int, int] = {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 26, 6: 34, 7: 46}
+
 #: All-reduces running at once. Priority schedulers hand transfers out in an order that
 #: depends on timing, so ranks may start them in different orders; a ring step waits for its
 #: neighbour's, so a bounded pool could hold only transfers the neighbour has not started
@@ -83,6 +87,7 @@ class TraceJob:
     job_id: int = 1
     seed: int = 1
     dscp: int = 0  # TCP: IP_TOS DSCP of the job's sockets
+    marking: str = "p4"  # DLCP: p4 (the switches read the DLCP header) or commodity (hosts.marking)
     rate_pps: float = 20_000.0
     max_rate_pps: float = 80_000.0
     timeout_s: float = 60.0
@@ -98,6 +103,13 @@ class TraceJob:
     @property
     def rule(self) -> ScaleRule:
         return ScaleRule(self.real_gbps, self.port_pps, self.k)
+
+
+def _marking(job: TraceJob) -> Any:
+    """The hosts' IP marking of the job's DLCP packets (hosts.marking)."""
+    from hosts.marking import Marking
+
+    return Marking(job.marking, dscp=COMMODITY_DSCP) if job.marking == "commodity" else Marking(job.marking)
 
 
 def scaled_model(job: TraceJob) -> ModelTrace:
@@ -507,7 +519,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                             aimd=Aimd(rate=job.rate_pps, min_rate=job.rate_pps / 10, max_rate=job.max_rate_pps,
                                       increase=job.rate_pps / 10),
                             bounds={MsgType.GRADIENT: job.grad_bound, MsgType.PARAMETER: 0.0},
-                            peer_timeout=job.timeout_s)
+                            peer_timeout=job.timeout_s, marking=_marking(job))
         closers.append(endpoint)
         if ps:
             from hosts.ps import ParameterServer, PsClient
