@@ -348,3 +348,14 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
         pipe.tables["I.by_kind"].insert(TableEntry((Exact(0x20),), 0, "I.to", (2,)))
         assert pipe.process(bytes([0x20, 7]), 1) == [(2, bytes([0x30, 7]))]  # ACK: port 2, now NACK
         assert pipe.process(bytes([0x10, 7]), 1) == [(4, bytes([0x10, 7]))]  # DATA: the default
+
+
+def test_a_list_value_is_computed_left_to_right() -> None:
+    outs = both("""
+bit<8> bump(inout bit<8> x) { x = x + 1; return x + 8w10; }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    apply { sm.egress_spec = 2; h.q = { h.p.a, bump(h.p.a) }; }
+}
+""", bytes([1, 2, 3, 4]))
+    # q = {p.a read first (1), bump's 2 + 10}; p.a bumped to 2
+    assert outs[0] == outs[1] == [(2, bytes([2, 2, 1, 12]))]

@@ -183,6 +183,8 @@ class ExprGen:
             # every slot, validity included, as the Python pipeline compares the two blocks
             t = compound[0]
             a, b = (self.value_slots(node, t, child) for child in node.children)  # type: ignore[attr-defined]
+            if any("({" in code for code in a + b):  # a call: C would not sequence the list's items
+                raise self.fail(node, "comparison with a list value that calls a function")
             same = f"(memcmp((const uint64_t[]){{{', '.join(a)}}}, (const uint64_t[]){{{', '.join(b)}}}, " \
                    f"{len(a)} * sizeof(uint64_t)) == 0)"
             return same if op == "==" else f"(!{same})"

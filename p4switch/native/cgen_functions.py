@@ -19,7 +19,7 @@ from lark import Tree
 from p4switch.compiler.compiled import E, ControlImpl, FunctionImpl, PacketParam
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, field_offset, slot_count
 from p4switch.native.cgen_expr import copy_code
-from p4switch.native.cgen_stmt import StmtGen
+from p4switch.native.cgen_stmt import StmtGen, slots_in_order
 from p4switch.runtime import ExternFunctionMissing
 
 
@@ -266,7 +266,6 @@ class FunctionGen(StmtGen):
             return
         if isinstance(self.fn_ret, HeaderT | StructT):
             codes = self.value_slots(node, self.fn_ret, value)
-            out.append(f"{ind}{{ const uint64_t v_[{len(codes)}] = {{{', '.join(codes)}}}; "
-                       f"memcpy(r_, v_, sizeof v_); return 0; }}")
+            out.append(f"{ind}{{ {slots_in_order(codes)} memcpy(r_, v_, sizeof v_); return 0; }}")
             return
         out.append(f"{ind}return {self.masked(self.cx(value), self.fn_ret)};")

@@ -99,8 +99,7 @@ class StmtGen(StackGen):
             if _is_initializer(value_node) and isinstance(t, HeaderT | StructT):
                 # every slot's value first, then the stores: the value may read the target
                 codes = self.value_slots(node, t, value_node)
-                out.append(f"{ind}{{ const uint64_t v_[{n}] = {{{', '.join(codes)}}}; "
-                           f"memcpy(&S[{base}], v_, sizeof v_); }}")
+                out.append(f"{ind}{{ {slots_in_order(codes)} memcpy(&S[{base}], v_, sizeof v_); }}")
                 return
             src = self.e(value_node)
             if src.place is None or src.place.base is None:
@@ -587,3 +586,9 @@ class StmtGen(StackGen):
 def _is_initializer(node: Any) -> bool:
     """A list expression `{a, b}` or a structure expression `{f = a, g = b}`."""
     return isinstance(node, Tree) and node.data in ("list_expr", "struct_expr")
+
+
+def slots_in_order(codes: list[str]) -> str:
+    """C declaring `v_` and computing its words one statement each, left to right (the
+    elements of an initializer list are not sequenced in C, and a value may call a function)."""
+    return f"uint64_t v_[{len(codes)}]; " + " ".join(f"v_[{i}] = {code};" for i, code in enumerate(codes))
