@@ -107,12 +107,13 @@ class FabricSite:
     def switch_figures(self, before: Any, after: Any, job_ids: Sequence[int]) -> dict[str, int]:
         from experiments import switch_counters
 
-        drops = marks = 0
+        drops = marks = red = queue_marks = 0
         for job_id in job_ids:
             figures = switch_counters.difference(before, after, job_id)
-            drops = figures.magnitude_drops  # not per job: the same for every job id
+            # not per job: the same for every job id
+            drops, red, queue_marks = figures.magnitude_drops, figures.queue_red_drops, figures.queue_ecn_marks
             marks += figures.ecn_marks
-        return {"magnitude_drops": drops, "ecn_marks": marks}
+        return {"magnitude_drops": drops, "ecn_marks": marks, "queue_red_drops": red, "queue_ecn_marks": queue_marks}
 
     def background(self, flows: Sequence[Flow]) -> AbstractContextManager[BackgroundTraffic | None]:
         if not flows:

@@ -1,4 +1,6 @@
-"""Switch-side figures of a run: DLCP drops by magnitude threshold and ECN marks of the job.
+"""Switch-side figures of a run: DLCP drops by magnitude threshold and ECN marks of the job, and
+the per-queue steps' early drops of Not-ECT packets and CE marks (traffic classes and the
+commodity profile).
 
 Read through the controller (P4Runtime counters) before and after a run; the difference is
 the run's share. Queue overflow (tail drop) happens in the traffic manager, which no P4
@@ -17,6 +19,8 @@ from controller.counters import SwitchCounters, gather
 class SwitchFigures:
     magnitude_drops: int
     ecn_marks: int
+    queue_red_drops: int = 0  # every queue of every switch: Not-ECT packets dropped early
+    queue_ecn_marks: int = 0  # every queue of every switch: ECT packets marked CE
 
 
 def snapshot(description: Path, timeout_s: float = 10.0) -> dict[str, SwitchCounters]:
@@ -37,9 +41,11 @@ def snapshot(description: Path, timeout_s: float = 10.0) -> dict[str, SwitchCoun
 
 
 def difference(before: dict[str, SwitchCounters], after: dict[str, SwitchCounters], job_id: int) -> SwitchFigures:
-    drops = marks = 0
+    drops = marks = red = queue_marks = 0
     for name, now in after.items():
         delta = now.minus(before.get(name, SwitchCounters()))
         drops += delta.drops.get("magnitude_threshold", (0, 0))[0]
         marks += delta.ecn_marks.get(job_id, (0, 0))[0]
-    return SwitchFigures(magnitude_drops=drops, ecn_marks=marks)
+        red += sum(packets for packets, _ in delta.queue_red.values())
+        queue_marks += sum(packets for packets, _ in delta.queue_marks.values())
+    return SwitchFigures(magnitude_drops=drops, ecn_marks=marks, queue_red_drops=red, queue_ecn_marks=queue_marks)

@@ -107,3 +107,18 @@ def test_commodity_configuration_marks_what_the_switches_class_by() -> None:
     tos = marking.data_tos(7, np.array([True, False]))
     assert list(tos) == [46 << 2, (46 << 2) | 0b10]
     assert trace_config("dlcp").job(TraceJob(), TRACE_SCENARIOS["tcp"].jobs[0], seed=3).marking == "p4"
+
+
+def test_switch_figures_count_the_queue_steps() -> None:
+    """Early drops and CE marks of the per-queue steps (commodity profile) reach the run record."""
+    from controller.counters import SwitchCounters
+    from experiments.switch_counters import difference
+
+    before = {"s1": SwitchCounters(queue_red={(2, 5): (3, 300)}, queue_marks={(2, 5): (1, 100)})}
+    after = {"s1": SwitchCounters(queue_red={(2, 5): (10, 1000), (3, 6): (4, 400)},
+                                  queue_marks={(2, 5): (6, 600)}),
+             "s2": SwitchCounters(queue_marks={(1, 7): (2, 200)})}
+    figures = difference(before, after, job_id=1)
+    assert figures.queue_red_drops == (10 - 3) + 4
+    assert figures.queue_ecn_marks == (6 - 1) + 2
+    assert figures.magnitude_drops == 0 and figures.ecn_marks == 0
