@@ -45,15 +45,17 @@ typedef unsigned char *(*hmac_fn)(const void *, const void *, int, const unsigne
 static hmac_fn hmac_sha;
 static const void *sha256;
 
+/* Callers serialise this (hosts/fastpath.py holds a lock); the release store publishes the
+ * digest before the function that uses it, for threads that test hmac_sha first. */
 int gfh_auth_init(const char *library) {
-    if (hmac_sha) return 0;
+    if (__atomic_load_n(&hmac_sha, __ATOMIC_ACQUIRE)) return 0;
     void *h = dlopen(library, RTLD_NOW | RTLD_LOCAL);
     if (!h) return -1;
     evp_md_fn md = (evp_md_fn)dlsym(h, "EVP_sha256");
     hmac_fn f = (hmac_fn)dlsym(h, "HMAC");
     if (!md || !f) return -2;
     sha256 = md();
-    hmac_sha = f;
+    __atomic_store_n(&hmac_sha, f, __ATOMIC_RELEASE);
     return 0;
 }
 

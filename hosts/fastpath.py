@@ -2,7 +2,9 @@
 
 Built once per source, compiler and flags into ``$GRADFABRIC_HOSTPATH_CACHE`` (default
 ``~/.cache/gradfabric/hostpath``) as ``<sha256>.so``, like the switch's native datapath
-(:mod:`p4switch.native.build`); later loads are a file lookup. When it cannot be built or
+(:mod:`p4switch.native.build`); later loads are a file lookup. ``GRADFABRIC_FASTPATH_SANITIZE=1``
+adds AddressSanitizer and UBSan (:data:`SANITIZE_FLAGS`, its own cache entry; the process must
+then preload libasan: ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``). When it cannot be built or
 loaded (no compiler, no cffi, ``GRADFABRIC_FASTPATH=0``) :func:`native` returns None, one
 log line says why, and the endpoints use the Python data path, which does the same work
 packet by packet.
@@ -38,6 +40,8 @@ import numpy as np
 log = logging.getLogger("hosts.fastpath")
 
 CFLAGS = ("-O3", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
+                  "-g")
 SOURCE = "fastpath.c"
 CDEF = """
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
@@ -77,13 +81,18 @@ class Native:
 
     def auth(self) -> bool:
         """Whether job-key tags can be made in C (the system's libcrypto has HMAC); logged once."""
-        if self._auth is None:
-            names = [n for n in (ctypes.util.find_library("crypto"), "libcrypto.so.3", "libcrypto.so") if n]
-            self._auth = any(self.lib.gfh_auth_init(n.encode()) == 0 for n in names)
-            if not self._auth:
-                log.warning("hosts data path: Python for endpoints with a job key, because no libcrypto with "
-                            "HMAC was found (%s)", ", ".join(names))
+        with _auth_lock:  # endpoints made at once in several threads: one library, set up once
+            if self._auth is None:
+                self._auth = self._auth_init()
         return self._auth
+
+    def _auth_init(self) -> bool:
+        names = [n for n in (ctypes.util.find_library("crypto"), "libcrypto.so.3", "libcrypto.so") if n]
+        found = any(self.lib.gfh_auth_init(n.encode()) == 0 for n in names)
+        if not found:
+            log.warning("hosts data path: Python for endpoints with a job key, because no libcrypto with "
+                        "HMAC was found (%s)", ", ".join(names))
+        return found
 
     def ptr(self, array: Any, ctype: str = "uint8_t[]") -> Any:
         """A C pointer to a writable buffer (numpy array, bytearray)."""
@@ -120,14 +129,22 @@ def _compiler_id(cc: str) -> str:
     return cc + "\n" + (out.splitlines()[0] if out else "")
 
 
+def build_flags() -> tuple[str, ...]:
+    """The compiler flags of a build: CFLAGS, then the sanitizers when asked."""
+    if os.environ.get("GRADFABRIC_FASTPATH_SANITIZE", "") not in ("", "0"):
+        return CFLAGS + SANITIZE_FLAGS
+    return CFLAGS
+
+
 def build() -> Path:
     """The shared object of ``fastpath.c``, compiled unless already cached."""
     source = (resources.files("hosts") / SOURCE).read_text()
     cc = find_compiler()
     if cc is None:
         raise FastPathError("no C compiler found (set CC, or install gcc)")
+    flags = build_flags()
     digest = hashlib.sha256(source.encode())
-    digest.update(_compiler_id(cc).encode() + b"\0" + " ".join(CFLAGS).encode())
+    digest.update(_compiler_id(cc).encode() + b"\0" + " ".join(flags).encode())
     target = cache_dir() / f"{digest.hexdigest()[:32]}.so"
     if target.exists():
         return target
@@ -138,7 +155,7 @@ def build() -> Path:
     with tempfile.TemporaryDirectory(prefix="gradfabric-hostpath-") as tmp:
         src, out = Path(tmp) / SOURCE, Path(tmp) / "fastpath.so"
         src.write_text(source)
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-ldl"], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, *flags, "-o", str(out), str(src), "-ldl"], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
             raise FastPathError(f"{cc} failed on hosts/{SOURCE} (exit {proc.returncode}):\n{tail}")
@@ -149,6 +166,7 @@ def build() -> Path:
 
 
 _lock = threading.Lock()
+_auth_lock = threading.Lock()
 _loaded: list[Native | None] = []
 
 
