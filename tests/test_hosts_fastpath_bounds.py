@@ -11,6 +11,7 @@ tests also catch reads out of bounds.
 
 from __future__ import annotations
 
+import gc
 import hmac
 import random
 import select
@@ -20,6 +21,7 @@ import threading
 import numpy as np
 import pytest
 
+from hosts.endpoint import Endpoint
 from hosts.fastpath import R_RECEIVED, R_USED, BatchReceiver, BatchSender, native
 from hosts.packetize import packetize
 from hosts.wire import HEADER_LEN, MsgType
@@ -230,3 +232,25 @@ def test_two_threads_sending_keyed_batches_at_once_make_valid_tags() -> None:
         assert tag == hmac.digest(key, body, "sha256")[:16]
         worker = int.from_bytes(body[4:6], "big")
         assert np.all(np.frombuffer(body[HEADER_LEN:], np.float32) == float(worker + 1))
+
+
+def test_an_async_send_keeps_the_values_it_reads_alive_after_the_caller_drops_them() -> None:
+    reliable = {MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}
+    a, b = Endpoint(worker_id=1, bounds=reliable), Endpoint(worker_id=2, bounds=reliable)
+    try:
+        assert a._tx is not None, "the endpoint did not take the C path"
+        futures = []
+        for k in range(6):  # the caller's arrays exist only inside the futures from here on
+            futures.append(a.send_async(b.address, np.full(50_000, k + 1.0, dtype=np.float32), copy=False,
+                                        tensor_id=k, iteration=0))
+            gc.collect()
+        junk = [np.full(50_000, -1.0, dtype=np.float32) for _ in range(20)]  # reuse any freed memory
+        for f in futures:
+            f.result(timeout=60)
+        got = {m.key.tensor_id: m.values for m in (b.receive(timeout=60) for _ in range(6))}
+    finally:
+        a.close()
+        b.close()
+    assert len(junk) == 20
+    for k in range(6):
+        assert np.all(got[k] == k + 1.0), f"tensor {k} arrived with other values"
