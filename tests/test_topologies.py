@@ -201,8 +201,10 @@ def test_mininet_topo_has_explicit_ports_addresses_and_shaping() -> None:
 
 def test_tc_params_leave_out_delay_and_loss_without_netem() -> None:
     params = LinkParams(bw_mbps=50, delay_ms=2, loss_pct=1.5)
-    assert tc_params(params, netem=True) == {"bw": 50, "use_tbf": True, "delay": "2ms", "loss": 1.5}
-    assert tc_params(params, netem=False) == {"bw": 50, "use_tbf": True}
+    # the tbf holds 1,000 full frames (1,514 bytes) at 50 Mbit/s: 1000 * 1514 * 8 / 50e6 s = 242.24 ms
+    queue = {"latency_ms": 242.24}
+    assert tc_params(params, netem=True) == {"bw": 50, "use_tbf": True, "delay": "2ms", "loss": 1.5, **queue}
+    assert tc_params(params, netem=False) == {"bw": 50, "use_tbf": True, **queue}
 
 
 def test_description_validates_and_follows_the_contract(tmp_path: Path) -> None:
