@@ -19,7 +19,7 @@ import pytest
 
 from gradfabric.p4stf import run_p4c_stf
 from gradfabric.paths import P4SRC, ROOT
-from tests.stf_fuzz import differences, generate, output_differences, replay_native
+from tests.stf_fuzz import differences, ecn_blind_stf, generate, ipv4_ecn_blind, output_differences, replay_native
 from tests.test_native_pipeline import FALLS_BACK
 
 PROGRAMS = ROOT / "tests" / "p4programs"
@@ -34,6 +34,11 @@ CASES = {
     "dlcp_forwarding": (P4SRC / "dlcp.p4", ROOT / "tests" / "stf" / "dlcp_forwarding.stf"),
     "dlcp_spray": (P4SRC / "dlcp.p4", ROOT / "tests" / "stf" / "dlcp_spray.stf"),
 }
+# Programs that mark ECN by queue depth (ecmp.p4: CE when enq_qdepth > 10). The generator runs
+# each packet through empty queues; BMv2's queues fill as fast as the STF driver writes and as
+# slowly as a loaded machine drains them (a run under two busy loops saw one packet marked), so
+# for these the ECN bits and the IPv4 checksum are not compared; the rest of every byte is.
+QUEUE_DEPTH_MARKS = {"ecmp"}
 # ecmp_selector is left out: its STF sets a direct default action on an action-selector table,
 # which BMv2 refuses (WRONG_TABLE_TYPE; p4c: "Target does not support default_action ... due to
 # action profiles"), so BMv2 also ignores the program's `default_action = drop()` and sends a
@@ -56,10 +61,11 @@ def test_bmv2_and_p4switch_agree(name: str, tmp_path: Path) -> None:
     case = generate(program, stf.read_text(), COUNT, seed=sum(map(ord, name)))
     assert case.forwarded > COUNT // 20, "the generated packets exercise forwarding too"
     path = tmp_path / f"fuzz_{name}.stf"
-    path.write_text(case.text)
+    blind = name in QUEUE_DEPTH_MARKS
+    path.write_text(ecn_blind_stf(case.text) if blind else case.text)
     run = run_p4c_stf(program, path, settle_scale=SETTLE, switch_args=QUIET, keep=True,
                       queue_depth=QUEUE_DEPTH)
-    diff = differences(case.outputs, run.out_pcaps())
+    diff = differences(case.outputs, run.out_pcaps(), blind=ipv4_ecn_blind if blind else None)
     assert run.ok and not diff, (f"{name}: {len(diff)} difference(s) (work dir {run.work_dir}):\n"
                                  + "\n".join(diff) + "\n" + run.output[-1500:])
     shutil.rmtree(run.work_dir, ignore_errors=True)  # kept only when a difference is shown
