@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ExperimentError
+from experiments.runner import PlannedRun
 from experiments.trace_configs import QUICK, TOPOLOGY8, TraceConfig, TraceScenario, trace_config, trace_scenario
 from experiments.training.processes import RoleProcess
 from experiments.training.trace_worker import TraceJob
@@ -45,19 +46,6 @@ CPU_BOUND = 0.85
 STARVED = 0.5
 NSTAT_KEYS = ("TcpRetransSegs", "TcpExtTCPTimeouts")
 BULK_ITERATIONS = 100_000
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    index: int
-    scenario: str
-    config: str
-    repetition: int
-    seed: int
-
-    @property
-    def run_id(self) -> str:
-        return f"{self.index:03d}-{self.scenario}-{self.config}-r{self.repetition}"
 
 
 def plan_runs(sweep: dict[str, tuple[str, ...]], repetitions: int) -> list[PlannedRun]:
