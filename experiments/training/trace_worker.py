@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
-import os
 import queue
 import re
 import sys
@@ -49,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from experiments.errors import ExperimentError
+from experiments.training.cpu import cpu_seconds, schedstat, starvation
 from experiments.scaling import ScaleRule
 from gradfabric.traces import Layer, ModelTrace, load_trace
 
@@ -200,12 +200,21 @@ class _Flight:
 
 @dataclass
 class IterationTotals:
+    """One iteration's traffic. Receiving side: ``lost`` (reduce stage, zero-filled),
+    ``gather_lost``; sending side: packets marked drop-eligible, ``missing`` (what the peer
+    zero-filled of this rank's messages) by magnitude class, and ``reordered`` (late, not lost)."""
+
     packets: int = 0
     retransmitted: int = 0
     lost: int = 0
     reduced: int = 0
     bytes: int = 0
+    gather_lost: int = 0
+    eligible: int = 0
+    missing: int = 0
+    reordered: int = 0
     lost_by_tensor: dict[int, int] = field(default_factory=dict)
+    missing_by_class: dict[int, int] = field(default_factory=dict)
 
 
 class TraceRank:
@@ -251,10 +260,16 @@ class TraceRank:
                     totals.lost += report.lost_elements
                     totals.reduced += report.received_elements
                     totals.bytes += int(getattr(report, "bytes", 0))
+                    totals.gather_lost += int(getattr(report, "gather_lost", 0))
                     for s in report.sends:
                         totals.packets += s.packets
                         totals.retransmitted += s.retransmitted
                         totals.bytes += s.payload_bytes
+                        totals.eligible += s.eligible
+                        totals.missing += s.missing
+                        totals.reordered += s.reordered
+                        for c, n in s.lost_by_class.items():
+                            totals.missing_by_class[c] = totals.missing_by_class.get(c, 0) + n
                     if report.lost_elements:
                         tid = min(flight.transfer.layer_indices)
                         totals.lost_by_tensor[tid] = totals.lost_by_tensor.get(tid, 0) + report.lost_elements
@@ -440,37 +455,18 @@ class TraceRank:
         self._drain_done()
 
     def totals_of(self, iteration: int) -> dict[str, Any]:
-        t = self.totals.get(iteration, IterationTotals())
-        return {"packets": t.packets, "retransmitted": t.retransmitted, "lost": t.lost, "reduced": t.reduced,
-                "bytes": t.bytes, "lost_by_tensor": {str(k): v for k, v in sorted(t.lost_by_tensor.items())}}
+        t = asdict(self.totals.get(iteration, IterationTotals()))
+        for name in ("lost_by_tensor", "missing_by_class"):
+            t[name] = {str(k): v for k, v in sorted(t[name].items())}
+        return t
+
+
+TOTALED = ("packets", "retransmitted", "lost", "reduced", "bytes", "gather_lost", "eligible", "missing", "reordered")
 
 
 def _emit(record: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(record, sort_keys=True) + "\n")
     sys.stdout.flush()
-
-
-def cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def schedstat() -> tuple[int, int]:
-    """(ns on a CPU, ns runnable but waiting for one), summed over this process's threads."""
-    run = wait = 0
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            fields = (task / "schedstat").read_text().split()
-        except OSError:
-            continue
-        run, wait = run + int(fields[0]), wait + int(fields[1])
-    return run, wait
-
-
-def starvation(before: tuple[int, int], after: tuple[int, int]) -> float | None:
-    """Share of the time this process was runnable that it waited for a CPU (a loaded machine)."""
-    run, wait = after[0] - before[0], after[1] - before[1]
-    return wait / (run + wait) if run + wait > 0 else None
 
 
 def parse_peers(text: str) -> list[tuple[str, int]]:
@@ -571,7 +567,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         _emit({"event": "iteration", **last, **worker.totals_of(job.iterations - 1)})
         totals = [worker.totals_of(i) for i in range(job.iterations)]
         _emit({"event": "done", "role": "worker", "rank": rank,
-               "totals": {k: sum(t[k] for t in totals) for k in ("packets", "retransmitted", "lost", "reduced", "bytes")},
+               "totals": {k: sum(t[k] for t in totals) for k in TOTALED},
                "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
                "starvation": starvation(sched0, schedstat())})
     finally:
