@@ -168,7 +168,7 @@ class ProgramGen(LoopGen, FunctionGen):
         impls = self.rec.table_actions.get(name)
         if impls is None:
             raise NativeUnsupported(f"table {name} was not compiled")
-        keys = [self.cx(k) for k in self.rec.table_keys[name]]
+        keys = [self.unsigned(k) for k in self.rec.table_keys[name]]  # an int<N> key: its bits
         counted = self.rec.table_counted.get(name, False)
         out = [f"static int t{tid}_apply(gf_ctx *c) {{ /* {name} */"]
         out.append(f"    uint64_t k_[{max(len(keys), 1)}] = {{{', '.join(keys) or '0'}}};")

@@ -33,6 +33,11 @@ def width_of(t: P4Type) -> int:
     raise NativeUnsupported(f"no scalar width for {t}")
 
 
+def is_signed(t: Any) -> bool:
+    """An int<N> value (held sign-extended to 64 bits in its slot)."""
+    return isinstance(t, BitT) and t.signed
+
+
 def lit(value: int) -> str:
     return f"UINT64_C({value & 0xFFFFFFFFFFFFFFFF})"
 
@@ -69,8 +74,8 @@ class ExprGen:
         return e
 
     def check_type(self, t: P4Type, node: Any) -> None:
-        if isinstance(t, BitT) and (t.signed or t.width > 64):
-            raise self.fail(node, f"type {t} (signed or wider than 64 bits)")
+        if isinstance(t, BitT) and t.width > 64:
+            raise self.fail(node, f"type {t} (wider than 64 bits)")
 
     def const_code(self, value: Any, t: P4Type, node: Any) -> str:
         if isinstance(value, bool):
@@ -129,8 +134,19 @@ class ExprGen:
         return handler(node, e)
 
     def masked(self, code: str, t: P4Type) -> str:
+        """`code` brought into the range of `t`: masked, or sign-extended for int<N>."""
         w = width_of(t) if not isinstance(t, IntLitT) else 64
+        if is_signed(t):
+            return code if w >= 64 else f"gf_sext({code}, {w})"
         return code if w >= 64 else f"(({code}) & {lit((1 << w) - 1)})"
+
+    def unsigned(self, node: Any) -> str:
+        """The C value of `node` as its bits (an int<N> masked to N bits)."""
+        t = self.e(node).type
+        code = self.cx(node)
+        if is_signed(t) and width_of(t) < 64:
+            return f"({code} & {lit((1 << width_of(t)) - 1)})"
+        return code
 
     def _binop(self, node: Tree, e: E, op: str) -> str:
         a, b = self.cx(node.children[0]), self.cx(node.children[1])
@@ -161,15 +177,21 @@ class ExprGen:
         return f"gf_mod({self.cx(node.children[0])}, {self.cx(node.children[1])})"
 
     def _cx_sat_plus(self, node: Tree, e: E) -> str:
+        if is_signed(e.type):
+            return f"gf_ssat({self.cx(node.children[0])}, {self.cx(node.children[1])}, {width_of(e.type)}, 0)"
         return f"gf_satadd({self.cx(node.children[0])}, {self.cx(node.children[1])}, {width_of(e.type)})"
 
     def _cx_sat_minus(self, node: Tree, e: E) -> str:
+        if is_signed(e.type):
+            return f"gf_ssat({self.cx(node.children[0])}, {self.cx(node.children[1])}, {width_of(e.type)}, 1)"
         return f"gf_satsub({self.cx(node.children[0])}, {self.cx(node.children[1])})"
 
     def _cx_shl(self, node: Tree, e: E) -> str:
         return self.masked(f"gf_shl({self.cx(node.children[0])}, {self.cx(node.children[1])})", e.type)
 
     def _cx_shr(self, node: Tree, e: E) -> str:
+        if is_signed(e.type):
+            return f"gf_sar({self.cx(node.children[0])}, {self.cx(node.children[1])})"
         return f"gf_shr({self.cx(node.children[0])}, {self.cx(node.children[1])})"
 
     def _cmp(self, node: Tree, op: str) -> str:
@@ -190,6 +212,8 @@ class ExprGen:
             return same if op == "==" else f"(!{same})"
         if compound or any(isinstance(t, ListT) for t in types):
             raise self.fail(node, "comparison of headers or structs")
+        if op not in ("==", "!=") and any(is_signed(t) for t in types):
+            return f"(gf_s({self.cx(node.children[0])}) {op} gf_s({self.cx(node.children[1])}))"
         return f"({self.cx(node.children[0])} {op} {self.cx(node.children[1])})"
 
     def _cmp_varbit(self, node: Tree, t: P4Type, op: str) -> str:
@@ -247,7 +271,8 @@ class ExprGen:
 
     def _cx_concat(self, node: Tree, e: E) -> str:
         wb = width_of(self.e(node.children[1]).type)
-        return self.masked(f"(gf_shl({self.cx(node.children[0])}, {wb}) | {self.cx(node.children[1])})", e.type)
+        a, b = self.unsigned(node.children[0]), self.unsigned(node.children[1])
+        return self.masked(f"(gf_shl({a}, {wb}) | {b})", e.type)
 
     def _cx_slice(self, node: Tree, e: E) -> str:
         if not (isinstance(e.extra, tuple) and e.extra and e.extra[0] == "slice"):

@@ -210,7 +210,7 @@ class FunctionGen(StmtGen):
                 elif isinstance(ft, BitT | BoolT):
                     self.check_type(ft, node)
                     w = 1 if isinstance(ft, BoolT) else ft.width
-                    fields.append((slot, bit, w))
+                    fields.append((slot, bit, f"GF_SIGNED({w})" if isinstance(ft, BitT) and ft.signed else w))
                     slot, bit = slot + 1, bit + w
                 else:
                     raise self.fail(node, f"lookahead of a struct with a field of type {ft}")

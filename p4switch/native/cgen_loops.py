@@ -92,6 +92,8 @@ class LoopGen(StmtGen):
         t = self.rec.var_types.get(key)
         if base is None or key in self.rec.conflicts or not isinstance(t, BitT):
             raise self.fail(node, "a loop variable compiled in several contexts")
+        if t.signed:
+            raise self.fail(node, "a loop over an int<N> range")
         inner, body_ind = ind + "    ", ind + "        "
         n = self._loop_begin()
         out.append(f"{ind}{{")

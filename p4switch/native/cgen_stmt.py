@@ -10,7 +10,7 @@ from lark import Tree
 from p4switch.compiler.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
-from p4switch.native.cgen_expr import copy_code, lit, width_of
+from p4switch.native.cgen_expr import copy_code, is_signed, lit, width_of
 from p4switch.native.cgen_stacks import StackGen
 from p4switch.runtime import PipelineAssertion
 
@@ -169,7 +169,8 @@ class StmtGen(StackGen):
                 raise self.fail(node, "slice of a non-static lvalue")
             m = ((1 << (hi - lo + 1)) - 1) << lo
             b = base.place.base
-            out.append(f"{ind}S[{b}] = (S[{b}] & ~{lit(m)}) | ((({self.cx(value_node)}) << {lo}) & {lit(m)});")
+            code = f"(S[{b}] & ~{lit(m)}) | ((({self.cx(value_node)}) << {lo}) & {lit(m)})"
+            out.append(f"{ind}S[{b}] = {self.masked(code, base.type) if is_signed(base.type) else code};")
             return
         if target.place is None or target.place.base is None:
             self.assign_dynamic(node, target_node, target.type, value_node, out, ind)
@@ -323,7 +324,8 @@ class StmtGen(StackGen):
                 raise self.fail(arg, "out argument that is a slice of a non-static place")
             m = ((1 << (hi - lo + 1)) - 1) << lo
             b = base.place.base
-            return f"S[{b}] = (S[{b}] & ~{lit(m)}) | ((S[{slot}] << {lo}) & {lit(m)});"
+            code = f"(S[{b}] & ~{lit(m)}) | ((S[{slot}] << {lo}) & {lit(m)})"
+            return f"S[{b}] = {self.masked(code, base.type) if is_signed(base.type) else code};"
         element = arg.children[0] if isinstance(arg, Tree) and arg.data == "member" else None
         dyn = self.dyn_element(element) if element is not None else None
         if dyn is None or not isinstance(target.type, BitT | BoolT):

@@ -43,8 +43,9 @@ class VarbitGen(ExprGen):
         off, fields = self.fixed_fields(t.fields[:-1], node)
         return off, fields, len(t.fields), vt.max_width
 
-    def fixed_fields(self, fields: list[tuple[str, Any]], node: Any) -> tuple[int, list[tuple[int, int, int]]]:
-        """(bits, [(slot offset, bit offset, width)]) of a header's fixed-width fields."""
+    def fixed_fields(self, fields: list[tuple[str, Any]], node: Any) -> tuple[int, list[tuple[int, int, int | str]]]:
+        """(bits, [(slot offset, bit offset, width)]) of a header's fixed-width fields (an
+        int<N> field's width is `GF_SIGNED(N)`: gf_get sign-extends it)."""
         out, off = [], 0
         for i, (_, ft) in enumerate(fields):
             if isinstance(ft, EnumT) and ft.repr is not None:
@@ -53,7 +54,7 @@ class VarbitGen(ExprGen):
                 raise self.fail(node, f"header field of type {ft}")
             self.check_type(ft, node)
             w = width_of(ft)
-            out.append((1 + i, off, w))
+            out.append((1 + i, off, f"GF_SIGNED({w})" if isinstance(ft, BitT) and ft.signed else w))
             off += w
         return off, out
 

@@ -24,17 +24,29 @@ typedef unsigned __int128 gf_u128;
 
 static inline uint64_t gf_mask(unsigned w) { return w >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << w) - 1); }
 
-/* `w` bits (w <= 64) at bit offset `off` (MSB first) of `d`. */
+/* A signed int<w> value lives in its slot sign-extended to 64 bits (as two's complement);
+ * GF_SIGNED(w) as the width of gf_get reads a field of type int<w>. */
+#define GF_SIGNED_BIT 0x100u
+#define GF_SIGNED(w) ((w) | GF_SIGNED_BIT)
+static inline uint64_t gf_sext(uint64_t v, unsigned w) {
+    return w >= 64 ? v : (uint64_t)((int64_t)(v << (64 - w)) >> (64 - w));
+}
+
+/* `w` bits (w <= 64; GF_SIGNED(w): sign-extended) at bit offset `off` (MSB first) of `d`. */
 static inline uint64_t gf_get(const uint8_t *d, unsigned off, unsigned w) {
+    unsigned sgn = w & GF_SIGNED_BIT;
+    w &= ~GF_SIGNED_BIT;
     unsigned first = off >> 3, last = (off + w - 1) >> 3;
     gf_u128 v = 0;
     for (unsigned i = first; i <= last; i++) v = (v << 8) | d[i];
     unsigned tail = (last + 1) * 8 - (off + w);
-    return (uint64_t)(v >> tail) & gf_mask(w);
+    uint64_t r = (uint64_t)(v >> tail) & gf_mask(w);
+    return sgn ? gf_sext(r, w) : r;
 }
 
 /* OR `w` bits of `v` into `d` at bit offset `off` (the bytes start zeroed). */
 static inline void gf_put(uint8_t *d, unsigned off, unsigned w, uint64_t v) {
+    w &= ~GF_SIGNED_BIT;
     unsigned first = off >> 3, last = (off + w - 1) >> 3;
     unsigned tail = (last + 1) * 8 - (off + w);
     gf_u128 x = (gf_u128)(v & gf_mask(w)) << tail;
@@ -64,6 +76,16 @@ static inline uint64_t gf_satadd(uint64_t a, uint64_t b, unsigned w) {
     uint64_t m = gf_mask(w), r = a + b; return (r > m || r < a) ? m : r;
 }
 static inline uint64_t gf_satsub(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+/* Signed arithmetic on sign-extended values of int<w>: shift right (arithmetic), compare,
+ * saturating add and subtract (P4's |+| and |-| clamp to the type's range). */
+static inline uint64_t gf_sar(uint64_t a, uint64_t b) { return (uint64_t)((int64_t)a >> (b >= 63 ? 63 : b)); }
+static inline int64_t gf_s(uint64_t a) { return (int64_t)a; }
+static inline uint64_t gf_ssat(uint64_t a, uint64_t b, unsigned w, int sub) {
+    int64_t hi = w >= 64 ? INT64_MAX : (int64_t)(((uint64_t)1 << (w - 1)) - 1), lo = -hi - 1, r;
+    if (sub ? __builtin_sub_overflow((int64_t)a, (int64_t)b, &r) : __builtin_add_overflow((int64_t)a, (int64_t)b, &r))
+        return (uint64_t)((int64_t)b < 0 ? (sub ? hi : lo) : (sub ? lo : hi));
+    return (uint64_t)(r > hi ? hi : r < lo ? lo : r);
+}
 
 /* ---- checksums and hashes over packed bytes (BMv2's definitions) ---- */
 
