@@ -19,6 +19,8 @@
  *   - A commodity profile (keyless table `profile`): DLCP packets are treated like any other
  *     traffic (class from DSCP only, the per-class drop/mark step, flow hashing), as a switch
  *     with DSCP queues and WRED/ECN would treat them.
+ *   - A lossy link (experiments only, `link_loss`): after a packet left its queue, the link of
+ *     its egress port loses it with the entry's probability (v1model random()), counted.
  * Each mechanism has its own table; none implies another.
  * The controller writes tables only and reads counters only (BMv2 does not expose registers
  * over P4Runtime); the registers below are private to the data plane.
@@ -51,6 +53,7 @@ const bit<32> PORT_TX_SIZE   = 4096;   /* 512 ports x 8 priorities */
 const bit<32> QUEUES         = 4096;   /* queue_depth: index egress_port * 8 + priority */
 const bit<32> ECMP_GROUPS    = 1024;   /* round-robin state: group ids below this */
 const bit<32> SPRAY_MEMBERS  = 16;     /* sprayed_member counts members below this per group */
+const bit<32> PORTS          = 512;    /* link_loss_drops: index egress_port */
 
 /* Member selection modes (metadata only). */
 const bit<2> LB_FLOW_HASH   = 0;
@@ -144,6 +147,7 @@ struct metadata_t {
     bit<1>  commodity;        /* 1: the commodity profile (profile table) */
     bit<1>  dlcp_tables;      /* 1: a DLCP packet handled by the DLCP tables (DLCP profile) */
     bit<1>  red_class;        /* 1: the early-drop threshold is its traffic class's (queue_red) */
+    bit<32> loss_threshold;   /* link_loss: lost when a draw in [0, 2^32 - 2] is below this */
 }
 
 /* Estimated depth of each queue (index egress_port * 8 + priority), shared by ingress and
@@ -539,6 +543,26 @@ control DlcpEgress(inout headers_t hdr,
     counter(MAX_JOBS, CounterType.packets_and_bytes) ecn_marks;
     /* ECN-capable packets marked CE by their traffic class's threshold: egress_port * 8 + priority. */
     counter(PORT_TX_SIZE, CounterType.packets_and_bytes) queue_ecn_marks;
+    /* Packets the link of their egress port lost (link_loss), per egress port. */
+    counter(PORTS, CounterType.packets_and_bytes) link_loss_drops;
+
+    /* threshold = probability x (2^32 - 1): 0 never loses, 0xFFFFFFFF always does. */
+    action lose_on_link(bit<32> threshold) {
+        meta.loss_threshold = threshold;
+    }
+
+    /* A lossy link (no netem on the emulation host): egress port -> loss probability. */
+    table link_loss {
+        key = {
+            standard_metadata.egress_port: exact;
+        }
+        actions = {
+            lose_on_link;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 512;
+    }
 
     action mark_above(bit<19> queue_threshold) {
         meta.ecn_threshold = queue_threshold;
@@ -594,6 +618,15 @@ control DlcpEgress(inout headers_t hdr,
             }
         }
         port_tx.count(queue);
+        /* The port sent it (port_tx counts it); its link may lose it on the way. */
+        if (link_loss.apply().hit) {
+            bit<32> draw;
+            random(draw, (bit<32>)0, (bit<32>)0xFFFFFFFE);
+            if (draw < meta.loss_threshold) {
+                link_loss_drops.count((bit<32>)standard_metadata.egress_port);
+                mark_to_drop(standard_metadata);
+            }
+        }
     }
 }
 

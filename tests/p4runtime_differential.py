@@ -114,8 +114,10 @@ class WriteMaker:
         self.p4info = p4info
         self.schema = Schema.build(p4info)
         self.tables = [t for t in p4info.tables if not t.is_const_table]
-        self.keyed = [t for t in self.tables if t.match_fields]
         self.actions = {a.preamble.id: a for a in p4info.actions if a.preamble.name not in exclude_actions}
+        # tables with an entry action left (a table of excluded actions only gets default writes)
+        self.keyed = [t for t in self.tables if t.match_fields and any(
+            r.id in self.actions and r.scope != p4info_pb2.ActionRef.DEFAULT_ONLY for r in t.action_refs)]
         self.installed: dict[bytes, Installed] = {}
         self.register_names: list[tuple[str, int, int]] = []  # (name, size, width), set by run()
         self.pool: dict[str, tuple[int, ...]] = {}

@@ -38,6 +38,7 @@ TABLE_KEYS = {
                                   ("meta.l4_src", MF.TERNARY, 16), ("meta.l4_dst", MF.TERNARY, 16)],
     "DlcpIngress.queue_red": [("meta.dlcp_prio", MF.EXACT, 3)],
     "DlcpEgress.queue_ecn": [("meta.dlcp_prio", MF.EXACT, 3)],
+    "DlcpEgress.link_loss": [("standard_metadata.egress_port", MF.EXACT, 9)],
 }
 TABLE_ACTIONS = {
     "DlcpIngress.ipv4_lpm": {"DlcpIngress.set_nhop", "DlcpIngress.set_ecmp_group",
@@ -53,6 +54,7 @@ TABLE_ACTIONS = {
     "DlcpIngress.traffic_class": {"DlcpIngress.set_traffic_class"},
     "DlcpIngress.queue_red": {"DlcpIngress.red_drop_above"},
     "DlcpEgress.queue_ecn": {"DlcpEgress.mark_above"},
+    "DlcpEgress.link_loss": {"DlcpEgress.lose_on_link"},
 }
 ACTION_PARAMS = {
     "DlcpIngress.set_nhop": [("port", 9), ("smac", 48), ("dmac", 48)],
@@ -69,6 +71,7 @@ ACTION_PARAMS = {
     "DlcpIngress.profile_commodity": [],
     "DlcpIngress.set_traffic_class": [("prio", 3)],
     "DlcpIngress.red_drop_above": [("queue_threshold", 19)],
+    "DlcpEgress.lose_on_link": [("threshold", 32)],
 }
 COUNTERS = {
     "DlcpEgress.port_tx": 4096,
@@ -79,6 +82,7 @@ COUNTERS = {
     "DlcpIngress.queue_red_drops": 4096,
     "DlcpEgress.queue_ecn_marks": 4096,
     "DlcpIngress.sprayed_member": 16384,
+    "DlcpEgress.link_loss_drops": 512,
 }
 
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler o
 
 WRITES = int(os.environ.get("GRADFABRIC_CP_FUZZ_WRITES", "5000"))
 ROUTER = ROOT / "tests" / "p4programs" / "ipv4_router.p4"
-RANDOM_ACTIONS = frozenset({"DlcpIngress.spray_random"})  # each datapath draws its own numbers
+RANDOM_ACTIONS = frozenset({"DlcpIngress.spray_random", "DlcpEgress.lose_on_link"})  # each datapath draws its own numbers
 SWITCH_MAC = bytes.fromhex("000000000101")
 
 EXACT_DEFAULT = """
