@@ -41,13 +41,14 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from experiments.errors import ExperimentError
+from experiments.training.accounting import TOTALED, IterationTotals, received
 from experiments.training.cpu import cpu_seconds, schedstat, starvation
 from experiments.scaling import ScaleRule
 from gradfabric.traces import Layer, ModelTrace, load_trace
@@ -198,25 +199,6 @@ class _Flight:
     futures: list[Future[Any]]
 
 
-@dataclass
-class IterationTotals:
-    """One iteration's traffic. Receiving side: ``lost`` (reduce stage, zero-filled),
-    ``gather_lost``; sending side: packets marked drop-eligible, ``missing`` (what the peer
-    zero-filled of this rank's messages) by magnitude class, and ``reordered`` (late, not lost)."""
-
-    packets: int = 0
-    retransmitted: int = 0
-    lost: int = 0
-    reduced: int = 0
-    bytes: int = 0
-    gather_lost: int = 0
-    eligible: int = 0
-    missing: int = 0
-    reordered: int = 0
-    lost_by_tensor: dict[int, int] = field(default_factory=dict)
-    missing_by_class: dict[int, int] = field(default_factory=dict)
-
-
 class TraceRank:
     """A worker rank (module doc); ``collective`` is a ring, or a PS client with ``pull``."""
 
@@ -255,24 +237,8 @@ class TraceRank:
                     totals.packets += int(getattr(out, "packets", 0))
                     totals.retransmitted += int(getattr(out, "retransmitted", 0))
                     continue
-                _values, report = out
                 with self.lock:
-                    totals.lost += report.lost_elements
-                    totals.reduced += report.received_elements
-                    totals.bytes += int(getattr(report, "bytes", 0))
-                    totals.gather_lost += int(getattr(report, "gather_lost", 0))
-                    for s in report.sends:
-                        totals.packets += s.packets
-                        totals.retransmitted += s.retransmitted
-                        totals.bytes += s.payload_bytes
-                        totals.eligible += s.eligible
-                        totals.missing += s.missing
-                        totals.reordered += s.reordered
-                        for c, n in s.lost_by_class.items():
-                            totals.missing_by_class[c] = totals.missing_by_class.get(c, 0) + n
-                    if report.lost_elements:
-                        tid = min(flight.transfer.layer_indices)
-                        totals.lost_by_tensor[tid] = totals.lost_by_tensor.get(tid, 0) + report.lost_elements
+                    totals.add_ring(out[1], min(flight.transfer.layer_indices))
             if not self.is_ps:
                 for seg in flight.transfer.segments:
                     with self.lock:
@@ -455,13 +421,7 @@ class TraceRank:
         self._drain_done()
 
     def totals_of(self, iteration: int) -> dict[str, Any]:
-        t = asdict(self.totals.get(iteration, IterationTotals()))
-        for name in ("lost_by_tensor", "missing_by_class"):
-            t[name] = {str(k): v for k, v in sorted(t[name].items())}
-        return t
-
-
-TOTALED = ("packets", "retransmitted", "lost", "reduced", "bytes", "gather_lost", "eligible", "missing", "reordered")
+        return self.totals.get(iteration, IterationTotals()).to_dict()
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -567,7 +527,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         _emit({"event": "iteration", **last, **worker.totals_of(job.iterations - 1)})
         totals = [worker.totals_of(i) for i in range(job.iterations)]
         _emit({"event": "done", "role": "worker", "rank": rank,
-               "totals": {k: sum(t[k] for t in totals) for k in TOTALED},
+               "totals": {**{k: sum(t[k] for t in totals) for k in TOTALED}, **received(closers)},
                "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
                "starvation": starvation(sched0, schedstat())})
     finally:

@@ -1,0 +1,70 @@
+"""What a trace rank's transfers carried and lost, per iteration (the ``iteration`` JSON lines
+of :mod:`experiments.training.trace_worker`), and what reached its endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Figures summed over iterations into the ``done`` line's ``totals``.
+TOTALED = ("packets", "retransmitted", "lost", "reduced", "bytes", "gather_lost", "eligible", "eligible_elements",
+           "missing", "reordered")
+
+
+@dataclass
+class IterationTotals:
+    """One iteration's traffic. Receiving side: ``lost`` (reduce stage, zero-filled) and
+    ``gather_lost``; sending side: data packets sent and re-sent, packets (and values) marked drop-eligible,
+    ``missing`` (what the peer zero-filled of this rank's messages) by magnitude class, and
+    ``reordered`` (shown missing, then arrived without a resend: late, not lost)."""
+
+    packets: int = 0
+    retransmitted: int = 0
+    lost: int = 0
+    reduced: int = 0
+    bytes: int = 0
+    gather_lost: int = 0
+    eligible: int = 0
+    eligible_elements: int = 0
+    missing: int = 0
+    reordered: int = 0
+    lost_by_tensor: dict[int, int] = field(default_factory=dict)
+    missing_by_class: dict[int, int] = field(default_factory=dict)
+
+    def add_ring(self, report: Any, tensor_id: int) -> None:
+        """A ring all-reduce's report (DLCP's :class:`hosts.ring.RingReport` or a TCP one)."""
+        self.lost += report.lost_elements
+        self.reduced += report.received_elements
+        self.bytes += int(getattr(report, "bytes", 0))
+        self.gather_lost += int(getattr(report, "gather_lost", 0))
+        for s in report.sends:
+            self.packets += s.packets
+            self.retransmitted += s.retransmitted
+            self.bytes += s.payload_bytes
+            self.eligible += s.eligible
+            self.eligible_elements += s.eligible_elements
+            self.missing += s.missing
+            self.reordered += s.reordered
+            for c, n in s.lost_by_class.items():
+                self.missing_by_class[c] = self.missing_by_class.get(c, 0) + n
+        if report.lost_elements:
+            self.lost_by_tensor[tensor_id] = self.lost_by_tensor.get(tensor_id, 0) + report.lost_elements
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for name in ("lost_by_tensor", "missing_by_class"):
+            out[name] = {str(k): v for k, v in sorted(out[name].items())}
+        return out
+
+
+def received(closers: list[Any]) -> dict[str, int]:
+    """Data packets that reached the DLCP endpoint among `closers` (late ones included: they
+    came after their message was complete) and the late ones; empty without an endpoint."""
+    from hosts.endpoint import Endpoint
+
+    for c in closers:
+        if isinstance(c, Endpoint):
+            stats = c.reassembler.stats
+            late = stats.drops.get("late", 0)
+            return {"received_packets": stats.data_packets + late, "late_packets": late}
+    return {}
