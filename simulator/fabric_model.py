@@ -22,6 +22,15 @@ at half a port). Per port: ``port_pps`` full frames per second, a queue of
   any ECMP choice, so hashing (per flow) or spraying (per packet) does not change the
   bottleneck; collisions on the spines are not modelled.
 
+**Hosts**: the busiest host moves at most ``host_pps`` packets a second
+(:mod:`simulator.host_model`); a message holds the link for its bytes at the port's rate or
+its packets at the host's, whichever is longer.
+
+**Multitenant**: two rings cross the spines and share the leaves' two uplinks; hashed per
+flow, the jobs land on the same uplink with probability 1/2 (half the port each), else on
+different ones; sprayed per packet they pool both (the whole port each). No background
+shares the host ports.
+
 A collective's step costs ``(hops + queued packets) / port_pps`` of latency and its bytes
 at the job's share of the port. A ring of ``N`` ranks: ``2(N-1)`` steps of ``M/N`` bytes. A
 star (parameter server on rank 0): the server's port carries every worker's push and pull.
@@ -93,6 +102,8 @@ class CollectiveLink:
     port: PortModel
     ranks: int
     collective: str = "ring"
+    #: The busiest host's packet-rate ceiling (:mod:`simulator.host_model`); infinite: none.
+    host_pps: float = math.inf
 
     def __post_init__(self) -> None:
         if self.ranks < 2 or self.collective not in ("ring", "star"):
@@ -109,7 +120,11 @@ class CollectiveLink:
         return 2 * (self.ranks - 1) * nbytes  # the server's port: every worker's push, then every pull
 
     def seconds(self, transfer: Transfer) -> float:
-        return self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
+        """The port's time for the bytes, or the host's for the packets if that is longer."""
+        wire = self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
+        if math.isinf(self.host_pps):
+            return wire
+        return max(wire, self.packets(transfer.nbytes) / self.host_pps)
 
     def round_trip_s(self, transfer: Transfer) -> float:
         return self.steps() * self.port.step_latency_s

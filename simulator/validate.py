@@ -1,34 +1,36 @@
 """`gradfabric sim validate RESULTS_DIR`: the simulator against the training experiment's raw
-runs (``runs/*.json`` of ``gradfabric experiment training``).
+runs (``runs/*.json`` of ``gradfabric experiment training`` and ``experiment trace``).
 
-For every scenario x configuration x port rate found, the measured iteration times of all
-ranks (iteration 0 left out: it sets up) are pooled into p50 and p99; the simulator
-predicts them from the scenario alone:
+Runs are grouped by job (CNN or H100 trace), scenario, configuration and port rate; the
+measured iteration times of all ranks (iteration 0 left out) are pooled into p50 and p99.
+Each run is predicted from its scenario and what its record says of its conditions:
 
-* **The job**: a trace-driven run names its model, precision and scaling (``b``, ``k``); the
-  H100 trace is read and scaled (sizes / b, times x k). A run of the CNN job takes the
-  job trace given (``--job-trace``, made by ``sim profile``). Iterations that record their
-  compute (``compute_s``) replace the trace's compute by the measured one (a replay).
-* **The fabric** (:mod:`simulator.fabric_model`): the port rate and queue depth of the run
-  (its record, else its sweep's; the sweeps of 2026-11-23 ran at 1,000 packets/s, later
-  ones at 20,000, as experiments/README.md records), the background and collective of the
-  scenario, and whether the configuration puts the job above the background.
-* **Sending**: gloo sends DDP's buckets one at a time; the DLCP hook keeps ``in_flight``
-  buckets on the wire (4); a trace-driven run uses its scheduler.
-* **Tails**: packets are lost with the port model's probability; a reliable message that
-  loses one waits a retransmission timeout (TCP: Linux's 200 ms minimum, times ``k``; the
-  DLCP transport: its 10 ms minimum or twice the round trip); a bounded-loss stage does not
-  wait. p50 and p99 come from 20,000 seeded draws.
-
-What the model leaves out is named in the table's notes: host software per packet and per
-iteration (the emulated hosts share 2 cores with the switches), and scenarios it cannot
-express (two jobs sharing the spines).
+* **The job**: a trace-driven run's H100 model scaled by its ``b`` and ``k``, its
+  parameters merged per layer as the trace worker does, and its scheduler (DDP's buckets,
+  P3's or DLCP's partitions of 4 MB / b); a CNN run takes the job trace given
+  (``--job-trace``) and sends one tensor per DDP bucket (gloo one at a time, the DLCP hook
+  four). With ``--baseline`` a CNN run's host time is drawn from loopback runs of the same
+  configuration (the hosts' own time without the fabric).
+* **The fabric** (:mod:`simulator.fabric_model`): port rate and queue depth, the background
+  and collective of the scenario, whether the job's queue is above the background's.
+* **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c`` with the
+  run's recorded CPU starvation ``s`` (or one from its load) and a cost per packet ``c`` of
+  its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: fitted on
+  every run of the other sweeps (per run, the cost that makes the model meet its p50; the
+  family's median), never on the sweep predicted. A family no other sweep ran is left
+  uncalibrated and out of the table's error.
+* **Tails**: packets are lost with the rate the run recorded (the DLCP transport counts its
+  retransmissions per packet sent), else the port model's (kernel TCP: Mathis). Every round
+  of retransmissions that still misses a packet of a reliable message costs a timeout (the
+  DLCP transport's 10 ms x k, or two round trips; TCP's 200 ms x k), but kernel TCP only
+  for its last three segments (earlier losses are repaired by fast retransmit); a
+  bounded-loss stage does not wait. p50 and p99 come from seeded draws.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -38,120 +40,78 @@ from typing import Any
 
 import numpy as np
 
-from hosts.schedulers import AlphaBeta, create
+from hosts.schedulers import AlphaBeta, Scheduler, Transfer, create
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
-from simulator.fabric_model import (
-    DLCP_PAYLOAD_BYTES,
-    TCP_PAYLOAD_BYTES,
-    CollectiveLink,
-    PortModel,
-    WindowScheduler,
-    port_model,
-)
-from simulator.report import markdown_table
+from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
+from simulator.fabric_runs import Run, load_runs
+from simulator.host_model import available, calibrate, cross_validated, host_pps
 from simulator.traces import Layer, ModelTrace, load_trace
+from simulator.validate_report import write_report
 
-#: The experiment's configurations (experiments/configs.py): communication, whether the
-#: job's queue is above the background's, the gradient loss bound of the reduce stage.
-CONFIGS: dict[str, tuple[str, bool, float]] = {
-    "gloo": ("gloo", False, 0.0), "reliable": ("dlcp", False, 0.0), "qos": ("dlcp", True, 0.0),
-    "priority": ("dlcp", True, 0.0), "dropping": ("dlcp", False, 0.10), "spraying": ("dlcp", False, 0.0),
-    "dlcp": ("dlcp", True, 0.10),
+#: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "tcp": ("tcp", "ring"), "udp": ("udp", "ring"), "incast": ("tcp", "star"), "multitenant": ("none", "ring"),
 }
-#: The experiment's scenarios (experiments/scenarios.py): background, ranks, collective.
-SCENARIOS: dict[str, tuple[str, int, str]] = {
-    "tcp": ("tcp", 2, "ring"), "udp": ("udp", 2, "ring"), "incast": ("tcp", 4, "star"),
-}
-OUT_OF_REACH = {"multitenant": "two jobs share the leaf uplinks and spines: not modelled"}
-QUEUE_PACKETS = 32
-#: Port rate of sweeps without one in their records (experiments/README.md, "port rate").
-SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
+#: Multitenant: per-flow hashing puts the two jobs on the same leaf uplink with this probability.
+COLLISION_P = 0.5
 LINUX_RTO_MIN_S, DLCP_MIN_RTO_S = 0.200, 0.010
+#: Segments at a TCP message's end whose loss no duplicate ACKs report (fast retransmit needs 3).
+TCP_DUPACKS = 3
+#: Retransmission rounds drawn at most per message.
+MAX_ROUNDS = 8
 DLCP_IN_FLIGHT = 4
-DRAWS = 20_000
+DRAWS_PER_RUN = 2_000
 FRAME_BYTES = 1500
-
-
-@dataclass
-class Group:
-    """The pooled runs of one scenario x configuration x port rate."""
-
-    scenario: str
-    config: str
-    port_pps: float
-    sweeps: set[str]
-    runs: int = 0
-    iterations: list[float] | None = None
-    compute: list[float] | None = None
-    exposed: list[float] | None = None
-    job: dict[str, Any] | None = None
+#: The trace worker's caps (experiments/training/trace_worker.py), divided by b at run time.
+DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PARTITION_BYTES = 25 * 2**20, 1 * 2**20, 4 * 2**20
 
 
 @dataclass(frozen=True)
-class Prediction:
-    p50_s: float
-    p99_s: float
-    exposed_s: float
+class RunPrediction:
+    draws: np.ndarray  # iteration times, seconds
+    exposed_s: float  # the model's iteration time beyond the job's compute
     note: str
 
 
-def _port_pps(run: dict[str, Any], meta: dict[str, Any]) -> float:
-    for source in (run, run.get("rates") or {}, run.get("scale") or {}, meta):
-        if isinstance(source, dict) and source.get("port_pps"):
-            return float(source["port_pps"])
-    started = str(meta.get("started", ""))
-    return SLOW_PPS if started and started < SLOW_SWEEPS_BEFORE else FAST_PPS
+def _unit_of(name: str) -> str:
+    """The layer a parameter belongs to, a norm counted with its convolution (mirrors the
+    trace worker's ``unit_of``)."""
+    import re
+
+    unit = re.sub(r"\.(weight|bias|in_proj_weight|in_proj_bias)$", "", name)
+    unit = re.sub(r"(^|\.)bn(\d+)$", r"\1conv\2", unit)
+    return re.sub(r"downsample\.1$", "downsample.0", unit)
 
 
-def load_groups(results: Path) -> list[Group]:
-    """Every ok run under ``results`` (a sweep folder or a folder of them), grouped."""
-    files = sorted(results.rglob("runs/*.json"))
-    if not files:
-        raise SimulatorError(f"{results}: no raw runs (runs/*.json) under it")
-    groups: dict[tuple[str, str, float], Group] = {}
-    metas: dict[Path, dict[str, Any]] = {}
-    for f in files:
-        sweep = f.parent.parent
-        if sweep not in metas:
-            try:
-                metas[sweep] = json.loads((sweep / "results.json").read_text()).get("meta", {})
-            except (OSError, ValueError):
-                metas[sweep] = {}
-        try:
-            run = json.loads(f.read_text())
-        except (OSError, ValueError) as exc:
-            raise SimulatorError(f"{f}: not a run record: {exc}") from None
-        if run.get("status") != "ok":
-            continue
-        key = (str(run.get("scenario")), str(run.get("config")), _port_pps(run, metas[sweep]))
-        g = groups.setdefault(key, Group(key[0], key[1], key[2], set(), 0, [], [], []))
-        g.sweeps.add(sweep.name)
-        g.runs += 1
-        job_spec = run.get("trace_job") or run.get("job")
-        g.job = g.job or (job_spec if isinstance(job_spec, dict) and job_spec.get("model") else None)
-        for job in (run.get("jobs") or {}).values():
-            for rank in (job.get("ranks") or {}).values():
-                for rec in (rank.get("records") or [])[1:]:
-                    assert g.iterations is not None and g.compute is not None and g.exposed is not None
-                    g.iterations.append(float(rec["iteration_s"]))
-                    if rec.get("compute_s") is not None:
-                        g.compute.append(float(rec["compute_s"]))
-                    if rec.get("forward_wait_s") is not None:
-                        g.exposed.append(float(rec["forward_wait_s"]))
-    return sorted(groups.values(), key=lambda g: (g.scenario, g.port_pps, list(CONFIGS).index(g.config)
-                                                     if g.config in CONFIGS else 99))
+def merge_layers(trace: ModelTrace) -> ModelTrace:
+    """One layer per unit for tensors adjacent in ready order (the trace worker's
+    ``--layers layer``, its default): sizes and compute add up; forward order by first use."""
+    groups: list[list[Layer]] = []
+    for layer in reversed(trace.layers):  # ready order
+        if groups and _unit_of(groups[-1][0].name) == _unit_of(layer.name):
+            groups[-1].append(layer)
+        else:
+            groups.append([layer])
+    n = len(groups)
+    index_of = {l.index: n - 1 - g for g, members in enumerate(groups) for l in members}
+    layers = tuple(Layer(n - 1 - g, _unit_of(m[0].name), sum(l.numel for l in m), sum(l.forward_s for l in m),
+                         sum(l.backward_s for l in m)) for g, m in enumerate(groups))[::-1]
+    order = trace.forward_order if trace.forward_order else tuple(range(len(trace.layers)))
+    return replace(trace, layers=layers, forward_order=tuple(dict.fromkeys(index_of[i] for i in order)))
+
+
+def _b(job: dict[str, Any]) -> float:
+    if job.get("b"):
+        return float(job["b"])
+    # experiments/scaling.py: b * k = real capacity / the port's (full 1,500-byte frames)
+    return float(job["real_gbps"]) * 1e9 / (float(job["port_pps"]) * FRAME_BYTES * 8) / float(job["k"])
 
 
 def scaled_trace(job: dict[str, Any], traces: Path) -> ModelTrace:
     """A trace-driven run's job: the H100 trace with sizes / b and times x k."""
     try:
-        k = float(job["k"])
-        scale = job.get("scale") or {}
-        if job.get("b") or scale.get("b"):
-            b = float(job.get("b") or scale["b"])
-        else:  # experiments/scaling.py: b * k = real capacity / the port's (full 1,500-byte frames)
-            b = float(job["real_gbps"]) * 1e9 / (float(job["port_pps"]) * FRAME_BYTES * 8) / k
+        k, b = float(job["k"]), _b(job)
         trace = load_trace(traces / "h100_pytorch_layer_traces.csv", model=job["model"], precision=job["precision"])
     except KeyError as exc:
         raise SimulatorError(f"a trace-driven run's record lacks {exc}") from None
@@ -160,73 +120,131 @@ def scaled_trace(job: dict[str, Any], traces: Path) -> ModelTrace:
     return replace(trace, layers=layers, backward_tail_s=trace.backward_tail_s * k, optimizer_s=trace.optimizer_s * k)
 
 
-def _penalties(messages: Sequence[int], p: float, rto_s: float, rng: np.random.Generator) -> np.ndarray:
-    """Extra seconds per iteration: each message with ``n`` reliable packets waits ``rto_s``
-    with probability ``1 - (1 - p)^n``."""
-    extra = np.zeros(DRAWS)
-    for n in messages:
-        q = 1.0 - (1.0 - p) ** n
-        extra += rto_s * (rng.random(DRAWS) < q)
-    return extra
+def _scheduler(run: Run, link: CollectiveLink) -> Scheduler:
+    spec = run.spec
+    if spec.scheduler == "window":
+        return WindowScheduler(1 if spec.comm == "gloo" else DLCP_IN_FLIGHT)
+    assert run.job is not None
+    b = _b(run.job)
+    if spec.scheduler == "fusion":
+        return create("fusion", bucket_bytes=max(4, int(DDP_BUCKET_BYTES / b)),
+                      first_bucket_bytes=max(4, int(DDP_FIRST_BUCKET_BYTES / b)))
+    options: dict[str, Any] = {"partition_bytes": max(4, int(PARTITION_BYTES / b)),
+                               "cost": AlphaBeta(link.round_trip_s(_PROBE), 1.0 / link.port.bytes_per_s)}
+    if spec.scheduler == "dlcp":
+        options.update(front_loss_bound=spec.bound, back_loss_bound=spec.bound / 2)
+    elif link.collective == "ring":
+        options["credit_bytes"] = 1 << 40  # the trace worker's ring P3 has no credit
+    return create(spec.scheduler, **options)
 
 
-def predict(group: Group, job: ModelTrace, *, queue_packets: int = QUEUE_PACKETS, seed: int = 0,
-            host_iterations: Sequence[float] | None = None) -> Prediction:
-    """The model's p50, p99 and exposed communication for ``group`` (module doc).
+_PROBE = Transfer(segments=(), nbytes=0)
 
-    ``host_iterations``: iteration times of the same job and configuration measured without
-    the fabric (loopback); each draw takes one of them in place of the trace's compute, so
-    the hosts' own time and its spread are replayed and the model adds the fabric's."""
-    if group.scenario in OUT_OF_REACH:
-        raise SimulatorError(OUT_OF_REACH[group.scenario])
-    if group.scenario not in SCENARIOS or group.config not in CONFIGS:
-        raise SimulatorError(f"unknown scenario {group.scenario!r} or configuration {group.config!r}")
-    background, ranks, collective = SCENARIOS[group.scenario]
-    comm, above, bound = CONFIGS[group.config]
-    tj = group.job or {}
-    k = float(tj.get("k", 1.0))
-    port: PortModel = port_model(port_pps=group.port_pps, queue_packets=queue_packets, background=background,
-                                 job_above_background=above,
-                                 payload_bytes=TCP_PAYLOAD_BYTES if comm == "gloo" else DLCP_PAYLOAD_BYTES)
-    link = CollectiveLink(port, ranks, collective)
-    if group.compute:
-        measured = statistics.median(group.compute)
-        factor = measured / job.compute_s if job.compute_s > 0 else 1.0
-        job = replace(job, layers=tuple(replace(l, forward_s=l.forward_s * factor, backward_s=l.backward_s * factor)
+
+def recovery_rounds(packets: int, p: float, comm: str, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """Timeouts a reliable message of ``packets`` waits, per draw: every round of
+    retransmissions that still misses a packet costs one (the retransmitted packets are lost
+    with the same ``p``). Kernel TCP: only its last three segments are exposed (fast
+    retransmit repairs the others within a round trip)."""
+    missing = np.full(draws, min(packets, TCP_DUPACKS) if comm in ("gloo", "tcp") else packets, dtype=np.int64)
+    rounds = np.zeros(draws)
+    for _ in range(MAX_ROUNDS):
+        missing = rng.binomial(missing, p)
+        if not missing.any():
+            break
+        rounds += missing > 0
+    return rounds
+
+
+def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Sequence[float] | None = None,
+                baseline_available: float = 1.0, draws: int = DRAWS_PER_RUN, seed: int = 0) -> RunPrediction:
+    """The model's iteration times for ``run`` with a host cost of ``cost_s`` per packet (module doc)."""
+    if run.scenario not in SCENARIOS:
+        raise SimulatorError(f"scenario {run.scenario!r} is not modelled (known: {', '.join(SCENARIOS)})")
+    spec = run.spec
+    background, collective = SCENARIOS[run.scenario]
+    tcp = spec.comm in ("gloo", "tcp")
+    k = float(run.job["k"]) if run.job else 1.0
+    if run.compute and job.compute_s > 0:  # a replay of the compute the run recorded
+        f = statistics.median(run.compute) / job.compute_s
+        job = replace(job, layers=tuple(replace(l, forward_s=l.forward_s * f, backward_s=l.backward_s * f)
                                         for l in job.layers),
-                      backward_tail_s=job.backward_tail_s * factor, optimizer_s=job.optimizer_s * factor)
-    if tj.get("scheduler"):
-        cost = AlphaBeta(link.round_trip_s(_probe()), 1.0 / port.bytes_per_s)
-        scheduler = create(str(tj["scheduler"]), cost=cost)
-        overlap = tj.get("overlap") == "layerwise"
-    else:
-        scheduler = WindowScheduler(1 if comm == "gloo" else DLCP_IN_FLIGHT)
-        overlap = False  # DDP steps the optimizer after every bucket is reduced
-    result = simulate(job.layers, scheduler, link, overlap_forward=overlap, forward_order=job.forward_order,
-                      backward_tail_s=job.backward_tail_s, optimizer_s=job.optimizer_s)
-    base = result.iteration_s
-    exposed = max(0.0, base - job.compute_s)
-    rto = LINUX_RTO_MIN_S * k if comm == "gloo" else max(DLCP_MIN_RTO_S * k, 2 * link.round_trip_s(_probe()))
-    # Bounded loss: the reduce stage (half the packets) does not wait for a retransmission.
-    share_reliable = 1.0 if bound == 0 else 0.5
-    messages = [max(1, round(link.packets(l.numel * 4) * share_reliable)) for l in job.layers if l.numel]
+                      backward_tail_s=job.backward_tail_s * f, optimizer_s=job.optimizer_s * f)
+    cpu = available(run.starvation, run.load)
+    shares = [1.0]
+    if run.scenario == "multitenant" and not spec.spraying:
+        shares = [1.0, 0.5]  # apart, or on the same uplink
     rng = np.random.default_rng(seed)
-    if host_iterations:
-        host = rng.choice(np.asarray(host_iterations, dtype=float), DRAWS) + exposed
-    else:
-        host = np.full(DRAWS, base)
-    draws = host + _penalties(messages, port.loss_rate, rto, rng)
-    note = []
-    if port.loss_rate > 0:
-        note.append(f"loss {port.loss_rate:.2%}/packet, timeout {rto * 1e3:.0f} ms")
-    return Prediction(float(np.percentile(draws, 50)), float(np.percentile(draws, 99)), exposed, "; ".join(note))
+    results = []
+    for share in shares:
+        port = port_model(port_pps=run.port_pps, queue_packets=run.queue_packets, background=background,
+                          job_above_background=spec.above_background,
+                          payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
+        port = replace(port, share=port.share * share)
+        link = CollectiveLink(port, run.ranks, collective, host_pps(cost_s, cpu))
+        result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
+                          forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
+                          optimizer_s=job.optimizer_s)
+        results.append((result, link))
+    pick = rng.random(draws) < COLLISION_P if len(results) > 1 else np.zeros(draws, dtype=bool)
+    base = np.where(pick, results[-1][0].iteration_s, results[0][0].iteration_s)
+    exposed = max(0.0, results[0][0].iteration_s - job.compute_s)
+    if host_iterations:  # the CNN's own time, replayed and stretched by the CPU it got here
+        host = rng.choice(np.asarray(host_iterations, dtype=float), draws) * (baseline_available / cpu)
+        base = host + (base - job.compute_s).clip(min=0.0)
+    result, link = results[0]
+    port = link.port
+    rto = LINUX_RTO_MIN_S * k if tcp else max(DLCP_MIN_RTO_S * k, 2 * link.round_trip_s(_PROBE))
+    share_reliable = 1.0 if spec.bound == 0 else 0.5  # the reduce stage does not wait
+    loss = run.loss_rate if run.loss_rate is not None and not tcp else port.loss_rate
+    extra = np.zeros(draws)
+    if loss > 0:
+        for rec in result.steady.transfers:
+            n = max(1, round(link.packets(rec.transfer.nbytes) * share_reliable))
+            extra += rto * recovery_rounds(n, loss, spec.comm, rng, draws)
+    note = [f"s {1 - cpu:.2f}", f"host {cost_s * 1e6:,.0f} us/pkt" if cost_s else "host cost 0"]
+    if loss > 0:
+        source = "recorded" if loss is run.loss_rate else "Mathis"
+        note.append(f"loss {loss:.2%}/pkt ({source}), timeout {rto * 1e3:.0f} ms")
+    return RunPrediction(base + extra, exposed, "; ".join(note))
 
 
-def _probe() -> Any:
-    """A zero-byte transfer, to ask a link for its latency."""
-    from hosts.schedulers import Transfer
+def host_baseline(folder: Path) -> dict[str, tuple[list[float], float]]:
+    """Iteration times of runs without the fabric (``--loopback``) per configuration and per
+    communication (``comm:gloo``, ``comm:dlcp``), with the CPU share those runs got."""
+    found: dict[str, tuple[list[float], list[float]]] = {}
+    for run in load_runs(folder):
+        keys = [run.config] + ([f"comm:{run.spec.comm}"] if run.kind == "cnn" else [])
+        for key in keys:
+            times, cpus = found.setdefault(key, ([], []))
+            times.extend(run.iterations)
+            cpus.append(available(run.starvation, run.load))
+    return {key: (times, statistics.mean(cpus)) for key, (times, cpus) in found.items()}
 
-    return Transfer(segments=(), nbytes=0)
+
+@dataclass
+class _Inputs:
+    job: ModelTrace
+    host_iterations: list[float] | None
+    baseline_available: float
+
+
+def _inputs(run: Run, cnn: ModelTrace | None, traces: Path, hosts: dict[str, tuple[list[float], float]],
+            cache: dict[tuple[str, ...], ModelTrace]) -> _Inputs:
+    if run.job:
+        key = (str(run.job["model"]), str(run.job["precision"]), str(_b(run.job)), str(run.job["k"]))
+        if key not in cache:
+            trace = scaled_trace(run.job, traces)
+            cache[key] = merge_layers(trace) if run.job.get("layers", "layer") == "layer" else trace
+        return _Inputs(cache[key], None, 1.0)
+    if cnn is None:
+        raise SimulatorError("the CNN job's runs need --job-trace (a `sim profile` of the job)")
+    if not hosts:
+        return _Inputs(cnn, None, 1.0)
+    host = hosts.get(run.config) or hosts.get(f"comm:{run.spec.comm}")
+    if not host:
+        raise SimulatorError(f"the baseline has no run of {run.config} or its communication")
+    return _Inputs(cnn, host[0], host[1])
 
 
 def _error(predicted: float, measured: float) -> float:
@@ -237,112 +255,101 @@ def _ranking(values: dict[str, float]) -> list[str]:
     return sorted(values, key=lambda c: values[c])
 
 
-def host_baseline(folder: Path) -> dict[str, list[float]]:
-    """Iteration times per configuration of runs without the fabric (``--loopback``), and
-    per communication (``gloo``, ``dlcp``) for configurations the folder lacks."""
-    found: dict[str, list[float]] = {}
-    for g in load_groups(folder):
-        assert g.iterations is not None
-        found.setdefault(g.config, []).extend(g.iterations)
-        if g.config in CONFIGS:
-            found.setdefault("comm:" + CONFIGS[g.config][0], []).extend(g.iterations)
-    return found
-
-
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
-             baseline: Path | None = None) -> str:
-    """Compare, write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``,
-    and return the Markdown."""
-    groups = load_groups(results)
+             baseline: Path | None = None, *, progress: bool = True) -> str:
+    """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
+    ``.png`` under ``out`` and return the Markdown."""
+    import sys
+
+    runs = load_runs(results)
     cnn = load_trace(job_trace) if job_trace is not None else None
     hosts = host_baseline(baseline) if baseline is not None else {}
-    header = ["scenario", "port (pkt/s)", "configuration", "sweeps", "runs", "p50 measured (ms)", "p50 predicted (ms)",
-              "p50 error", "p99 measured (ms)", "p99 predicted (ms)", "p99 error", "exposed comm. measured (ms)",
-              "exposed comm. predicted (ms)", "notes"]
+    cache: dict[tuple[str, ...], ModelTrace] = {}
+    inputs: dict[int, _Inputs] = {}
+    reasons: dict[int, str] = {}
+    fits: list[tuple[str, str, float]] = []
+    for i, run in enumerate(runs):
+        if progress and (i + 1) % 20 == 0:
+            print(f"calibrated {i + 1} of {len(runs)} runs", file=sys.stderr, flush=True)
+        try:
+            inp = inputs[i] = _inputs(run, cnn, traces, hosts, cache)
+
+            def p50(cost: float, run: Run = run, inp: _Inputs = inp) -> float:
+                pred = predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
+                                   baseline_available=inp.baseline_available, draws=400)
+                return float(np.median(pred.draws))
+
+            fits.append((run.sweep, run.family, calibrate(p50, run.p50_s)))
+        except SimulatorError as exc:
+            reasons[i] = str(exc)
+    costs = cross_validated(fits)
+    if os.environ.get("GRADFABRIC_SIM_FITS"):  # the per-run fits, for a look at their spread
+        for (sweep, family, cost), run in zip(fits, [r for i, r in enumerate(runs) if i not in reasons]):
+            print(f"fit {family:22} {sweep:32} {run.config:14} {cost * 1e6:9.1f} us/pkt", file=sys.stderr)
+    groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)
+    for i, run in enumerate(runs):
+        groups[(run.kind, run.scenario, run.port_pps, run.config)].append(i)
+    order = {c: n for n, c in enumerate(("gloo", "ddp-tcp", "ddp-tcp-qos", "ddp-tcp-rto", "p3-tcp", "reliable",
+                                         "transport", "qos", "transport-qos", "priority", "dropping", "spraying",
+                                         "dlcp", "commodity"))}
     rows: list[list[str]] = []
     points: list[tuple[str, float, float, float, float]] = []
-    p50_errors: list[float] = []
-    by_scenario: dict[tuple[str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
-    for g in groups:
-        assert g.iterations is not None
-        m50 = float(np.percentile(g.iterations, 50))
-        m99 = float(np.percentile(g.iterations, 99))
-        mexp = f"{statistics.median(g.exposed) * 1e3:.1f}" if g.exposed else "-"
-        base = [g.scenario, f"{g.port_pps:,.0f}", g.config, str(len(g.sweeps)), str(g.runs), f"{m50 * 1e3:.1f}"]
+    errors: dict[str, list[float]] = defaultdict(list)
+    by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], order.get(k[3], 99))):
+        kind, scenario, pps, config = key
+        members = [runs[i] for i in groups[key]]
+        measured = [t for r in members for t in r.iterations]
+        m50, m99 = float(np.percentile(measured, 50)), float(np.percentile(measured, 99))
+        exposed = [t for r in members for t in r.exposed]
+        starved = [1 - available(r.starvation, r.load) for r in members]
+        source = "" if members[0].starvation is not None else " (load)" if members[0].load is not None else None
+        base = [kind, scenario, f"{pps:,.0f}", config, str(len({r.sweep for r in members})), str(len(members)),
+                "-" if source is None else f"{statistics.median(starved):.2f}{source}", f"{m50 * 1e3:,.1f}"]
+        mexp = f"{statistics.median(exposed) * 1e3:,.1f}" if exposed else "-"
+        draws, plain, preds, notes, cal = [], [], [], [], []
         try:
-            job = scaled_trace(g.job, traces) if g.job else cnn
-            if job is None:
-                raise SimulatorError("the CNN job's runs need --job-trace (a `sim profile` of the job)")
-            host = hosts.get(g.config) or hosts.get("comm:" + CONFIGS.get(g.config, ("?",))[0])
-            if hosts and not host:
-                raise SimulatorError(f"the baseline has no run of {g.config} or its communication")
-            pred = predict(g, job, host_iterations=host)
+            for i in groups[key]:
+                run = runs[i]
+                if i in reasons:
+                    raise SimulatorError(reasons[i])
+                if (run.sweep, run.family) not in costs:
+                    raise SimulatorError(f"family {run.family} ran in no other sweep: uncalibrated")
+                cost, n = costs[(run.sweep, run.family)]
+                inp = inputs[i]
+                pred = predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
+                                   baseline_available=inp.baseline_available, seed=i)
+                zero = predict_run(run, inp.job, 0.0, host_iterations=inp.host_iterations,
+                                   baseline_available=inp.baseline_available, seed=i)
+                draws.append(pred.draws)
+                plain.append(zero.draws)
+                preds.append(pred)
+                cal.append((cost, n))
+                notes.append(pred.note)
         except SimulatorError as exc:
-            rows.append(base + ["-", "out of reach", f"{m99 * 1e3:.1f}", "-", "-", mexp, "-", str(exc)])
+            rows.append(base + ["-", "-", "-", "out of reach", f"{m99 * 1e3:,.1f}", "-", "-", mexp, "-", str(exc)])
             continue
-        e50, e99 = _error(pred.p50_s, m50), _error(pred.p99_s, m99)
-        p50_errors.append(abs(e50))
-        by_scenario[(g.scenario, g.port_pps)][g.config] = (m50, pred.p50_s)
-        points.append((f"{g.scenario} {g.config} {g.port_pps:,.0f}", m50, pred.p50_s, m99, pred.p99_s))
-        rows.append(base + [f"{pred.p50_s * 1e3:.1f}", f"{e50:+.0%}", f"{m99 * 1e3:.1f}", f"{pred.p99_s * 1e3:.1f}",
-                            f"{e99:+.0%}", mexp, f"{pred.exposed_s * 1e3:.1f}", pred.note or "-"])
+        pooled, pooled0 = np.concatenate(draws), np.concatenate(plain)
+        p50, p99, p50_0 = (float(np.percentile(pooled, 50)), float(np.percentile(pooled, 99)),
+                           float(np.percentile(pooled0, 50)))
+        e50, e99 = _error(p50, m50), _error(p99, m99)
+        errors[kind].append(abs(e50))
+        by_scenario[(kind, scenario, pps)][config] = (m50, p50)
+        points.append((f"{kind} {scenario} {config} {pps / 1e3:,.0f}k", m50, p50, m99, p99))
+        costs_us = sorted({round(c * 1e6) for c, _ in cal})
+        cost_text = "/".join(f"{c:,}" for c in costs_us) + f" (on {min(n for _, n in cal)}+ runs)"
+        rows.append(base + [f"{p50_0 * 1e3:,.1f}", cost_text, f"{p50 * 1e3:,.1f}", f"{e50:+.0%}",
+                            f"{m99 * 1e3:,.1f}", f"{p99 * 1e3:,.1f}", f"{e99:+.0%}", mexp,
+                            f"{statistics.median(p.exposed_s for p in preds) * 1e3:,.1f}",
+                            f"family {members[0].family}; " + notes[0].split("; ", 2)[-1]])
     rank_rows = []
-    for (scenario, pps), values in sorted(by_scenario.items()):
-        measured = _ranking({c: v[0] for c, v in values.items()})
-        predicted = _ranking({c: v[1] for c, v in values.items()})
-        rank_rows.append([scenario, f"{pps:,.0f}", " < ".join(measured), " < ".join(predicted),
-                          "yes" if measured == predicted else "no"])
-    out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "validation.csv", header, rows)
-    _plot(points, out / "validation.png")
-    median = statistics.median(p50_errors) if p50_errors else float("nan")
-    md = (
-        "# The simulator against the training experiment's runs\n\n"
-        f"Made by `{command}`. Model: simulator/validate.py and simulator/fabric_model.py (module docs).\n\n"
-        f"Median absolute error of the predicted iteration p50: **{median:.0%}** over {len(p50_errors)} "
-        "scenario x configuration x port-rate groups (target 10%, goal 5%).\n\n"
-        + markdown_table(header, rows)
-        + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
-        + markdown_table(["scenario", "port (pkt/s)", "measured", "predicted", "same"], rank_rows)
-        + "\n![](validation.png)\n"
-    )
-    (out / "validation.md").write_text(md)
-    return md
+    for (kind, scenario, pps), values in sorted(by_scenario.items()):
+        if len(values) < 2:
+            continue
+        m = _ranking({c: v[0] for c, v in values.items()})
+        p = _ranking({c: v[1] for c, v in values.items()})
+        rank_rows.append([kind, scenario, f"{pps:,.0f}", " < ".join(m), " < ".join(p), "yes" if m == p else "no"])
+    return write_report(out, command, rows, rank_rows, points, errors)
 
 
-def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    import csv
-    import io
-
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    path.write_text(buf.getvalue())
-
-
-def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 6))
-    for label, m50, p50, m99, p99 in points:
-        ax.scatter([m50 * 1e3], [p50 * 1e3], marker="o")
-        ax.scatter([m99 * 1e3], [p99 * 1e3], marker="^", alpha=0.5)
-        ax.annotate(label, (m50 * 1e3, p50 * 1e3), fontsize=7)
-    values = [v * 1e3 for p in points for v in p[1:]] or [1.0, 10.0]
-    lo, hi = min(values) / 1.5, max(values) * 1.5
-    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured iteration time (ms)")
-    ax.set_ylabel("predicted (ms); o p50, ^ p99")
-    ax.set_title("Simulator vs fabric runs")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-__all__ = ["Group", "Layer", "Prediction", "load_groups", "predict", "scaled_trace", "validate"]
+__all__ = ["RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "validate"]

@@ -38,19 +38,24 @@ def _run(folder: Path, index: int, scenario: str, config: str, iterations: list[
 def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     job = tmp_path / "job.csv"
     job.write_text("name,numel,forward_us,backward_us\nw,722,1000,1000\n")
-    sweep = tmp_path / "sweep"
-    _run(sweep, 0, "tcp", "qos", [0.010, 0.012])
-    _run(sweep, 1, "multitenant", "qos", [0.020])
+    runs = tmp_path / "runs"
+    _run(runs / "a", 0, "tcp", "qos", [0.010, 0.012])
+    _run(runs / "b", 0, "tcp", "qos", [0.011])  # the other sweep: its fit (host cost 0) predicts sweep a
+    _run(runs / "a", 1, "hotspot", "qos", [0.020])
+    _run(runs / "a", 2, "tcp", "gloo", [0.030])  # gloo ran in sweep a only: no calibration
     out = tmp_path / "out"
-    assert main(["sim", "validate", str(sweep), "--job-trace", str(job), "--out", str(out)]) == 0
+    assert main(["sim", "validate", str(runs), "--job-trace", str(job), "--out", str(out)]) == 0
     with (out / "validation.csv").open() as f:
-        rows = {r["scenario"]: r for r in csv.DictReader(f)}
+        rows = {(r["scenario"], r["configuration"]): r for r in csv.DictReader(f)}
     # By hand: 2,888 bytes at 1,000 x 1,444 B/s hold the port 2 ms; two ring steps of 3.5 ms
     # latency; forward 1 ms + backward 1 ms + 9 ms of all-reduce after it = 11 ms.
-    qos = rows["tcp"]
+    qos = rows[("tcp", "qos")]
+    assert (qos["sweeps"], qos["runs"], qos["CPU starvation s"]) == ("2", "2", "-")
     assert qos["p50 measured (ms)"] == "11.0" and qos["p50 predicted (ms)"] == "11.0"
     assert qos["p99 predicted (ms)"] == "11.0" and qos["p50 error"] == "+0%"
-    assert rows["multitenant"]["p50 error"] == "out of reach"
+    assert qos["host cost (us/pkt, calibrated on other sweeps)"] == "0 (on 1+ runs)"
+    assert rows[("hotspot", "qos")]["p50 error"] == "out of reach"
+    assert "uncalibrated" in rows[("tcp", "gloo")]["notes"]
     assert (out / "validation.png").stat().st_size > 0
     assert "Median absolute error of the predicted iteration p50: **0%** over 1" in (out / "validation.md").read_text()
 

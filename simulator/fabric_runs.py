@@ -1,0 +1,196 @@
+"""The training experiment's raw runs as the simulator reads them (``runs/*.json`` of
+``gradfabric experiment training`` and ``gradfabric experiment trace``).
+
+One :class:`Run` per ok record: its scenario and configuration, what it records of its
+conditions (port rate, the ranks' CPU starvation, the machine's load), the job it trained
+(a trace-driven run's H100 model, scaling and scheduler; else the CNN job) and its
+iteration times (iteration 0 left out: it sets up).
+
+The configuration tables mirror ``experiments/configs.py`` (CNN job) and
+``experiments/trace_configs.py`` (trace-driven job); the simulator does not import the
+experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import SimulatorError
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a configuration does, as far as the model needs it."""
+
+    comm: str  # gloo or tcp (kernel TCP), dlcp (the DLCP transport)
+    scheduler: str  # window (one tensor per DDP bucket), fusion, p3, dlcp
+    overlap: str  # ddp (optimizer after every bucket) or layerwise
+    above_background: bool  # the job's queue is above the background's
+    bound: float  # gradient loss bound of the reduce stage
+    spraying: bool = False
+
+
+#: CNN job (experiments/configs.py): DDP with one tensor per bucket, gloo or the DLCP hook.
+CNN_CONFIGS: dict[str, Config] = {
+    "gloo": Config("gloo", "window", "ddp", False, 0.0), "reliable": Config("dlcp", "window", "ddp", False, 0.0),
+    "qos": Config("dlcp", "window", "ddp", True, 0.0), "priority": Config("dlcp", "window", "ddp", True, 0.0),
+    "dropping": Config("dlcp", "window", "ddp", False, 0.10),
+    "spraying": Config("dlcp", "window", "ddp", False, 0.0, spraying=True),
+    "dlcp": Config("dlcp", "window", "ddp", True, 0.10, spraying=True),
+}
+#: Trace-driven job (experiments/trace_configs.py).
+TRACE_CONFIGS: dict[str, Config] = {
+    "ddp-tcp": Config("tcp", "fusion", "ddp", False, 0.0), "ddp-tcp-qos": Config("tcp", "fusion", "ddp", True, 0.0),
+    "ddp-tcp-rto": Config("tcp", "fusion", "ddp", False, 0.0), "p3-tcp": Config("tcp", "p3", "layerwise", False, 0.0),
+    "transport": Config("dlcp", "fusion", "ddp", False, 0.0), "transport-qos": Config("dlcp", "fusion", "ddp", True, 0.0),
+    "priority": Config("dlcp", "dlcp", "layerwise", True, 0.0),
+    "dropping": Config("dlcp", "fusion", "ddp", False, 0.10),
+    "spraying": Config("dlcp", "fusion", "ddp", False, 0.0, spraying=True),
+    "dlcp": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True),
+    "commodity": Config("dlcp", "dlcp", "layerwise", True, 0.10),
+}
+#: Port rate of CNN sweeps without one in their records (experiments/README.md, "port rate").
+SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
+#: Queue depths (packets per priority): the CNN fabric's and the trace fabric's (trace_configs.py).
+CNN_QUEUE_PACKETS, TRACE_QUEUE_PACKETS = 32, 51
+
+
+@dataclass
+class Run:
+    """One ok run record."""
+
+    sweep: str
+    run_id: str
+    scenario: str
+    config: str
+    port_pps: float
+    queue_packets: int
+    iterations: list[float]
+    exposed: list[float] = field(default_factory=list)
+    compute: list[float] = field(default_factory=list)
+    #: Share of its runnable time the busiest host's rank waited for a CPU (a star's server; a
+    #: ring's ranks are alike: their mean), None when not recorded.
+    starvation: float | None = None
+    #: The machine's 1-minute load average, mean of before and after the run (None: not recorded).
+    load: float | None = None
+    job: dict[str, Any] | None = None  # a trace-driven run's job (model, precision, k, b, ...)
+    ranks: int = 2  # of the (first) job: a ring's members, or a star's server and workers
+    #: Packets the DLCP transport retransmitted per data packet it sent (None: kernel TCP, not counted).
+    loss_rate: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """``trace`` (an H100 model) or ``cnn``."""
+        return "trace" if self.job else "cnn"
+
+    @property
+    def spec(self) -> Config:
+        table = TRACE_CONFIGS if self.job else CNN_CONFIGS
+        if self.config not in table:
+            raise SimulatorError(f"{self.sweep}/{self.run_id}: unknown {self.kind} configuration {self.config!r}")
+        return table[self.config]
+
+    @property
+    def family(self) -> str:
+        """Runs whose hosts move packets the same way share one calibrated host cost."""
+        spec = self.spec
+        if spec.comm in ("gloo", "tcp"):  # the kernel moves a segment alike for every scheduler
+            return f"{self.kind}/tcp"
+        return f"{self.kind}/dlcp/{spec.scheduler}"
+
+    @property
+    def p50_s(self) -> float:
+        return statistics.median(self.iterations)
+
+
+def _meta(sweep: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((sweep / "results.json").read_text()).get("meta", {})
+    except (OSError, ValueError):
+        meta = {}
+    if not meta.get("job"):
+        try:
+            plan = json.loads((sweep / "plan.json").read_text())
+            meta = {**meta, "job": plan.get("job"), "scale": plan.get("scale")}
+        except (OSError, ValueError):
+            pass
+    return meta if isinstance(meta, dict) else {}
+
+
+def _port_pps(run: dict[str, Any], meta: dict[str, Any], job: dict[str, Any] | None) -> float:
+    for source in (run, run.get("rates") or {}, run.get("scale") or {}, job or {}, meta.get("scale") or {}, meta):
+        if isinstance(source, dict) and source.get("port_pps"):
+            return float(source["port_pps"])
+    started = str(meta.get("started", ""))
+    return SLOW_PPS if started and started < SLOW_SWEEPS_BEFORE else FAST_PPS
+
+
+def _trace_job(run: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any] | None:
+    spec = run.get("trace_job") or run.get("job") or meta.get("job")
+    if not isinstance(spec, dict) or not spec.get("model"):
+        return None
+    job = dict(spec)
+    scale = meta.get("scale") or {}
+    if scale.get("b") and not job.get("b"):
+        job["b"] = scale["b"]
+    config = TRACE_CONFIGS.get(str(run.get("config")))
+    if config is not None:  # the sweep's job is the base; the configuration sets these
+        job.update(comm=config.comm, scheduler=config.scheduler, overlap=config.overlap)
+    return job
+
+
+def _mean_load(run: dict[str, Any]) -> float | None:
+    loads = [float(x[0]) for x in (run.get("load_before"), run.get("load_after")) if isinstance(x, list) and x]
+    return sum(loads) / len(loads) if loads else None
+
+
+def load_runs(results: Path) -> list[Run]:
+    """Every ok run under ``results`` (a sweep folder or a folder of them)."""
+    files = sorted(results.rglob("runs/*.json"))
+    if not files:
+        raise SimulatorError(f"{results}: no raw runs (runs/*.json) under it")
+    metas: dict[Path, dict[str, Any]] = {}
+    runs = []
+    for f in files:
+        sweep = f.parent.parent
+        if sweep not in metas:
+            metas[sweep] = _meta(sweep)
+        try:
+            record = json.loads(f.read_text())
+        except (OSError, ValueError) as exc:
+            raise SimulatorError(f"{f}: not a run record: {exc}") from None
+        if record.get("status") != "ok":
+            continue
+        job = _trace_job(record, metas[sweep])
+        run = Run(sweep.name, str(record.get("run_id") or f.stem), str(record.get("scenario")),
+                  str(record.get("config")), _port_pps(record, metas[sweep], job),
+                  TRACE_QUEUE_PACKETS if job else CNN_QUEUE_PACKETS, [], load=_mean_load(record), job=job)
+        starved, served = [], []
+        jobs = list((record.get("jobs") or {}).values())
+        run.ranks = max(2, len(jobs[0].get("ranks") or {})) if jobs else 2
+        for j in jobs:
+            for rank in (j.get("ranks") or {}).values():
+                if rank.get("starvation") is not None:
+                    (served if rank.get("role") == "server" else starved).append(float(rank["starvation"]))
+                for rec in (rank.get("records") or [])[1:]:
+                    run.iterations.append(float(rec["iteration_s"]))
+                    if rec.get("compute_s") is not None:
+                        run.compute.append(float(rec["compute_s"]))
+                    if rec.get("forward_wait_s") is not None:
+                        run.exposed.append(float(rec["forward_wait_s"]))
+        totals = [rank.get("totals") or {} for j in jobs for rank in (j.get("ranks") or {}).values()]
+        sent = sum(int(t.get("packets") or 0) for t in totals)
+        if sent:
+            run.loss_rate = sum(int(t.get("retransmitted") or 0) for t in totals) / sent
+        busiest = served or starved
+        run.starvation = statistics.mean(busiest) if busiest else None
+        if run.iterations:
+            runs.append(run)
+    return runs
+
+
+__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "Config", "Run", "load_runs"]

@@ -1,0 +1,78 @@
+"""The validation table of `gradfabric sim validate`: Markdown, CSV and a plot of predicted
+against measured iteration times."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from simulator.report import markdown_table
+
+HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "sweeps", "runs", "CPU starvation s",
+          "p50 measured (ms)", "p50 predicted, no host cost (ms)", "host cost (us/pkt, calibrated on other sweeps)",
+          "p50 predicted (ms)", "p50 error", "p99 measured (ms)", "p99 predicted (ms)", "p99 error",
+          "exposed comm. measured (ms)", "exposed comm. predicted (ms)", "notes"]
+RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same"]
+
+
+def _median(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.0%}" if values else "-"
+
+
+def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_rows: Sequence[Sequence[str]],
+                 points: Sequence[tuple[str, float, float, float, float]], errors: Mapping[str, Sequence[float]]) -> str:
+    """Write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``; return the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(HEADER)
+    writer.writerows(rows)
+    (out / "validation.csv").write_text(buf.getvalue())
+    _plot(points, out / "validation.png")
+    every = [e for values in errors.values() for e in values]
+    per_kind = ", ".join(f"{kind} job {_median(v)} over {len(v)}" for kind, v in sorted(errors.items()))
+    same = sum(1 for r in rank_rows if r[-1] == "yes")
+    md = (
+        "# The simulator against the training experiment's runs\n\n"
+        f"Made by `{command}`. Model: simulator/validate.py, simulator/fabric_model.py and "
+        "simulator/host_model.py (module docs). Host costs per packet are calibrated leave one sweep out: "
+        "each run is predicted with costs fitted on the other sweeps' runs only.\n\n"
+        f"Median absolute error of the predicted iteration p50: **{_median(every)}** over {len(every)} "
+        f"job x scenario x configuration x port-rate groups ({per_kind}; target 10%, goal 5%). "
+        f"Same ranking of configurations in {same} of {len(rank_rows)} scenarios.\n\n"
+        + markdown_table(HEADER, rows)
+        + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
+        + markdown_table(RANK_HEADER, rank_rows)
+        + "\n![](validation.png)\n"
+    )
+    (out / "validation.md").write_text(md)
+    return md
+
+
+def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 7))
+    for label, m50, p50, m99, p99 in points:
+        ax.scatter([m50 * 1e3], [p50 * 1e3], marker="o")
+        ax.scatter([m99 * 1e3], [p99 * 1e3], marker="^", alpha=0.4)
+        ax.annotate(label, (m50 * 1e3, p50 * 1e3), fontsize=6)
+    values = [v * 1e3 for p in points for v in p[1:]] or [1.0, 10.0]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8)
+    for f in (0.9, 1.1):
+        ax.plot([lo, hi], [lo * f, hi * f], color="grey", linewidth=0.5, linestyle=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_ylabel("predicted (ms); o p50, ^ p99; dotted: +-10%")
+    ax.set_title("Simulator vs fabric runs (host cost calibrated leave one sweep out)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,83 @@
+"""The validation model's host and loss terms, figures by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hosts.schedulers import Segment, Transfer
+from simulator.errors import SimulatorError
+from simulator.fabric_model import CollectiveLink, port_model
+from simulator.fabric_runs import load_runs
+from simulator.host_model import available, calibrate, cross_validated, host_pps, starvation_from_load
+from simulator.validate import recovery_rounds
+
+
+def test_cpu_available_from_starvation_or_load() -> None:
+    assert starvation_from_load(8.0) == pytest.approx(0.75)  # 8 runnable tasks on 2 CPUs: each waits 3/4
+    assert starvation_from_load(1.5) == 0.0  # fewer tasks than CPUs: nobody waits
+    assert available(0.9, 8.0) == pytest.approx(0.1)  # a recorded starvation wins over the load
+    assert available(None, 4.0) == pytest.approx(0.5)
+    assert available(None, None) == 1.0
+    assert host_pps(100e-6, 0.5) == pytest.approx(5000.0)  # 100 us a packet at half a CPU
+    assert host_pps(0.0, 0.5) == float("inf")
+    with pytest.raises(SimulatorError, match="starvation must lie"):
+        available(1.5, None)
+
+
+def test_host_ceiling_holds_the_link_when_slower_than_the_port() -> None:
+    port = port_model(port_pps=1000, queue_packets=32, background="none", job_above_background=True)
+    transfer = Transfer(segments=(Segment(0, 0, 3610),), nbytes=14440)  # ten 1,444-byte packets
+    # Ring of two: 14,440 bytes through the busiest port at 1,444,000 B/s = 10 ms; two steps
+    # of five packets = 10 packets, at 500 a second = 20 ms.
+    assert CollectiveLink(port, 2).seconds(transfer) == pytest.approx(0.010)
+    assert CollectiveLink(port, 2, host_pps=500.0).seconds(transfer) == pytest.approx(0.020)
+    assert CollectiveLink(port, 2, host_pps=5000.0).seconds(transfer) == pytest.approx(0.010)
+
+
+def test_calibrate_finds_the_cost_that_meets_the_measurement() -> None:
+    assert calibrate(lambda c: 0.1 + 1000 * c, 0.3) == pytest.approx(2e-4, rel=2e-3)
+    assert calibrate(lambda c: 0.5 + c, 0.3) == 0.0  # already slower than measured without host cost
+
+
+def test_cross_validation_leaves_the_predicted_sweep_out() -> None:
+    fits = [("a", "f", 1.0), ("a", "f", 3.0), ("b", "f", 10.0), ("c", "g", 5.0)]
+    costs = cross_validated(fits)
+    assert costs[("a", "f")] == (10.0, 1)  # only sweep b's run
+    assert costs[("b", "f")] == (2.0, 2)  # median of sweep a's two runs
+    assert ("c", "g") not in costs  # no other sweep ran family g
+
+
+def test_recovery_rounds_count_lost_retransmissions() -> None:
+    rng = np.random.default_rng(1)
+    assert not recovery_rounds(1000, 0.0, "dlcp", rng, 100).any()
+    # One packet lost with p = 1/2 per try: sum over r of 2^-r (8 rounds at most) = 0.996.
+    assert recovery_rounds(1, 0.5, "dlcp", rng, 40_000).mean() == pytest.approx(0.996, abs=0.02)
+    # TCP exposes only its last 3 segments: sum over r of 1 - (1 - 2^-r)^3 = 2.131.
+    assert recovery_rounds(1000, 0.5, "tcp", rng, 40_000).mean() == pytest.approx(2.131, abs=0.03)
+
+
+def test_a_run_record_gives_the_busiest_host_its_loss_and_job(tmp_path: Path) -> None:
+    sweep = tmp_path / "trace-1"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "results.json").write_text(json.dumps({"meta": {
+        "job": {"model": "resnet50", "precision": "fp32", "k": 8.0, "port_pps": 20000.0, "scheduler": "fusion"},
+        "scale": {"b": 13.0}}}))
+    records = [{"iteration": i, "iteration_s": t} for i, t in enumerate([9.0, 2.0, 4.0])]
+    ranks = {"0": {"role": "server", "starvation": 0.8, "totals": {"packets": 900, "retransmitted": 9},
+                   "records": records},
+             "1": {"role": "worker", "starvation": 0.9, "totals": {"packets": 100, "retransmitted": 1},
+                   "records": records}}
+    (sweep / "runs" / "000-incast-priority-r0.json").write_text(json.dumps(
+        {"scenario": "incast", "config": "priority", "status": "ok", "load_before": [4.0], "load_after": [6.0],
+         "jobs": {"1": {"ranks": ranks}}}))
+    (run,) = load_runs(tmp_path)
+    assert run.starvation == 0.8  # a star's server is its busiest host
+    assert run.loss_rate == pytest.approx(10 / 1000)
+    assert run.load == 5.0 and run.ranks == 2 and run.port_pps == 20000.0
+    assert run.iterations == [2.0, 4.0, 2.0, 4.0] and run.p50_s == 3.0  # both ranks, iteration 0 left out
+    assert run.job is not None and run.job["scheduler"] == "dlcp" and run.job["b"] == 13.0  # the config's scheduler
+    assert run.family == "trace/dlcp/dlcp"
