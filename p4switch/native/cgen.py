@@ -15,6 +15,7 @@ from lark import Token, Tree
 
 from p4switch.compiler.compiled import ActionImpl, CompiledProgram
 from p4switch.errors import P4SwitchError
+from p4switch.frontend.types import BitT
 from p4switch.hashes import ALGORITHMS
 from p4switch.native.cgen_expr import NativeUnsupported, lit, width_of
 from p4switch.native.cgen_functions import FunctionGen
@@ -39,6 +40,13 @@ _SELECTOR_ALGORITHMS = {fn: name for name, fn in ALGORITHMS.items()}
 
 def _name(node: Any) -> str:
     return str(node.children[0]) if isinstance(node, Tree) else str(node)
+
+
+def key_words(width: int) -> list[int]:
+    """The widths of the words a key of `width` bits is matched as in C, most significant
+    first (one word up to 64 bits)."""
+    n = (width + 63) // 64
+    return [width - 64 * (n - 1)] + [64] * (n - 1) if n > 1 else [width]
 
 
 MAX_KEYS = 64  # key fields a table may have natively (GF_MAXK is the program's largest)
@@ -74,6 +82,9 @@ class ProgramGen(LoopGen, FunctionGen):
         self.template_c: list[int] = []
         self.vb_slots: list[int] = []
         self.loops: list[int] = []  # label numbers of the enclosing loops, innermost last
+        # bit<N> values, N > 64: the k-th wide slot's words are S[GF_WBASE + k * GF_WW ...]
+        self.wide_index = {slot: k for k, slot in enumerate(sorted(rec.wide))}
+        self.wide_words_per = max([1] + [(w + 63) // 64 for w in rec.wide.values()])
         self.label_count = 0
 
     # -- checks -----------------------------------------------------------------------------------
@@ -98,8 +109,11 @@ class ProgramGen(LoopGen, FunctionGen):
             if len(table.keys) > MAX_KEYS:
                 raise NativeUnsupported(f"table {name}: more than {MAX_KEYS} key fields")
             for key in table.keys:
-                if key.bitwidth > 64 or key.match_kind not in MATCH_KINDS:
-                    raise NativeUnsupported(f"table {name}: key {key.name} wider than 64 bits")
+                if key.match_kind not in MATCH_KINDS or key.bitwidth > 64 and key.match_kind not in (
+                        "exact", "ternary"):
+                    raise NativeUnsupported(f"table {name}: key {key.name}, {key.match_kind} wider than 64 bits")
+            if sum(len(key_words(key.bitwidth)) for key in table.keys) > MAX_KEYS:
+                raise NativeUnsupported(f"table {name}: more than {MAX_KEYS} key words")
             for spec in table.actions.values():
                 if len(spec.param_widths) > 16 or any(w > 64 for w in spec.param_widths):
                     raise NativeUnsupported(f"table {name}: action {spec.name} data wider than 64 bits")
@@ -109,6 +123,12 @@ class ProgramGen(LoopGen, FunctionGen):
                 raise NativeUnsupported(f"action profile {pname}: tables that list its actions differently")
             if profile.with_selector and _SELECTOR_ALGORITHMS.get(profile.selector) not in HASHES:
                 raise NativeUnsupported(f"action selector {pname}: its hash algorithm")
+        for rname, reg in c.registers.items():
+            if reg.width > 64:
+                raise NativeUnsupported(f"register {rname}: values wider than 64 bits")
+        for index, slots in c.field_lists.items():
+            if any(slot in self.rec.wide for slot in slots):
+                raise NativeUnsupported(f"field list {index}: a field wider than 64 bits")
         for m in c.meters.values():
             if getattr(m, "direct_table", None):
                 raise NativeUnsupported("direct meters")
@@ -168,7 +188,13 @@ class ProgramGen(LoopGen, FunctionGen):
         impls = self.rec.table_actions.get(name)
         if impls is None:
             raise NativeUnsupported(f"table {name} was not compiled")
-        keys = [self.unsigned(k) for k in self.rec.table_keys[name]]  # an int<N> key: its bits
+        keys: list[str] = []
+        for k in self.rec.table_keys[name]:
+            t = self.e(k).type
+            if isinstance(t, BitT) and t.width > 64:  # its words, most significant first
+                keys += reversed(self.wide_words(k, t.width))
+            else:
+                keys.append(self.unsigned(k))  # an int<N> key: its bits
         counted = self.rec.table_counted.get(name, False)
         out = [f"static int t{tid}_apply(gf_ctx *c) {{ /* {name} */"]
         out.append(f"    uint64_t k_[{max(len(keys), 1)}] = {{{', '.join(keys) or '0'}}};")
@@ -340,14 +366,20 @@ class ProgramGen(LoopGen, FunctionGen):
         tables = [self.table_fn(n) for n in self.table_names]
         # action functions may have been generated while generating other bodies
         c = self.compiled
-        first = len(self.template_c)  # the program's slots, then the packet's own:
-        nslots = first + len(_OWN_SLOTS)
+        first = len(self.template_c)  # the program's slots, then the packet's own, then wide words:
+        wbase = first + len(_OWN_SLOTS)
+        nwide = len(self.wide_index) * self.wide_words_per
+        nslots = wbase + nwide
         std = self.std
         lines = [
             "/* Generated from the P4 program by p4switch.native; do not edit. */",
             "#define _GNU_SOURCE",
             f"#define GF_NSLOTS {nslots}",
-            f"#define GF_MAXK {max([8] + [len(t.keys) for t in c.tables.values()])}  /* key fields per table */",
+            f"#define GF_MAXK {max([8] + [sum(len(key_words(k.bitwidth)) for k in t.keys) for t in c.tables.values()])}"
+            "  /* key words per table */",
+            f"#define GF_WBASE {wbase}  /* the words of bit<N> values, N > 64 */",
+            f"#define GF_WW {self.wide_words_per}  /* words per such value */",
+            "#define GF_WSLOT(slot) (GF_WBASE + gf_w_of_slot[slot] * GF_WW)",
             *(f"#define {name} {first + k}  /* {what} */" for k, (name, what) in enumerate(_OWN_SLOTS)),
             '#include "gf_state.h"',
             "typedef struct gf_ctx {",
@@ -363,8 +395,10 @@ class ProgramGen(LoopGen, FunctionGen):
             "#define S (c->s)",
             "#define P (c->p)",
             f"static const uint64_t gf_template[GF_NSLOTS] = "
-            f"{{{', '.join(lit(v) for v in self.template_c + [0] * len(_OWN_SLOTS))}}};",
-            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}{', -1' * len(_OWN_SLOTS)}}};",
+            f"{{{', '.join(lit(v) for v in self.template_c + [0] * (len(_OWN_SLOTS) + nwide))}}};",
+            f"static const int16_t gf_vb_of_slot[GF_NSLOTS] = {{{self.vb_map()}{', -1' * (len(_OWN_SLOTS) + nwide)}}};",
+            f"static const int32_t gf_w_of_slot[GF_NSLOTS] = "
+            f"{{{', '.join(str(self.wide_index.get(i, -1)) for i in range(nslots))}}};",
         ]
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
         lines += [f"static uint64_t {fn}(gf_ctx *c{', uint64_t *r_' if fn in self.compound_fns else ''});"
@@ -376,9 +410,10 @@ class ProgramGen(LoopGen, FunctionGen):
         descs = []
         for name in self.table_names:
             t = c.tables[name]
-            kinds = ", ".join(str(MATCH_KINDS.index(k.match_kind)) for k in t.keys) or "0"
-            widths = ", ".join(str(k.bitwidth) for k in t.keys) or "0"
-            descs.append(f"{{{len(t.keys)}, {{{kinds}}}, {{{widths}}}}}")
+            words = [(k.match_kind, w) for k in t.keys for w in key_words(k.bitwidth)]
+            kinds = ", ".join(str(MATCH_KINDS.index(kind)) for kind, _ in words) or "0"
+            widths = ", ".join(str(w) for _, w in words) or "0"
+            descs.append(f"{{{len(words)}, {{{kinds}}}, {{{widths}}}}}")
         csizes = ", ".join(str(x.size) for x in c.counters.values()) or "0"
         rsizes = ", ".join(str(x.size) for x in c.registers.values()) or "0"
         rwidths = ", ".join(str(x.width) for x in c.registers.values()) or "0"

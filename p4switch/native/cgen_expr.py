@@ -133,6 +133,19 @@ class ExprGen:
             raise self.fail(node, f"expression {kind}")
         return handler(node, e)
 
+    def wide_words(self, node: Any, width: int) -> list[str]:
+        """The C words, least significant first, of a bit<N> value, N > 64: a constant or a
+        value at a static place (other wide values stay with the Python pipeline)."""
+        e = self.e(node)
+        n = (width + 63) // 64
+        if e.is_const and isinstance(e.const, int):
+            v = e.const & ((1 << width) - 1)
+            return [lit(v >> (64 * i)) for i in range(n)]
+        if e.place is not None and e.place.base is not None and isinstance(e.type, BitT) \
+                and e.type.width == width and not isinstance(e.extra, tuple):
+            return [f"S[GF_WSLOT({e.place.base}) + {i}]" for i in range(n)]
+        raise self.fail(node, f"a bit<{width}> value that is not a constant or a static place")
+
     def masked(self, code: str, t: P4Type) -> str:
         """`code` brought into the range of `t`: masked, or sign-extended for int<N>."""
         w = width_of(t) if not isinstance(t, IntLitT) else 64
@@ -196,6 +209,8 @@ class ExprGen:
 
     def _cmp(self, node: Tree, op: str) -> str:
         types = [self.e(child).type for child in node.children]
+        if any(wide_offsets(t) and not isinstance(t, BitT) for t in types):
+            raise self.fail(node, "comparison of values with fields wider than 64 bits")
         if any(_has_varbit(t) or isinstance(t, StackT) for t in types):
             # a varbit's slot holds its length (the bits live beside it); a stack's first slot
             # its next index, which is not part of its value
@@ -212,6 +227,11 @@ class ExprGen:
             return same if op == "==" else f"(!{same})"
         if compound or any(isinstance(t, ListT) for t in types):
             raise self.fail(node, "comparison of headers or structs")
+        wide = [t.width for t in types if isinstance(t, BitT) and t.width > 64]
+        if wide and op in ("==", "!="):
+            a, b = (self.wide_words(child, wide[0]) for child in node.children)
+            same = "(" + " && ".join(f"{x} == {y}" for x, y in zip(a, b)) + ")"
+            return same if op == "==" else f"(!{same})"
         if op not in ("==", "!=") and any(is_signed(t) for t in types):
             return f"(gf_s({self.cx(node.children[0])}) {op} gf_s({self.cx(node.children[1])}))"
         return f"({self.cx(node.children[0])} {op} {self.cx(node.children[1])})"
@@ -277,15 +297,22 @@ class ExprGen:
     def _cx_slice(self, node: Tree, e: E) -> str:
         if not (isinstance(e.extra, tuple) and e.extra and e.extra[0] == "slice"):
             raise self.fail(node, "slice")
-        _, _base, _hi, lo = e.extra
+        _, base, hi, lo = e.extra
+        if isinstance(base.type, BitT) and base.type.width > 64:
+            words = self.wide_words(node.children[0], base.type.width)
+            if words[0].startswith("S["):
+                return f"gf_wslice(&{words[0]}, {len(words)}, {lo}, {hi - lo + 1})"
+            return lit((int(base.const) >> lo) & ((1 << (hi - lo + 1)) - 1))
         return self.masked(f"({self.cx(node.children[0])} >> {lo})", e.type)
 
     def _cx_cast(self, node: Tree, e: E) -> str:
         inner = node.children[1]
         src = self.e(inner).type
-        code = self.cx(inner)
         if isinstance(e.type, BoolT):
             return f"({code} != 0)"
+        if isinstance(e.type, BitT) and isinstance(src, BitT) and src.width > 64 and e.type.width <= 64:
+            return self.masked(self.wide_words(inner, src.width)[0], e.type)  # its low bits
+        code = self.cx(inner)
         if isinstance(e.type, BitT):
             if isinstance(src, BoolT):
                 return code
@@ -462,9 +489,35 @@ def varbit_offsets(t: P4Type) -> list[int]:
     return out
 
 
+def wide_offsets(t: P4Type) -> list[int]:
+    """Slot offsets, within a value of type `t`, of its bit<N> fields with N > 64 (their words
+    live after the packet's slots, which a copy of the value must copy too)."""
+    if isinstance(t, BitT):
+        return [0] if t.width > 64 else []
+    out: list[int] = []
+    if isinstance(t, HeaderT | StructT):
+        at = 1 if isinstance(t, HeaderT) else 0
+        for _, ft in t.fields:
+            out += [at + o for o in wide_offsets(ft)]
+            at += slot_count(ft)
+    elif isinstance(t, StackT):
+        n = slot_count(t.elem)
+        for i in range(t.size):
+            out += [1 + i * n + o for o in wide_offsets(t.elem)]
+    return out
+
+
+def wide_zero(base: int, t: P4Type) -> str:
+    """C zeroing the words of the wide fields of a value of type `t` at static slot `base`."""
+    return " ".join(f"memset(&S[GF_WSLOT({base + o})], 0, GF_WW * sizeof(uint64_t));" for o in wide_offsets(t))
+
+
 def copy_code(dst: int, src: int, t: P4Type) -> str:
-    """C copying a value of type `t` from slot `src` to slot `dst`, varbit bits included."""
+    """C copying a value of type `t` from slot `src` to slot `dst`, varbit bits and the words
+    of wide fields included."""
     code = f"memmove(&S[{dst}], &S[{src}], {slot_count(t)} * sizeof(uint64_t));"
+    for o in wide_offsets(t):
+        code += f" memmove(&S[GF_WSLOT({dst + o})], &S[GF_WSLOT({src + o})], GF_WW * sizeof(uint64_t));"
     for o in varbit_offsets(t):
         code += f" memmove(c->vb[gf_vb_of_slot[{dst + o}]], c->vb[gf_vb_of_slot[{src + o}]], sizeof c->vb[0]);"
     return code

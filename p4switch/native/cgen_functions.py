@@ -18,7 +18,7 @@ from lark import Tree
 
 from p4switch.compiler.compiled import E, ControlImpl, FunctionImpl, PacketParam
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VoidT, field_offset, slot_count
-from p4switch.native.cgen_expr import copy_code
+from p4switch.native.cgen_expr import copy_code, wide_offsets
 from p4switch.native.cgen_stmt import StmtGen, slots_in_order
 from p4switch.runtime import ExternFunctionMissing
 
@@ -224,6 +224,8 @@ class FunctionGen(StmtGen):
         if isinstance(t, HeaderT | StructT) and impl is not None:
             # a function's header or struct value: into a temporary, stored once the call
             # (and its copies out) is done, not at all when it ran `exit`
+            if wide_offsets(t):
+                raise self.fail(node, "a function's value with fields wider than 64 bits")
             n = slot_count(t)
             pre, call, post = self.function_call(value_node, impl, self._call_args(value_node))
             if not call.endswith("(c)") or self.function_fns.get(id(impl)) not in self.compound_fns:

@@ -17,6 +17,7 @@ from lark import Tree
 
 from p4switch.compiler.compiled import E
 from p4switch.frontend.types import HeaderT, StackT, StructT, field_offset, slot_count
+from p4switch.native.cgen_expr import wide_offsets
 from p4switch.native.cgen_varbit import VarbitGen
 
 
@@ -108,6 +109,8 @@ class StackGen(VarbitGen):
         assert isinstance(t, StackT)
         if stack.place is None or stack.place.base is None:
             raise self.fail(node, f"{method} on a stack that is not at a static place")
+        if wide_offsets(t.elem):
+            raise self.fail(node, f"{method} on a stack of headers with fields wider than 64 bits")
         count = self.e(count_node).const
         if not isinstance(count, int) or count < 0:
             raise self.fail(node, f"{method} with a count that is not a constant")

@@ -10,7 +10,7 @@ from lark import Tree
 from p4switch.compiler.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
-from p4switch.native.cgen_expr import copy_code, is_signed, lit, width_of
+from p4switch.native.cgen_expr import copy_code, is_signed, lit, wide_offsets, wide_zero, width_of
 from p4switch.native.cgen_stacks import StackGen
 from p4switch.runtime import PipelineAssertion
 
@@ -90,6 +90,8 @@ class StmtGen(StackGen):
             n = slot_count(t)
             for i in range(n):
                 out.append(f"{ind}S[{base + i}] = {lit(self.template_c[base + i])};")
+            if wide_offsets(t):
+                out.append(f"{ind}{wide_zero(base, t)}")
             return
         self.assign_place(node, base, t, init, out, ind)
 
@@ -112,6 +114,11 @@ class StmtGen(StackGen):
                 raise self.fail(node, "varbit assignment from a value that is not a static varbit")
             out.append(f"{ind}{copy_code(base, src.place.base, t)}")
             return
+        if isinstance(t, BitT) and t.width > 64:
+            words = self.wide_words(value_node, t.width)
+            out.append(f"{ind}{{ uint64_t w_[{len(words)}] = {{{', '.join(words)}}}; "
+                       f"memcpy(&S[GF_WSLOT({base})], w_, sizeof w_); }}")
+            return
         code = self.cx(value_node)
         out.append(f"{ind}S[{base}] = {self.masked(code, t) if isinstance(t, BitT) else code};")
 
@@ -121,8 +128,8 @@ class StmtGen(StackGen):
         or an lvalue."""
         if not _is_initializer(value_node):
             src = self.e(value_node)
-            if src.place is None or src.place.base is None:
-                raise self.fail(node, "a header or struct value that is not an lvalue")
+            if src.place is None or src.place.base is None or wide_offsets(t):
+                raise self.fail(node, "a header or struct value that is not an lvalue or has wide fields")
             return [f"S[{src.place.base + i}]" for i in range(slot_count(t))]
         if isinstance(t, HeaderT) and t.groups:
             raise self.fail(node, "a list value of a header with struct fields")
@@ -165,8 +172,8 @@ class StmtGen(StackGen):
         target = self.e(target_node)
         if isinstance(target.extra, tuple) and target.extra and target.extra[0] == "slice":
             _, base, hi, lo = target.extra
-            if base.place is None or base.place.base is None:
-                raise self.fail(node, "slice of a non-static lvalue")
+            if base.place is None or base.place.base is None or width_of(base.type) > 64:
+                raise self.fail(node, "slice of a non-static lvalue or of a value wider than 64 bits")
             m = ((1 << (hi - lo + 1)) - 1) << lo
             b = base.place.base
             code = f"(S[{b}] & ~{lit(m)}) | ((({self.cx(value_node)}) << {lo}) & {lit(m)})"
@@ -250,6 +257,8 @@ class StmtGen(StackGen):
                 self.stack_shift(node, base, method, args[0], out, ind)
                 return
             dyn = self.dyn_element(callee.children[0]) if isinstance(base.type, HeaderT) else None
+            if dyn is not None and wide_offsets(base.type):
+                raise self.fail(node, "a run-time-indexed header with fields wider than 64 bits")
             if dyn is not None and method == "setValid":  # an invalid header starts at 0 (BMv2)
                 n = slot_count(base.type)
                 out.append(f"{ind}if (!S[{dyn}]) memset(&S[{dyn}], 0, {n} * sizeof(uint64_t));")
@@ -264,14 +273,19 @@ class StmtGen(StackGen):
                     self.union_set_valid(node, callee.children[0], out, ind)
                     return
                 b = base.place.base
+                if union and wide_offsets(base.type):
+                    raise self.fail(node, "a header union member with fields wider than 64 bits")
                 if method == "setValid":
                     n = slot_count(base.type)
-                    out.append(f"{ind}if (!S[{b}]) memset(&S[{b}], 0, {n} * sizeof(uint64_t));")
+                    out.append(f"{ind}if (!S[{b}]) {{ memset(&S[{b}], 0, {n} * sizeof(uint64_t)); "
+                               f"{wide_zero(b, base.type)} }}")
                     out.append(f"{ind}S[{b}] = 1;")
                     return
                 if method == "setInvalid":
                     for i in range(slot_count(base.type)):
                         out.append(f"{ind}S[{b + i}] = 0;")
+                    if wide_offsets(base.type):
+                        out.append(f"{ind}{wide_zero(b, base.type)}")
                     return
                 if method == "isValid":
                     return
@@ -320,8 +334,8 @@ class StmtGen(StackGen):
         extra = target.extra
         if isinstance(extra, tuple) and extra and extra[0] == "slice":
             _, base, hi, lo = extra
-            if base.place is None or base.place.base is None:
-                raise self.fail(arg, "out argument that is a slice of a non-static place")
+            if base.place is None or base.place.base is None or width_of(base.type) > 64:
+                raise self.fail(arg, "out argument that is a slice of a non-static or wide place")
             m = ((1 << (hi - lo + 1)) - 1) << lo
             b = base.place.base
             code = f"(S[{b}] & ~{lit(m)}) | ((S[{slot}] << {lo}) & {lit(m)})"
@@ -499,11 +513,12 @@ class StmtGen(StackGen):
 
     # -- packet_in / packet_out ---------------------------------------------------------------
 
-    def header_layout(self, t: HeaderT, node: Any) -> tuple[int, list[tuple[int, int, int]]]:
-        """(bytes, [(slot offset, bit offset, width)]) of a fixed header."""
+    def header_layout(self, t: HeaderT, node: Any, wide: bool = False) -> tuple[int, list[tuple[int, int, Any]]]:
+        """(bytes, [(slot offset, bit offset, width)]) of a fixed header; with `wide`, a field
+        wider than 64 bits has the width ("wide", N)."""
         if t.varbit is not None:
             raise self.fail(node, "varbit headers")
-        off, fields = self.fixed_fields(t.fields, node)
+        off, fields = self.fixed_fields(t.fields, node, wide)
         return off // 8, fields
 
     def packet_method(self, node: Tree, param: PacketParam, method: str, args: list,
@@ -529,11 +544,15 @@ class StmtGen(StackGen):
                 raise self.fail(node, "extract into a stack or dynamic place")
             if isinstance(target.extra, tuple) and target.extra:
                 raise self.fail(node, "extract into a union member or stack")
-            nbytes, fields = self.header_layout(target.type, node)
+            nbytes, fields = self.header_layout(target.type, node, wide=True)
             b = target.place.base
             out.append(f"{ind}if (c->pos + {nbytes} > c->len) {{ err_ = {self.error_index('PacketTooShort')}; goto p_error; }}")
             out.append(f"{ind}{{ const uint8_t *d_ = c->data + c->pos;")
             for so, bo, w in fields:
+                if isinstance(w, tuple):  # bit<N>, N > 64: its words, least significant first
+                    for i, (wbo, ww) in enumerate(wide_parts(bo, w[1])):
+                        out.append(f"{ind}  S[GF_WSLOT({b + so}) + {i}] = gf_get(d_, {wbo}, {ww});")
+                    continue
                 out.append(f"{ind}  S[{b + so}] = gf_get(d_, {bo}, {w});")
             out.append(f"{ind}}} c->pos += {nbytes}; S[{b}] = 1;")
             return
@@ -564,11 +583,15 @@ class StmtGen(StackGen):
             self.emit_varbit(node, t, place.base, out, ind)
             return
         if isinstance(t, HeaderT):
-            nbytes, fields = self.header_layout(t, node)
+            nbytes, fields = self.header_layout(t, node, wide=True)
             b = place.base
             out.append(f"{ind}if (S[{b}] && c->out_len + {nbytes} <= GF_MAXFRAME) {{ uint8_t *o_ = c->out + c->out_len;"
                        f" memset(o_, 0, {nbytes});")
             for so, bo, w in fields:
+                if isinstance(w, tuple):
+                    for i, (wbo, ww) in enumerate(wide_parts(bo, w[1])):
+                        out.append(f"{ind}  gf_put(o_, {wbo}, {ww}, S[GF_WSLOT({b + so}) + {i}]);")
+                    continue
                 out.append(f"{ind}  gf_put(o_, {bo}, {w}, S[{b + so}]);")
             out.append(f"{ind}  c->out_len += {nbytes}; }}")
             return
@@ -583,6 +606,13 @@ class StmtGen(StackGen):
                 self.emit(node, t.elem, place.at(1 + i * stride, t.elem), out, ind)
             return
         raise self.fail(node, f"emit of {t}")
+
+
+def wide_parts(bit_offset: int, width: int) -> list[tuple[int, int]]:
+    """(bit offset, width) in the packet of each word of a bit<width> field at `bit_offset`,
+    least significant word first."""
+    n = (width + 63) // 64
+    return [(bit_offset + width - 64 * i - min(64, width - 64 * i), min(64, width - 64 * i)) for i in range(n)]
 
 
 def _is_initializer(node: Any) -> bool:

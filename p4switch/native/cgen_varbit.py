@@ -43,7 +43,8 @@ class VarbitGen(ExprGen):
         off, fields = self.fixed_fields(t.fields[:-1], node)
         return off, fields, len(t.fields), vt.max_width
 
-    def fixed_fields(self, fields: list[tuple[str, Any]], node: Any) -> tuple[int, list[tuple[int, int, int | str]]]:
+    def fixed_fields(self, fields: list[tuple[str, Any]], node: Any,
+                     wide: bool = False) -> tuple[int, list[tuple[int, int, Any]]]:
         """(bits, [(slot offset, bit offset, width)]) of a header's fixed-width fields (an
         int<N> field's width is `GF_SIGNED(N)`: gf_get sign-extends it)."""
         out, off = [], 0
@@ -52,6 +53,10 @@ class VarbitGen(ExprGen):
                 ft = ft.repr  # a serializable enum: its values are its underlying bits
             if not isinstance(ft, BitT | BoolT):
                 raise self.fail(node, f"header field of type {ft}")
+            if wide and isinstance(ft, BitT) and ft.width > 64:
+                out.append((1 + i, off, ("wide", ft.width)))
+                off += ft.width
+                continue
             self.check_type(ft, node)
             w = width_of(ft)
             out.append((1 + i, off, f"GF_SIGNED({w})" if isinstance(ft, BitT) and ft.signed else w))

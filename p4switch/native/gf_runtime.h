@@ -53,6 +53,16 @@ static inline void gf_put(uint8_t *d, unsigned off, unsigned w, uint64_t v) {
     for (unsigned i = last + 1; i-- > first;) { d[i] |= (uint8_t)x; x >>= 8; }
 }
 
+/* A bit<N> value, N > 64, lives in words of its own after the packet's slots, least
+ * significant word first (the generator's GF_WSLOT(slot) is the first); `w` bits at `lo`
+ * (w <= 64) of such a value of `nw` words. */
+static inline uint64_t gf_wslice(const uint64_t *v, unsigned nw, unsigned lo, unsigned w) {
+    unsigned i = lo / 64, sh = lo % 64;
+    uint64_t r = v[i] >> sh;
+    if (sh && i + 1 < nw) r |= v[i + 1] << (64 - sh);
+    return r & gf_mask(w);
+}
+
 /* Varbit bits, MSB first: load n bits of `src` from bit `off` into `dst` (left-aligned);
  * store n left-aligned bits of `src` into `dst` at bit `off` (the bytes start zeroed). */
 static inline void gf_vb_load(uint8_t *dst, const uint8_t *src, uint32_t off, uint32_t n) {

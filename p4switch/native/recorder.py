@@ -13,9 +13,25 @@ from typing import Any
 
 from lark import Tree
 
-from p4switch.compiler.compiled import E, ActionImpl, CompiledProgram, Fn, FunctionImpl, Scope
+from p4switch.compiler.compiled import E, ActionImpl, CompiledProgram, Fn, FunctionImpl, Place, Scope
 from p4switch.compiler.program import Compiler
+from p4switch.frontend.types import BitT, HeaderT, ListT, StackT, StructT, slot_count
 from p4switch.tables import Table
+
+
+def _record_wide(out: dict[int, int], t: Any, base: int) -> None:
+    """Every slot of a value of type `t` at `base` that holds a bit<N> or int<N>, N > 64."""
+    if isinstance(t, BitT) and t.width > 64:
+        out[base] = t.width
+    elif isinstance(t, HeaderT | StructT | ListT):
+        at = base + (1 if isinstance(t, HeaderT) else 0)
+        for ft in (t.elems if isinstance(t, ListT) else [ft for _, ft in t.fields]):
+            _record_wide(out, ft, at)
+            at += slot_count(ft)
+    elif isinstance(t, StackT):
+        n = slot_count(t.elem)
+        for i in range(t.size):
+            _record_wide(out, t.elem, base + 1 + i * n)
 
 
 @dataclass
@@ -55,6 +71,7 @@ class Recorded:
     # for an lvalue whose indices make calls (StmtCompiler.hoist_indices)
     hoisted: dict[int, tuple[Any, list[tuple[Any, Any]]]] = field(default_factory=dict)
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
+    wide: dict[int, int] = field(default_factory=dict)  # slot of a bit<N> value, N > 64 -> N (program-wide)
 
     def child(self) -> "Recorded":
         """Recordings of a body compiled on its own (a function, a block instance): its
@@ -69,6 +86,12 @@ class RecordingCompiler(Compiler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.recorded = Recorded()
+
+    def alloc(self, t: Any) -> Place:
+        place = super().alloc(t)
+        assert place.base is not None
+        _record_wide(self.recorded.wide, t, place.base)
+        return place
 
     def expr(self, node: Any, scope: Scope, expected: Any = None) -> E:
         e = super().expr(node, scope, expected)

@@ -52,23 +52,32 @@ class NativeTable(Table):
 
     def _c_insert(self, installed: Any) -> None:
         entry: TableEntry = installed.entry
-        n = len(self.keys)
-        v, m, hi = [0] * n, [0] * n, [0] * n
+        v, m, hi = [], [], []
         plen_total = 0
         plen = 0
-        for i, (key, norm) in enumerate(zip(self.keys, installed.norm)):
+        for key, norm in zip(self.keys, installed.norm):
             width_mask = (1 << key.bitwidth) - 1
             if norm is None:
-                v[i], m[i], hi[i] = 0, 0, _ALL
+                kv, km, khi = 0, 0, _ALL
             elif isinstance(norm, int):
-                v[i], m[i] = norm, width_mask
+                kv, km, khi = norm, width_mask, 0
             elif norm[0] == "lpm":
-                v[i], m[i], plen = norm[1], norm[3], norm[2]
+                kv, km, khi, plen = norm[1], norm[3], 0, norm[2]
                 plen_total += norm[2]
             elif norm[0] == "t":
-                v[i], m[i] = norm[1], norm[2]
+                kv, km, khi = norm[1], norm[2], 0
             else:  # range
-                v[i], hi[i] = norm[1], norm[2]
+                kv, km, khi = norm[1], 0, norm[2]
+            if key.bitwidth > 64:  # exact or ternary: its words, most significant first (cgen.key_words)
+                for shift in range(64 * ((key.bitwidth - 1) // 64), -1, -64):
+                    v.append((kv >> shift) & _ALL)
+                    m.append((km >> shift) & _ALL)
+                    hi.append(khi)
+                continue
+            v.append(kv)
+            m.append(km)
+            hi.append(khi)
+        n = len(v)
         rank = entry.priority if self.needs_priority else plen_total
         action, args = self._c_action(entry)
         handle = self.lib.gf_table_insert(self.prog, self.tid, _u64(v, n), _u64(m, n), _u64(hi, n), rank,
