@@ -73,6 +73,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.compound_fns: set[str] = set()  # functions returning a header or struct (into r_)
         self.function_defs: list[list[str]] = []
         self.instance_fns: dict[int, str] = {}
+        self.sub_parsers: set[str] = set()  # instance functions that are parsers applied in a parser
         self.fn_ret: Any = None  # the return type while a function's body is generated
         self.faults: list[P4SwitchError] = []  # the errors that fail a packet, by fault code - 1
         self.log_formats: list[str] = []  # the texts of log_msg calls, by GF_LOG_ID offset
@@ -259,11 +260,14 @@ class ProgramGen(LoopGen, FunctionGen):
         out.append("}")
         return out
 
-    def parser(self, node: Tree) -> list[str]:
+    def parser(self, node: Tree, name: str = "parser", sub: bool = False) -> list[str]:
+        """The C function of the parser; with `sub`, of a parser applied inside a parser: it
+        returns 0 when it accepts, 1 when it rejects, 2 + the error code of an error."""
         self.exit_label, self.in_parser = None, True
         children = node.children
         states = [ch for ch in children[5:] if isinstance(ch, Tree) and ch.data == "parser_state"]
-        out = ["static void ctl_parser(gf_ctx *c) {", "    uint64_t err_ = 0; int steps_ = 0;"]
+        out = [f"static {'uint64_t' if sub else 'void'} ctl_{name}(gf_ctx *c) {{",
+               "    uint64_t err_ = 0; int steps_ = 0;"]
         for item in children[5:]:
             if isinstance(item, Tree) and item.data == "var_decl":
                 self._st_var_decl(item, out, "    ")
@@ -282,6 +286,9 @@ class ProgramGen(LoopGen, FunctionGen):
                 out.append(f"    {self.goto_state(_name(transition.children[0]))}")
             else:
                 self.select(transition.children[0], out)
+        if sub:
+            out += ["p_reject: return 1;", "p_error: return 2 + err_;", "st_accept: return 0;", "}"]
+            return out
         out += ["p_reject: goto p_done;",
                 f"p_error: S[{self.std['parser_error']}] = err_; goto p_done;",
                 "st_accept: ;", "p_done: c->payload_off = c->pos;", "}"]
@@ -403,7 +410,8 @@ class ProgramGen(LoopGen, FunctionGen):
         lines += [f"static void {fn}(gf_ctx *c);" for fn in self.action_fns.values()]
         lines += [f"static uint64_t {fn}(gf_ctx *c{', uint64_t *r_' if fn in self.compound_fns else ''});"
                   for fn in self.function_fns.values()]
-        lines += [f"static void ctl_{fn}(gf_ctx *c);" for fn in self.instance_fns.values()]
+        lines += [f"static {'uint64_t' if fn in self.sub_parsers else 'void'} ctl_{fn}(gf_ctx *c);"
+                  for fn in self.instance_fns.values()]
         lines += [f"static int t{i}_apply(gf_ctx *c);" for i in range(len(self.table_names))]
         for body in self.action_defs + self.function_defs + tables + bodies:
             lines += body

@@ -36,9 +36,13 @@ class FunctionGen(StmtGen):
     compound_fns: set[str]
     function_defs: list[list[str]]
     instance_fns: dict[int, str]
+    sub_parsers: set[str]
     fn_ret: Any
 
     def control(self, role: str, node: Tree) -> list[str]:
+        raise NotImplementedError  # ProgramGen's
+
+    def parser(self, node: Tree, name: str = "parser", sub: bool = False) -> list[str]:
         raise NotImplementedError  # ProgramGen's
 
     def instance_fn(self, impl: ControlImpl, where: Any) -> str:
@@ -47,15 +51,19 @@ class FunctionGen(StmtGen):
         if name is not None:
             return f"ctl_{name}"
         found = self.rec.instances.get(id(impl))
-        if found is None or found[1] != "control":
-            raise self.fail(where, "a parser instantiated inside a parser")
-        decl, _, recorded = found
+        if found is None or found[1] not in ("control", "parser") or (found[1] == "parser") != self.in_parser:
+            raise self.fail(where, "a block instance applied where the backend does not cover it")
+        decl, kind, recorded = found
         name = f"sub{len(self.instance_fns)}"
         self.instance_fns[id(impl)] = name
         saved = (self.rec, self.exit_label, self.in_parser, self.fn_ret)
         self.rec, self.fn_ret = recorded, None
         try:
-            self.function_defs.append(self.control(name, decl))
+            if kind == "parser":  # returns how it ended (ProgramGen.parser)
+                self.sub_parsers.add(name)
+                self.function_defs.append(self.parser(decl, name, sub=True))
+            else:
+                self.function_defs.append(self.control(name, decl))
         finally:
             self.rec, self.exit_label, self.in_parser, self.fn_ret = saved
         return f"ctl_{name}"
@@ -158,6 +166,12 @@ class FunctionGen(StmtGen):
             super()._st_method_call_stmt(node, out, ind)
             return
         pre, call, post = self.function_call(node, impl, self._call_args(node))
+        if call.startswith("ctl_") and call[4:-3] in self.sub_parsers:
+            # a parser applied in a parser: its reject or error ends this parser too (its
+            # arguments are then not copied out, as on the Python pipeline)
+            out.append(f"{ind}{{ {' '.join(pre)} uint64_t sp_ = {call}; if (sp_ == 1) goto p_reject; "
+                       f"if (sp_) {{ err_ = sp_ - 2; goto p_error; }} {' '.join(post)} }}")
+            return
         out.append(f"{ind}{{ {' '.join(pre)} {call}; {' '.join(post)} }}")
 
     def _function_value(self, node: Tree) -> str | None:
