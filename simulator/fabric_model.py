@@ -22,9 +22,9 @@ at half a port). Per port: ``port_pps`` full frames per second, a queue of
   any ECMP choice, so hashing (per flow) or spraying (per packet) does not change the
   bottleneck; collisions on the spines are not modelled.
 
-**Hosts**: the busiest host moves at most ``host_pps`` packets a second
-(:mod:`simulator.host_model`); a message holds the link for its bytes at the port's rate or
-its packets at the host's, whichever is longer.
+**Hosts**: the busiest host handles (sends or receives) at most ``host_pps`` packets a
+second (:mod:`simulator.host_model`); a message holds the link for its bytes at the port's
+rate or its packets at the host's, whichever is longer.
 
 **Multitenant**: two rings cross the spines and share the leaves' two uplinks; hashed per
 flow, the jobs land on the same uplink with probability 1/2 (half the port each), else on
@@ -124,7 +124,7 @@ class CollectiveLink:
         wire = self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
         if math.isinf(self.host_pps):
             return wire
-        return max(wire, self.packets(transfer.nbytes) / self.host_pps)
+        return max(wire, self.host_packets(transfer.nbytes) / self.host_pps)
 
     def round_trip_s(self, transfer: Transfer) -> float:
         return self.steps() * self.port.step_latency_s
@@ -133,6 +133,12 @@ class CollectiveLink:
         """Packets of one message on the busiest port."""
         per_step = self.wire_bytes(nbytes) / self.steps()
         return self.steps() * self.port.packets(per_step)
+
+    def host_packets(self, nbytes: int) -> int:
+        """Packets the busiest host sends and receives for one message: a ring member
+        receives as many as it sends; a star's server receives the pushes and sends the
+        pulls, which :meth:`wire_bytes` already counts both."""
+        return self.packets(nbytes) * (2 if self.collective == "ring" else 1)
 
 
 class WindowScheduler(Scheduler):

@@ -4,8 +4,9 @@ cost per packet and by the CPU the run's processes got.
 * **Cost per packet** ``c`` (seconds of CPU for one packet through the busiest host, both
   ends of its handling: the sender's and the receiver's software, the kernel and the
   software switches' share): one value per *family* of runs whose hosts move packets the
-  same way (job kind, kernel TCP or the DLCP transport, scheduler), calibrated on other
-  runs (:func:`calibrate`, :func:`cross_validated`), never on the run it predicts.
+  same way (job kind, kernel TCP or the DLCP transport, scheduler), calibrated on the runs
+  of other sweeps (:func:`cross_validated`: the cost of :data:`COST_GRID` with the smallest
+  median p50 error over them), never on the sweep it predicts.
 * **CPU available** ``1 - s``: ``s`` is the share of its runnable time a rank waited for a
   CPU, which the trace-driven runs record per rank (``/proc/<pid>/task/*/schedstat``; the
   most starved rank of the job). Runs that do not record it take ``s = max(0, 1 - cores /
@@ -20,16 +21,15 @@ cost per packet and by the CPU the run's processes got.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Sequence
+
+import numpy as np
 
 from simulator.errors import SimulatorError
 
 #: CPUs of the machine the committed runs were made on (every sweep's meta records 2).
 CORES = 2
-#: The largest cost per packet a calibration searches (a second per packet: nothing moves).
-MAX_COST_S = 1.0
 #: CPU share assumed left for a process whose starvation is recorded as 1 (a rank that never ran).
 MIN_AVAILABLE = 0.01
 
@@ -59,40 +59,38 @@ def host_pps(cost_s: float, cpu_available: float) -> float:
     return math.inf if cost_s == 0 else cpu_available / cost_s
 
 
-def calibrate(p50_for_cost: Callable[[float], float], measured_s: float, *, tolerance: float = 1e-3) -> float:
-    """The cost per packet at which ``p50_for_cost`` (increasing in the cost) meets
-    ``measured_s``, by bisection on a log scale; 0 when the model without host cost is
-    already slower than measured."""
-    if measured_s <= 0:
-        raise SimulatorError(f"measured iteration time must be positive, not {measured_s}")
-    if p50_for_cost(0.0) >= measured_s:
-        return 0.0
-    lo, hi = 1e-9, MAX_COST_S
-    if p50_for_cost(hi) < measured_s:
-        return hi
-    while hi / lo > 1 + tolerance:
-        mid = math.sqrt(lo * hi)
-        if p50_for_cost(mid) < measured_s:
-            lo = mid
-        else:
-            hi = mid
-    return math.sqrt(lo * hi)
+#: Costs per packet a calibration tries: 0, then 1 us to 10 ms in steps of 10^(1/15) (17%).
+COST_GRID: tuple[float, ...] = (0.0,) + tuple(1e-6 * 10 ** (i / 15) for i in range(61))
 
 
-def cross_validated(fits: Iterable[tuple[str, str, float]]) -> dict[tuple[str, str], tuple[float, int]]:
-    """Leave one sweep out: for every (sweep, family) among ``fits`` (sweep, family, cost
-    fitted on one run), the median cost of the family's runs in the *other* sweeps and how
-    many there were; a family no other sweep ran is left out (no calibration)."""
-    by_family: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for sweep, family, cost in fits:
-        by_family[family].append((sweep, cost))
+def best_cost(grid: Sequence[float], curves: Sequence[Sequence[float]], measured: Sequence[float]) -> float:
+    """The cost of ``grid`` whose predictions (``curves[run][cost]``, p50 seconds) have the
+    smallest median absolute relative error against ``measured`` (ties: the smaller cost)."""
+    if not curves or len(curves) != len(measured) or any(len(c) != len(grid) for c in curves):
+        raise SimulatorError(f"{len(curves)} prediction curves for {len(measured)} runs on a grid of {len(grid)}")
+    predicted = np.asarray(curves, dtype=float)
+    truth = np.asarray(measured, dtype=float)[:, None]
+    errors = np.median(np.abs(predicted - truth) / truth, axis=0)
+    return float(grid[int(np.argmin(errors))])
+
+
+def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Sequence[float]],
+                    grid: Sequence[float] = COST_GRID) -> dict[tuple[str, str], tuple[float, int]]:
+    """Leave one sweep out: for every (sweep, family) among ``runs`` (sweep, family, measured
+    p50; ``curves`` their predictions on ``grid``), the :func:`best_cost` over the family's
+    runs in the *other* sweeps and how many there were; a family no other sweep ran is left
+    out (no calibration)."""
+    by_family: dict[str, list[int]] = defaultdict(list)
+    for i, (_, family, _) in enumerate(runs):
+        by_family[family].append(i)
     out: dict[tuple[str, str], tuple[float, int]] = {}
-    for family, items in by_family.items():
-        for sweep in {s for s, _ in items}:
-            others = [c for s, c in items if s != sweep]
+    for family, members in by_family.items():
+        for sweep in {runs[i][0] for i in members}:
+            others = [i for i in members if runs[i][0] != sweep]
             if others:
-                out[(sweep, family)] = (statistics.median(others), len(others))
+                cost = best_cost(grid, [curves[i] for i in others], [runs[i][2] for i in others])
+                out[(sweep, family)] = (cost, len(others))
     return out
 
 
-__all__ = ["CORES", "available", "calibrate", "cross_validated", "host_pps", "starvation_from_load"]
+__all__ = ["CORES", "COST_GRID", "available", "best_cost", "cross_validated", "host_pps", "starvation_from_load"]

@@ -15,9 +15,9 @@ Each run is predicted from its scenario and what its record says of its conditio
   and collective of the scenario, whether the job's queue is above the background's.
 * **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c`` with the
   run's recorded CPU starvation ``s`` (or one from its load) and a cost per packet ``c`` of
-  its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: fitted on
-  every run of the other sweeps (per run, the cost that makes the model meet its p50; the
-  family's median), never on the sweep predicted. A family no other sweep ran is left
+  its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: the cost with
+  the smallest median p50 error over the family's runs in the other sweeps, never on the
+  sweep predicted. A family no other sweep ran is left
   uncalibrated and out of the table's error.
 * **Tails**: packets are lost with the rate the run recorded (the DLCP transport counts its
   retransmissions per packet sent), else the port model's (kernel TCP: Mathis). Every round
@@ -30,7 +30,6 @@ Each run is predicted from its scenario and what its record says of its conditio
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -45,7 +44,7 @@ from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
 from simulator.fabric_runs import Run, load_runs
-from simulator.host_model import available, calibrate, cross_validated, host_pps
+from simulator.host_model import COST_GRID, available, cross_validated, host_pps
 from simulator.traces import Layer, ModelTrace, load_trace
 from simulator.validate_report import write_report
 
@@ -62,6 +61,7 @@ TCP_DUPACKS = 3
 MAX_ROUNDS = 8
 DLCP_IN_FLIGHT = 4
 DRAWS_PER_RUN = 2_000
+CALIBRATION_DRAWS = 200
 FRAME_BYTES = 1500
 #: The trace worker's caps (experiments/training/trace_worker.py), divided by b at run time.
 DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PARTITION_BYTES = 25 * 2**20, 1 * 2**20, 4 * 2**20
@@ -267,25 +267,21 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     cache: dict[tuple[str, ...], ModelTrace] = {}
     inputs: dict[int, _Inputs] = {}
     reasons: dict[int, str] = {}
-    fits: list[tuple[str, str, float]] = []
+    calibration: list[tuple[str, str, float]] = []
+    curves: list[list[float]] = []
     for i, run in enumerate(runs):
         if progress and (i + 1) % 20 == 0:
-            print(f"calibrated {i + 1} of {len(runs)} runs", file=sys.stderr, flush=True)
+            print(f"calibration: {i + 1} of {len(runs)} runs on {len(COST_GRID)} host costs", file=sys.stderr,
+                  flush=True)
         try:
             inp = inputs[i] = _inputs(run, cnn, traces, hosts, cache)
-
-            def p50(cost: float, run: Run = run, inp: _Inputs = inp) -> float:
-                pred = predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
-                                   baseline_available=inp.baseline_available, draws=400)
-                return float(np.median(pred.draws))
-
-            fits.append((run.sweep, run.family, calibrate(p50, run.p50_s)))
+            curves.append([float(np.median(predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
+                                                       baseline_available=inp.baseline_available,
+                                                       draws=CALIBRATION_DRAWS).draws)) for cost in COST_GRID])
+            calibration.append((run.sweep, run.family, run.p50_s))
         except SimulatorError as exc:
             reasons[i] = str(exc)
-    costs = cross_validated(fits)
-    if os.environ.get("GRADFABRIC_SIM_FITS"):  # the per-run fits, for a look at their spread
-        for (sweep, family, cost), run in zip(fits, [r for i, r in enumerate(runs) if i not in reasons]):
-            print(f"fit {family:22} {sweep:32} {run.config:14} {cost * 1e6:9.1f} us/pkt", file=sys.stderr)
+    costs = cross_validated(calibration, curves)
     groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)
     for i, run in enumerate(runs):
         groups[(run.kind, run.scenario, run.port_pps, run.config)].append(i)

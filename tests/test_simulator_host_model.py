@@ -12,7 +12,7 @@ from hosts.schedulers import Segment, Transfer
 from simulator.errors import SimulatorError
 from simulator.fabric_model import CollectiveLink, port_model
 from simulator.fabric_runs import load_runs
-from simulator.host_model import available, calibrate, cross_validated, host_pps, starvation_from_load
+from simulator.host_model import available, best_cost, cross_validated, host_pps, starvation_from_load
 from simulator.validate import recovery_rounds
 
 
@@ -32,22 +32,34 @@ def test_host_ceiling_holds_the_link_when_slower_than_the_port() -> None:
     port = port_model(port_pps=1000, queue_packets=32, background="none", job_above_background=True)
     transfer = Transfer(segments=(Segment(0, 0, 3610),), nbytes=14440)  # ten 1,444-byte packets
     # Ring of two: 14,440 bytes through the busiest port at 1,444,000 B/s = 10 ms; two steps
-    # of five packets = 10 packets, at 500 a second = 20 ms.
+    # of five packets = 10 packets sent and 10 received, at 1,000 a second = 20 ms.
     assert CollectiveLink(port, 2).seconds(transfer) == pytest.approx(0.010)
-    assert CollectiveLink(port, 2, host_pps=500.0).seconds(transfer) == pytest.approx(0.020)
-    assert CollectiveLink(port, 2, host_pps=5000.0).seconds(transfer) == pytest.approx(0.010)
+    assert CollectiveLink(port, 2, host_pps=1000.0).seconds(transfer) == pytest.approx(0.020)
+    assert CollectiveLink(port, 2, host_pps=4000.0).seconds(transfer) == pytest.approx(0.010)
+    # A star of a server and 2 workers: the server's port carries 2 pushes and 2 pulls of 10
+    # packets (40 ms at the port), which are also all the server handles: 40 at 500/s = 80 ms.
+    star = CollectiveLink(port, 3, "star", host_pps=500.0)
+    assert star.host_packets(14440) == 40
+    assert star.seconds(transfer) == pytest.approx(0.080)
 
 
-def test_calibrate_finds_the_cost_that_meets_the_measurement() -> None:
-    assert calibrate(lambda c: 0.1 + 1000 * c, 0.3) == pytest.approx(2e-4, rel=2e-3)
-    assert calibrate(lambda c: 0.5 + c, 0.3) == 0.0  # already slower than measured without host cost
+def test_best_cost_has_the_smallest_median_error() -> None:
+    grid = [0.0, 1.0, 2.0]
+    # Three runs measured 10 s; predictions per cost: median errors 50%, 10%, 20%.
+    curves = [[5.0, 11.0, 12.0], [5.0, 9.0, 12.0], [5.0, 12.0, 8.0]]
+    assert best_cost(grid, curves, [10.0, 10.0, 10.0]) == 1.0
+    assert best_cost(grid, [[10.0, 10.0, 10.0]], [10.0]) == 0.0  # ties: the smaller cost
+    with pytest.raises(SimulatorError, match="2 prediction curves for 1 runs"):
+        best_cost(grid, curves[:2], [10.0])
 
 
 def test_cross_validation_leaves_the_predicted_sweep_out() -> None:
-    fits = [("a", "f", 1.0), ("a", "f", 3.0), ("b", "f", 10.0), ("c", "g", 5.0)]
-    costs = cross_validated(fits)
-    assert costs[("a", "f")] == (10.0, 1)  # only sweep b's run
-    assert costs[("b", "f")] == (2.0, 2)  # median of sweep a's two runs
+    grid = [0.0, 1.0, 2.0]
+    runs = [("a", "f", 10.0), ("a", "f", 10.0), ("b", "f", 10.0), ("c", "g", 10.0)]
+    curves = [[10.0, 20.0, 30.0], [10.0, 20.0, 30.0], [5.0, 7.0, 10.0], [10.0, 10.0, 10.0]]
+    costs = cross_validated(runs, curves, grid)
+    assert costs[("a", "f")] == (2.0, 1)  # fitted on sweep b's run alone, which needs cost 2
+    assert costs[("b", "f")] == (0.0, 2)  # fitted on sweep a's two runs, which need none
     assert ("c", "g") not in costs  # no other sweep ran family g
 
 
