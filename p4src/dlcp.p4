@@ -19,6 +19,9 @@
  *   - A commodity profile (keyless table `profile`): DLCP packets are treated like any other
  *     traffic (class from DSCP only, the per-class drop/mark step, flow hashing), as a switch
  *     with DSCP queues and WRED/ECN would treat them.
+ *   - A flow-hash seed (keyless table `hash_seed`, default 0: the plain 5-tuple hash): a
+ *     nonzero seed joins the 5-tuple in the ECMP hash, so a run can move flows whose
+ *     5-tuple never changes (DLCP's fixed UDP ports) to other members.
  *   - A lossy link (experiments only, `link_loss`): after a packet left its queue, the link of
  *     its egress port loses it with the entry's probability (v1model random()), counted.
  * Each mechanism has its own table; none implies another.
@@ -147,6 +150,7 @@ struct metadata_t {
     bit<1>  commodity;        /* 1: the commodity profile (profile table) */
     bit<1>  dlcp_tables;      /* 1: a DLCP packet handled by the DLCP tables (DLCP profile) */
     bit<1>  red_class;        /* 1: the early-drop threshold is its traffic class's (queue_red) */
+    bit<32> flow_seed;        /* hash_seed: 0 hashes the 5-tuple alone */
     bit<32> loss_threshold;   /* link_loss: lost when a draw in [0, 2^32 - 2] is below this */
 }
 
@@ -291,6 +295,10 @@ control DlcpIngress(inout headers_t hdr,
         meta.drop_threshold = queue_threshold;
     }
 
+    action set_hash_seed(bit<32> seed) {
+        meta.flow_seed = seed;
+    }
+
     action profile_dlcp() {
         meta.commodity = 0;
     }
@@ -377,6 +385,16 @@ control DlcpIngress(inout headers_t hdr,
         size = 4096;
     }
 
+    /* Keyless: the flow hash's seed (set per switch per run by `gradfabric experiment trace`). */
+    table hash_seed {
+        key = { }
+        actions = {
+            set_hash_seed;
+        }
+        default_action = set_hash_seed(0);
+        size = 1;
+    }
+
     /* Keyless: the controller sets the default action (the policy's profile). */
     table profile {
         key = { }
@@ -431,6 +449,7 @@ control DlcpIngress(inout headers_t hdr,
         meta.red_class = 0;
         meta.dlcp_tables = 0;
         switch_seed.apply();
+        hash_seed.apply();
         profile.apply();
 
         if (standard_metadata.parser_error != error.NoError) {
@@ -488,10 +507,15 @@ control DlcpIngress(inout headers_t hdr,
                     hash(meta.ecmp_member, HashAlgorithm.identity, (bit<16>)0,
                          { position + meta.seed }, meta.ecmp_group_size);
                     rr_position.write((bit<32>)meta.ecmp_group_id, position + 1);
-                } else {
+                } else if (meta.flow_seed == 0) {
                     hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
                          { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
                            meta.l4_src, meta.l4_dst },
+                         meta.ecmp_group_size);
+                } else {
+                    hash(meta.ecmp_member, HashAlgorithm.crc16, (bit<16>)0,
+                         { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
+                           meta.l4_src, meta.l4_dst, meta.flow_seed },
                          meta.ecmp_group_size);
                 }
                 if (!ecmp_member.apply().hit) {

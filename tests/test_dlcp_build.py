@@ -39,6 +39,7 @@ TABLE_KEYS = {
     "DlcpIngress.queue_red": [("meta.dlcp_prio", MF.EXACT, 3)],
     "DlcpEgress.queue_ecn": [("meta.dlcp_prio", MF.EXACT, 3)],
     "DlcpEgress.link_loss": [("standard_metadata.egress_port", MF.EXACT, 9)],
+    "DlcpIngress.hash_seed": [],
 }
 TABLE_ACTIONS = {
     "DlcpIngress.ipv4_lpm": {"DlcpIngress.set_nhop", "DlcpIngress.set_ecmp_group",
@@ -55,6 +56,7 @@ TABLE_ACTIONS = {
     "DlcpIngress.queue_red": {"DlcpIngress.red_drop_above"},
     "DlcpEgress.queue_ecn": {"DlcpEgress.mark_above"},
     "DlcpEgress.link_loss": {"DlcpEgress.lose_on_link"},
+    "DlcpIngress.hash_seed": {"DlcpIngress.set_hash_seed"},
 }
 ACTION_PARAMS = {
     "DlcpIngress.set_nhop": [("port", 9), ("smac", 48), ("dmac", 48)],
@@ -72,6 +74,7 @@ ACTION_PARAMS = {
     "DlcpIngress.set_traffic_class": [("prio", 3)],
     "DlcpIngress.red_drop_above": [("queue_threshold", 19)],
     "DlcpEgress.lose_on_link": [("threshold", 32)],
+    "DlcpIngress.set_hash_seed": [("seed", 32)],
 }
 COUNTERS = {
     "DlcpEgress.port_tx": 4096,
