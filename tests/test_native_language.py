@@ -359,3 +359,16 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
 """, bytes([1, 2, 3, 4]))
     # q = {p.a read first (1), bump's 2 + 10}; p.a bumped to 2
     assert outs[0] == outs[1] == [(2, bytes([2, 2, 1, 12]))]
+
+
+def test_a_tuple_local_takes_a_list_value() -> None:
+    # the Python pipeline reads a tuple nowhere but in its initializer: the initializer's call
+    # runs once (p.a bumped to 2), natively too (NativePipeline refuses what it cannot compile)
+    outs = both("""
+bit<8> bump(inout bit<8> x) { x = x + 1; return x + 8w10; }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    tuple<bit<8>, bit<8>> t = { h.p.a, bump(h.p.a) };
+    apply { sm.egress_spec = 2; tuple<bit<8>, bit<8>> u = t; }
+}
+""", bytes([1, 2, 3, 4]))
+    assert outs[0] == outs[1] == [(2, bytes([2, 2, 3, 4]))]

@@ -9,7 +9,7 @@ from lark import Tree
 
 from p4switch.compiler.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
-from p4switch.frontend.types import BitT, BoolT, HeaderT, StackT, StructT, VarbitT, field_offset, slot_count
+from p4switch.frontend.types import BitT, BoolT, HeaderT, ListT, StackT, StructT, VarbitT, field_offset, slot_count
 from p4switch.native.cgen_expr import copy_code, is_signed, lit, wide_offsets, wide_zero, width_of
 from p4switch.native.cgen_stacks import StackGen
 from p4switch.runtime import PipelineAssertion
@@ -96,6 +96,11 @@ class StmtGen(StackGen):
         self.assign_place(node, base, t, init, out, ind)
 
     def assign_place(self, node: Any, base: int, t: Any, value_node: Any, out: list[str], ind: str) -> None:
+        if isinstance(t, ListT):  # a tuple: its items' slots in order, as a struct's fields
+            if any(isinstance(et, HeaderT | StructT | StackT | ListT | VarbitT) or
+                   isinstance(et, BitT) and et.width > 64 for et in t.elems):
+                raise self.fail(node, f"a value of type {t}")
+            t = StructT("tuple", [(f"f{i}", et) for i, et in enumerate(t.elems)])
         if isinstance(t, HeaderT | StructT | StackT):
             n = slot_count(t)
             if _is_initializer(value_node) and isinstance(t, HeaderT | StructT):
