@@ -372,3 +372,18 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
 }
 """, bytes([1, 2, 3, 4]))
     assert outs[0] == outs[1] == [(2, bytes([2, 2, 3, 4]))]
+
+
+def test_controls_applied_by_type_and_passed_as_constructor_arguments() -> None:
+    outs = both("""
+control AddT(inout bit<8> x);
+control Add1(inout bit<8> x) { apply { x = x + 1; } }
+control Twice(inout bit<8> x)(AddT c) { apply { x = x << 1; c.apply(x); } }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    Add1() a;
+    Twice(a) t;
+    apply { sm.egress_spec = 2; t.apply(h.p.a); Add1.apply(h.p.b); }
+}
+""", bytes([1, 2, 3, 4]))
+    # p.a = (1 << 1) + 1 through the instance passed to Twice; p.b = 2 + 1 by Add1's type
+    assert outs[0] == outs[1] == [(2, bytes([3, 3, 3, 4]))]

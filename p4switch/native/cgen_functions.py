@@ -153,6 +153,11 @@ class FunctionGen(StmtGen):
         return _args(node.children[-1]) if len(node.children) > 1 else []
 
     def _instance_of(self, node: Tree) -> ControlImpl | None:
+        applied = self.rec.block_applies.get(id(node))
+        if applied is not None:  # also `T.apply(...)` of a control type, instantiated there
+            if id(node) in self.rec.conflicts:
+                raise self.fail(node, "a block applied in several contexts")
+            return applied  # type: ignore[no-any-return]
         callee = node.children[0]
         if isinstance(callee, Tree) and callee.data == "member" and str(callee.children[1].children[0]) == "apply":
             base = self.e(callee.children[0])

@@ -71,13 +71,14 @@ class Recorded:
     # for an lvalue whose indices make calls (StmtCompiler.hoist_indices)
     hoisted: dict[int, tuple[Any, list[tuple[Any, Any]]]] = field(default_factory=dict)
     keep: list[Any] = field(default_factory=list)  # keeps recorded nodes alive (ids stay unique)
+    block_applies: dict[int, Any] = field(default_factory=dict)  # `T.apply(...)` call node -> ControlImpl
     wide: dict[int, int] = field(default_factory=dict)  # slot of a bit<N> value, N > 64 -> N (program-wide)
 
     def child(self) -> "Recorded":
         """Recordings of a body compiled on its own (a function, a block instance): its
         expressions and locals apart, what is program-wide (tables, actions) shared."""
         return replace(self, exprs={}, conflicts=set(), var_slots={}, var_types={}, digest_names={},
-                       function_calls={}, blocks=[], hoisted={})
+                       function_calls={}, blocks=[], hoisted={}, block_applies={})
 
 
 class RecordingCompiler(Compiler):
@@ -238,6 +239,14 @@ class RecordingCompiler(Compiler):
         self.recorded.function_calls[id(node)] = fn_impl
         self.recorded.keep.append(node)
         return e
+
+    def _apply_block(self, node: Tree, impl: Any, args: list, scope: Scope) -> E:
+        rec = self.recorded
+        if rec.block_applies.get(id(node), impl) is not impl:
+            rec.conflicts.add(id(node))
+        rec.block_applies[id(node)] = impl
+        rec.keep.append(node)
+        return super()._apply_block(node, impl, args, scope)
 
     def compile_block_instance(self, t: Any, qualified: str, ctor_args: list, scope: Scope) -> Any:
         outer = self.recorded
