@@ -62,6 +62,9 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
                    help="fabric result folder(s) (runs/*.json) to compare with; repeatable")
     p.add_argument("--out", type=Path, default=None, help="folder for runs/, results.md and results.json")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--no-pch", action="store_true",
+                   help="do not build ns-3's precompiled header when it is missing (a cached one is still "
+                        "used; GRADFABRIC_NS3_PCH=0 turns it off)")
     p.set_defaults(handler=_packet)
 
 
@@ -132,7 +135,7 @@ def _packet(args: argparse.Namespace) -> int:
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     say(f"loading ns-3 ({workload.note}; topology {topo.name}: {len(topo.hosts)} hosts, "
         f"{len(topo.switches)} switches)")
-    load()
+    load(build_pch=not args.no_pch, say=say)
     say(f"ns-3 loaded in {time.monotonic() - t0:.1f} s")
     out = args.out
     if out is not None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import tempfile
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import SimulatorError
+from simulator.packet import pch
 
-NATIVE = Path(__file__).resolve().parent / "native"
 #: Compiled in this order; each includes gradfabric_ns3.h (switch port, ECMP, helpers).
-HEADERS = (NATIVE / "gradfabric_transport.h", NATIVE / "gradfabric_tcp.h")
+HEADERS = pch.HEADERS
 INSTALL_HINT = "pip install '.[ns3]' (the ns3 wheel, ns-3 3.44 with cppyy bindings)"
 
 _loaded: tuple[Any, Any] | None = None
@@ -37,11 +37,14 @@ def missing_reason() -> str | None:
     return None
 
 
-def load() -> tuple[Any, Any]:
+def load(build_pch: bool = False, say: Callable[[str], None] = lambda _m: None) -> tuple[Any, Any]:
     """(``ns.ns3`` namespace, ``gradfabric`` C++ namespace); loads both on first use.
 
-    The bindings print harmless static-initialiser warnings on stderr while loading; they
-    are kept out of the way and shown only if loading fails.
+    Cling starts from the cached precompiled header of ns-3 and our headers
+    (:mod:`simulator.packet.pch`) where there is one; ``build_pch`` builds it first when it
+    is missing (once, about a minute). The bindings print harmless static-initialiser
+    warnings on stderr while loading; they are kept out of the way and shown only if
+    loading fails.
     """
     global _loaded
     if _loaded is not None:
@@ -49,6 +52,7 @@ def load() -> tuple[Any, Any]:
     reason = missing_reason()
     if reason is not None:
         raise PacketSimulationError(reason)
+    pch.select(build_pch, say)
     with tempfile.TemporaryFile() as captured:
         saved = os.dup(2)
         os.dup2(captured.fileno(), 2)
