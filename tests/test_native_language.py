@@ -387,3 +387,36 @@ control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
 """, bytes([1, 2, 3, 4]))
     # p.a = (1 << 1) + 1 through the instance passed to Twice; p.b = 2 + 1 by Add1's type
     assert outs[0] == outs[1] == [(2, bytes([3, 3, 3, 4]))]
+
+
+def test_function_inout_arguments_in_run_time_indexed_elements_and_slices() -> None:
+    program = load_program_text("""
+#include <core.p4>
+#include <v1model.p4>
+header e_t { bit<8> v; }
+header i_t { bit<8> idx; }
+struct hs { i_t i; e_t[3] e; }
+struct ms { }
+bit<8> inc(inout bit<8> x) { x = x + 1; return x; }
+bit<4> inc4(inout bit<4> x) { x = x + 1; return x; }
+parser P(packet_in pkt, out hs h, inout ms m, inout standard_metadata_t sm) {
+    state start { pkt.extract(h.i); pkt.extract(h.e.next); pkt.extract(h.e.next); pkt.extract(h.e.next);
+                  transition accept; }
+}
+control V(inout hs h, inout ms m) { apply { } }
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 2;
+        h.i.idx = inc(h.e[h.i.idx].v);
+        inc4(h.e[0].v[3:0]);
+    }
+}
+control E(inout hs h, inout ms m, inout standard_metadata_t sm) { apply { } }
+control C(inout hs h, inout ms m) { apply { } }
+control D(packet_out pkt, in hs h) { apply { pkt.emit(h.i); pkt.emit(h.e); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+""", "dyn_arg.p4")
+    frame = bytes([1, 10, 20, 30])
+    # e[1].v 20 -> 21 and idx = 21; e[0].v's low nibble 0xA -> 0xB
+    for pipe in (Pipeline(program), NativePipeline(program)):
+        assert pipe.process(frame, 1) == [(2, bytes([21, 0x0B, 21, 30]))]

@@ -134,6 +134,14 @@ class FunctionGen(StmtGen):
                 raise self.fail(node, f"{fname}: a parameter without a slot of its own")
             if direction in ("out", "inout"):
                 target: E = self.e(arg)
+                if (target.place is None or target.place.base is None or isinstance(target.extra, tuple)) \
+                        and isinstance(ptype, BitT | BoolT):
+                    # a slice or a field of a run-time-indexed element: read in, written back
+                    # (its index evaluated again, as the Python pipeline writes it back)
+                    if direction == "inout":
+                        pre.append(f"S[{place.base}] = {self.cx(arg)};")
+                    post.append(self.write_back(arg, target, place.base))
+                    continue
                 if target.place is None or target.place.base is None or isinstance(target.extra, tuple):
                     raise self.fail(arg, "out argument that is not a static place")
                 if direction == "inout":
