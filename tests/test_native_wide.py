@@ -73,3 +73,17 @@ def test_wide_fields_and_keys_on_both_datapaths(frame: bytes, port: int, result:
     finally:
         native.close()
     assert outs[0] == outs[1] == [(port, result)]
+
+
+def test_wide_function_arguments_and_value_on_both_datapaths() -> None:
+    program = load_program_text(PROGRAM.replace("""        t.apply();
+""", """        take(h.a.dst, 128w0xfeed);
+""").replace("control I(", """bit<128> take(inout bit<128> v, in bit<128> w) { v = w; return v; }
+control I("""), "wide_fn.p4")
+    native = NativePipeline(program)
+    try:
+        outs = [Pipeline(program).process(S + D + b"\x00\x00", 1), native.process(S + D + b"\x00\x00", 1)]
+    finally:
+        native.close()
+    # swapped as above, then dst takes 0xfeed through the inout argument (the value is unused)
+    assert outs[0] == outs[1] == [(1, D + bytes(14) + b"\xfe\xed" + bytes([0x7A, 1]))]

@@ -90,12 +90,14 @@ class FunctionGen(StmtGen):
         if found is None:
             raise self.fail(where, f"function {impl.name} without a body")
         decl, recorded = found
-        compound = isinstance(impl.ret, HeaderT | StructT)
+        # a header, struct or bit<N> with N > 64: the value goes to r_ (one word per slot of a
+        # header or struct, the words of a wide value)
+        compound = isinstance(impl.ret, HeaderT | StructT) or isinstance(impl.ret, BitT) and impl.ret.width > 64
         if not (compound or isinstance(impl.ret, BitT | BoolT | VoidT)):
             raise self.fail(where, f"function {impl.name} returning {impl.ret}")
         fname = f"f{len(self.function_fns)}"
         self.function_fns[id(impl)] = fname
-        if compound:  # the value goes to r_, one word per slot of the type
+        if compound:
             self.compound_fns.add(fname)
         saved = (self.rec, self.exit_label, self.in_parser, self.fn_ret)
         self.rec = recorded  # the body's own recordings; tables and actions are shared
@@ -111,7 +113,7 @@ class FunctionGen(StmtGen):
         return fname
 
     def _copy(self, dst: int, src: int, t: Any) -> str:
-        if isinstance(t, HeaderT | StructT | StackT):
+        if isinstance(t, HeaderT | StructT | StackT) or isinstance(t, BitT) and t.width > 64:
             return copy_code(dst, src, t)
         return f"S[{dst}] = S[{src}];"
 
@@ -185,12 +187,19 @@ class FunctionGen(StmtGen):
             out.append(f"{ind}{{ {' '.join(pre)} uint64_t sp_ = {call}; if (sp_ == 1) goto p_reject; "
                        f"if (sp_) {{ err_ = sp_ - 2; goto p_error; }} {' '.join(post)} }}")
             return
+        if isinstance(impl, FunctionImpl) and self.function_fns.get(id(impl)) in self.compound_fns:
+            # a header, struct or wide value not used: into scratch words
+            n = slot_count(impl.ret) if isinstance(impl.ret, HeaderT | StructT) else (impl.ret.width + 63) // 64
+            out.append(f"{ind}{{ uint64_t rv_[{n}]; {' '.join(pre)} {call[:-1]}, rv_); {' '.join(post)} }}")
+            return
         out.append(f"{ind}{{ {' '.join(pre)} {call}; {' '.join(post)} }}")
 
     def _function_value(self, node: Tree) -> str | None:
         impl = self._callee_impl(node)
         if impl is None:
             return None
+        if self.function_fn(impl, node) in self.compound_fns:
+            raise self.fail(node, "a header, struct or wide value of a call in an expression")
         pre, call, post = self.function_call(node, impl, self._call_args(node))
         leave = f" if (c->exit_flag) {{ {self.leave()} }}" if self.has_exit and not self.in_parser else ""
         return f"({{ {' '.join(pre)} uint64_t r_ = {call}; {' '.join(post)}{leave} r_; }})"
@@ -292,6 +301,10 @@ class FunctionGen(StmtGen):
         value = node.children[0] if node.children else None
         if value is None or self.fn_ret is None:
             super()._st_return_stmt(node, out, ind)
+            return
+        if isinstance(self.fn_ret, BitT) and self.fn_ret.width > 64:
+            codes = self.wide_words(value, self.fn_ret.width)
+            out.append(f"{ind}{{ {slots_in_order(codes)} memcpy(r_, v_, sizeof v_); return 0; }}")
             return
         if isinstance(self.fn_ret, HeaderT | StructT):
             codes = self.value_slots(node, self.fn_ret, value)
