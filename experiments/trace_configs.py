@@ -14,10 +14,16 @@ Scenarios (every job a ResNet-50 trace, :mod:`experiments.training.trace_worker`
   job 2 h2-h6, and request/response h3 asks h7 (ECMP collisions depend on the flows'
   hashes: TCP source ports differ per run; DLCP's fixed ports do not);
 * ``hotspot``: the ring h1-h5 and a second DLCP job of the same class (bulk, a ring h2-h6
-  that only sends) on the same leaves.
+  that only sends) on the same leaves;
+* ``lossy-0.1`` and ``lossy-1``: the ring h1-h5 and request/response h3 asks h7 (no
+  congestion), the spine link s1-l2 losing 0.1% or 1% of the packets in each direction. This
+  kernel has no netem, tc ``gact`` or iptables: the switches lose them (``link_loss`` in
+  p4src/dlcp.p4, :mod:`experiments.trace_links`). Which of the job's flows cross s1 depends on
+  the run's flow-hash seeds (TCP's ports, DLCP's per-packet spraying); the run records what
+  the link lost.
 
-A lossy spine link (0.1%, 1%) is not a scenario here: this kernel has no netem, no tc
-``gact`` and no iptables, and the switches have no loss option (reported, not run).
+Every run draws a flow-hash seed per switch (the same for the configurations of a pair), so
+ECMP collisions of DLCP's fixed ports vary between rounds (``multitenant`` above all).
 
 Configurations: ``comm`` (tcp or dlcp), ``scheduler`` (fusion = DDP buckets, p3, dlcp),
 ``overlap`` (ddp or layerwise), queues (fifo, tcp class by DSCP, job class, per layer),
@@ -151,6 +157,9 @@ class TraceScenario:
     background: tuple[Flow, ...] = field(default_factory=tuple)
     #: Jobs that only make traffic in the measured job's class (bulk), not measured.
     bulk: tuple[JobPlacement, ...] = ()
+    #: Switch-to-switch links that lose packets (both directions), and with which probability.
+    lossy_links: tuple[tuple[str, str], ...] = ()
+    link_loss: float = 0.0
 
     @property
     def job_ids(self) -> list[int]:
@@ -172,16 +181,23 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
     TraceScenario("hotspot", "ring h1-h5; a second job of the same class h2-h6 on the same leaves; "
                   "request/response h3 asks h7",
                   (JobPlacement(1, ("h1", "h5")),), (_rr("h3", "h7"),), bulk=(JobPlacement(2, ("h2", "h6")),)),
+    *(TraceScenario(f"lossy-{pct:g}", f"ring h1-h5; the spine link s1-l2 loses {pct:g}% each way; "
+                    "request/response h3 asks h7", (JobPlacement(1, ("h1", "h5")),), (_rr("h3", "h7"),),
+                    lossy_links=(("s1", "l2"),), link_loss=pct / 100) for pct in (0.1, 1.0)),
 )}
 
 QUICK: dict[str, tuple[str, ...]] = {"tcp": ("ddp-tcp", "p3-tcp", "dlcp"), "incast": ("ddp-tcp", "p3-tcp", "dlcp"),
                                      "multitenant": ("ddp-tcp", "p3-tcp", "dlcp")}
+#: Under random loss: TCP with Linux's and a tuned rto_min, P3, the DLCP transport reliable, with a
+#: loss bound, sprayed, full DLCP and its commodity form (no queue mechanism acts without congestion).
+LOSSY_CONFIGS = ("ddp-tcp", "ddp-tcp-rto", "p3-tcp", "transport", "dropping", "spraying", "dlcp", "commodity")
 ALL_MECHANISMS = ("ddp-tcp", "ddp-tcp-qos", "p3-tcp", "transport", "transport-qos", "priority", "dropping",
                   "spraying", "dlcp", "commodity")
 FULL: dict[str, tuple[str, ...]] = {
     "tcp": ALL_MECHANISMS, "multitenant": ALL_MECHANISMS, "hotspot": ALL_MECHANISMS,
     "incast": ("ddp-tcp", "ddp-tcp-rto", "ddp-tcp-qos", "p3-tcp", "transport", "priority", "dropping", "dlcp",
                "commodity"),
+    **{name: LOSSY_CONFIGS for name in ("lossy-0.1", "lossy-1")},
 }
 
 

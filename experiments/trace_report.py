@@ -63,6 +63,7 @@ def run_figures(record: dict[str, Any]) -> dict[str, Any]:
         "loss_share": lost / reduced if reduced else 0.0, "lost_values": lost,
         "lost_by_tensor": _lost_by_tensor(ranks),
         "magnitude_drops": sw.get("magnitude_drops"), "ecn_marks": sw.get("ecn_marks"),
+        "link_loss_drops": sw.get("link_loss_drops"),
         "queue_drops": sw.get("queue_drops"), "host_qdisc_drops": sw.get("host_qdisc_drops"),
         "tcp_retransmitted": sw.get("tcp_retransmitted"), "tcp_timeouts": sw.get("tcp_timeouts"),
         "bg_goodput_mbps": sum(goodput) if goodput else None,
@@ -118,7 +119,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                          if any(v[key] is not None for v in good.values()) else None)
                    for key in ("p50_s", "p90_s", "p99_s", "max_s", "jct_s", "exposed_s", "forward_wait_s", "ratio",
                                "overlap_share",
-                               "loss_share", "magnitude_drops", "ecn_marks", "queue_drops", "host_qdisc_drops",
+                               "loss_share", "magnitude_drops", "ecn_marks", "link_loss_drops", "queue_drops", "host_qdisc_drops",
                                "tcp_retransmitted", "tcp_timeouts", "bg_goodput_mbps", "rr_fct_p50_ms",
                                "rr_fct_p99_ms", "max_cpu_share", "max_starvation")}
             pairs = sorted(set(good) & {k for k, v in base.items() if not v["cpu_bound"] or not clean})
@@ -162,7 +163,7 @@ def write_trace_report(out: Path) -> dict[str, Any]:
     for scenario, rows in summary.items():
         lines += [f"## {scenario}", "",
                   "| configuration | runs (CPU-bound) | p50 / p99 / max (ms) | exposed comm (ms) | forward wait (ms) | "
-                  "front starts early | comm/compute | speed-up p50 vs ddp-tcp | speed-up p99 | values zero-filled | mag. drops / ECN | "
+                  "front starts early | comm/compute | speed-up p50 vs ddp-tcp | speed-up p99 | values zero-filled | mag. drops / ECN / lossy link | "
                   "queue drops | host qdisc drops | TCP retrans / RTOs | bg goodput (Mbit/s) | RR FCT p99 (ms) | "
                   "max CPU / starvation |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -172,7 +173,7 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                 f"{_fmt(r['max_s'], 1e3)} | {_fmt(r['exposed_s'], 1e3)} | {_fmt(r['forward_wait_s'], 1e3)} | "
                 f"{_fmt(r['overlap_share'], 100)}% | "
                 f"{_fmt(r['ratio'], 1, 2)} | {_ci(r['speedup_p50'])} | {_ci(r['speedup_p99'])} | "
-                f"{_fmt(r['loss_share'], 100, 3)}% | {_fmt(r['magnitude_drops'])} / {_fmt(r['ecn_marks'])} | "
+                f"{_fmt(r['loss_share'], 100, 3)}% | {_fmt(r['magnitude_drops'])} / {_fmt(r['ecn_marks'])} / {_fmt(r['link_loss_drops'])} | "
                 f"{_fmt(r['queue_drops'])} | {_fmt(r['host_qdisc_drops'])} | {_fmt(r['tcp_retransmitted'])} / "
                 f"{_fmt(r['tcp_timeouts'])} | {_fmt(r['bg_goodput_mbps'], 1, 1)} | {_fmt(r['rr_fct_p99_ms'], 1, 1)} | "
                 f"{_fmt(r['max_cpu_share'], 1, 2)} / {_fmt(r['max_starvation'], 1, 2)} |")

@@ -6,8 +6,9 @@ gradient values and data of a pair are the same; pairs are (scenario, round)). T
 written to ``plan.json`` first; ``--resume DIR`` reads it back and skips the runs whose
 ``runs/<run>.json`` says ok, keeping the interleaving.
 
-Each run (:func:`run_trace_once`): the configuration's policy, the scaled ``rto_min`` on the
-TCP jobs' hosts, counters (switch P4 counters and queue drops, hosts' qdisc drops, ``nstat``
+Each run (:func:`run_trace_once`): the configuration's policy, a flow-hash seed per switch and
+the scenario's lossy links (:mod:`experiments.trace_links`, both recorded), the scaled
+``rto_min`` on the TCP jobs' hosts, counters (switch P4 counters and queue drops, hosts' qdisc drops, ``nstat``
 TCP retransmissions and timeouts of every host, CPU time of every switch process), the
 background, the job's ranks (:mod:`experiments.training.trace_worker`) started together,
 then the same counters again. Per-process CPU: each rank reports its own share of a core;
@@ -147,6 +148,23 @@ class TraceSite:
                 "switch_cpu": {n: round((after["cpu_ticks"][n] - before["cpu_ticks"].get(n, 0)) / hz / seconds, 3)
                                for n in after["cpu_ticks"]}}
 
+    def switch_state(self, sc: TraceScenario, run: PlannedRun) -> dict[str, Any]:
+        """This run's flow-hash seeds and lossy links on the switches (:mod:`experiments.trace_links`)."""
+        from experiments import trace_links
+        from gradfabric import fabric as fabric_file
+
+        description = self.fabric.description_path
+        spec = fabric_file.load(description)
+        seeds = trace_links.draw_hash_seeds([sw.name for sw in spec.switches], sc.name, run.seed)
+        lossy = trace_links.lossy_ports(spec.links, sc.lossy_links) if sc.lossy_links else {}
+        trace_links.set_run_state(description, seeds, lossy, sc.link_loss)
+        return {"hash_seeds": seeds, "lossy_ports": lossy}
+
+    def link_drops(self, lossy: dict[str, list[int]]) -> dict[str, dict[int, int]]:
+        from experiments import trace_links
+
+        return trace_links.link_drops(self.fabric.description_path, lossy)
+
     def set_rto_min(self, hosts: list[str], rto_s: float | None) -> None:
         """``rto_min`` on every route of these hosts (None: the Linux default)."""
         for h in hosts:
@@ -171,6 +189,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
     t0 = time.monotonic()
     phases: dict[str, float] = {}
     site.base.apply(config, sc.job_ids, policies)
+    state = site.switch_state(sc, run)
     job_hosts = sorted({h for p in sc.jobs + sc.bulk for h in p.hosts})
     rto = settings.job.rule.rto_min_s(config.rto_min_real_s) if config.rto_min_real_s is not None else None
     site.set_rto_min(job_hosts, rto)
@@ -193,6 +212,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
         with site.base.background(list(sc.background)) as traffic:
             time.sleep(1.0)  # queues fill, TCP leaves slow start
             before = site.snapshot()
+            lost_before = site.link_drops(state["lossy_ports"])
             started = time.monotonic()
             for _, _, role, _ in roles:
                 role.go()
@@ -215,6 +235,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
                 time.sleep(0.1)
             trained = time.monotonic() - started
             after = site.snapshot()
+            lost_after = site.link_drops(state["lossy_ports"])
             background = [r.to_dict() for r in traffic.finish()] if traffic is not None else []
     finally:
         for _, _, role, _ in roles:
@@ -232,13 +253,20 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
             "records": [{k: v for k, v in line.items() if k != "event"} for line in role.lines
                         if line.get("event") == "iteration"]}
     figures = site.figures(before, after, sc.job_ids)
+    from experiments.trace_links import drops_between
+
+    link_lost = drops_between(lost_before, lost_after)
+    figures["link_loss_drops"] = sum(link_lost.values())
     cpu = [r["cpu_share"] for j in jobs.values() for r in j["ranks"].values() if r["cpu_share"] is not None]
     cpu += list(figures["switch_cpu"].values())
     starved = [r["starvation"] for j in jobs.values() for r in j["ranks"].values() if r["starvation"] is not None]
     return {"jobs": jobs, "background": background, "switch": figures, "seconds": round(trained, 2),
             "phases": phases, "max_cpu_share": max(cpu) if cpu else None,
             "cpu_bound": bool(cpu) and max(cpu) > CPU_BOUND, "max_starvation": max(starved) if starved else None,
-            "cpu_starved": bool(starved) and max(starved) > STARVED, "rto_min_s": rto}
+            "cpu_starved": bool(starved) and max(starved) > STARVED, "rto_min_s": rto,
+            "hash_seeds": state["hash_seeds"],
+            "link_loss": {"links": [list(x) for x in sc.lossy_links], "probability": sc.link_loss,
+                          "drops_by_port": link_lost}}
 
 
 def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None = None) -> Path:
