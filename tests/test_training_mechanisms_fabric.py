@@ -12,8 +12,9 @@ packets per queue), three short runs of a 2-rank ResNet-50 trace job (ring h1-h5
   the hosts' qdiscs or sockets: the switches dropped them); (c) layer-wise overlap: an
   iteration's first forward layer starts before the previous iteration's last gradient has
   arrived.
-* **the same job alone**, paced below a port's rate: sprayed packets arrive out of order and
-  the switches drop nothing; nothing may be zero-filled (late is not lost).
+* **the same job alone**, paced below a port's rate: sprayed packets arrive out of order, and
+  every packet the switches drop is the job's, so what was zero-filled must fit in what they
+  dropped (nothing when they dropped nothing: late is not lost).
 * ``ddp-tcp-qos`` (DDP over TCP, DSCP 18), ``tcp`` scenario: the job's TCP in priority 5 on
   the ports it crosses, the background's in 0.
 
@@ -161,7 +162,8 @@ def alone(site: Site) -> FabricRun:
     from experiments.trace_configs import TraceScenario
 
     pair = TraceScenario("pair", "ring h1-h5, no background", (JobPlacement(JOB, RANK_HOSTS),))
-    # paced below a port's 20,000 packets/s: its own queue never fills
+    # paced below a port's 20,000 packets/s, so that drops are few (none in most runs) and the
+    # bound below is tight; how many there are depends on how the loaded machine schedules
     return site.run("alone", pair, _same_class_dlcp(), rate_pps=7_500.0, max_rate_pps=15_000.0)
 
 
@@ -202,14 +204,27 @@ def test_zero_filled_values_are_from_packets_the_switches_dropped(same_class: Fa
         assert rank["totals"]["gather_lost"] == 0  # the all-gather stage has no loss bound
 
 
-def test_nothing_is_zero_filled_when_the_switches_drop_nothing(alone: FabricRun) -> None:
+def test_alone_zero_filled_values_are_what_the_switches_dropped(alone: FabricRun) -> None:
+    """Alone on the fabric, every packet a switch drops is the job's: early drops (their values
+    from the bytes counted) and queue overflow (at most a full packet's values each)."""
+    from hosts.wire import HEADER_LEN
+
+    assert alone.record["switch"]["host_qdisc_drops"] == 0, "the hosts' qdiscs dropped packets"
+    assert not any(alone.udp_drops.values()), f"the ranks' sockets dropped datagrams: {alone.udp_drops}"
+    early = early_bytes = overflow = 0
     for name, c in alone.switches.items():
-        assert not any(n for n, _ in c.drops.values()), f"{name} dropped in ingress: {c.drops}"
-        assert c.queue_drops is not None and not c.queue_drops, f"{name}'s queues dropped: {c.queue_drops}"
-    sent = alone.total("packets") + alone.total("retransmitted")
-    assert alone.total("received_packets") == sent, "packets were lost on the way with no switch drop"
+        other = {reason: n for reason, (n, _) in c.drops.items() if n and reason != "magnitude_threshold"}
+        assert not other, f"{name} dropped in ingress for other reasons: {other}"
+        assert c.queue_drops is not None, f"{name} reports no queue drops (embedded target expected)"
+        packets, nbytes = c.early_drops.get(JOB, (0, 0))
+        early, early_bytes = early + packets, early_bytes + nbytes
+        overflow += sum(c.queue_drops.values())
+    early_values = (early_bytes - early * (FRAME_HEADERS + HEADER_LEN)) // 4
     assert alone.total("reordered") > 0, "spraying reordered nothing: the test shows nothing"
-    assert alone.total("lost") == 0 and alone.total("missing") == 0
+    zero_filled = alone.total("lost")
+    assert zero_filled == alone.total("missing"), "receivers and senders disagree on what was zero-filled"
+    # no switch drop: nothing zero-filled; else no more than the dropped packets held
+    assert zero_filled <= early_values + VALUES_PER_PACKET * overflow, (zero_filled, early_values, overflow)
 
 
 def test_front_layers_start_before_back_layers_arrive(same_class: FabricRun) -> None:
