@@ -32,6 +32,7 @@ class Config:
     above_background: bool  # the job's queue is above the background's
     bound: float  # gradient loss bound of the reduce stage
     spraying: bool = False
+    ecn: bool = False  # the switches mark the job's packets above half a queue
 
 
 #: CNN job (experiments/configs.py): DDP with one tensor per bucket, gloo or the DLCP hook.
@@ -40,7 +41,7 @@ CNN_CONFIGS: dict[str, Config] = {
     "qos": Config("dlcp", "window", "ddp", True, 0.0), "priority": Config("dlcp", "window", "ddp", True, 0.0),
     "dropping": Config("dlcp", "window", "ddp", False, 0.10),
     "spraying": Config("dlcp", "window", "ddp", False, 0.0, spraying=True),
-    "dlcp": Config("dlcp", "window", "ddp", True, 0.10, spraying=True),
+    "dlcp": Config("dlcp", "window", "ddp", True, 0.10, spraying=True, ecn=True),
 }
 #: Trace-driven job (experiments/trace_configs.py).
 TRACE_CONFIGS: dict[str, Config] = {
@@ -50,8 +51,8 @@ TRACE_CONFIGS: dict[str, Config] = {
     "priority": Config("dlcp", "dlcp", "layerwise", True, 0.0),
     "dropping": Config("dlcp", "fusion", "ddp", False, 0.10),
     "spraying": Config("dlcp", "fusion", "ddp", False, 0.0, spraying=True),
-    "dlcp": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True),
-    "commodity": Config("dlcp", "dlcp", "layerwise", True, 0.10),
+    "dlcp": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True, ecn=True),
+    "commodity": Config("dlcp", "dlcp", "layerwise", True, 0.10, ecn=True),
 }
 #: Port rate of CNN sweeps without one in their records (experiments/README.md, "port rate").
 SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
@@ -96,11 +97,14 @@ class Run:
 
     @property
     def family(self) -> str:
-        """Runs whose hosts move packets the same way share one calibrated host cost."""
+        """Runs whose hosts move packets the same way share one calibrated host cost: the
+        job, and kernel TCP or the DLCP transport, whose rate control also answers ECN marks
+        where a configuration has the switches mark (not the scheduler: per packet the
+        transport works alike for DDP's buckets and DLCP's layers)."""
         spec = self.spec
-        if spec.comm in ("gloo", "tcp"):  # the kernel moves a segment alike for every scheduler
+        if spec.comm in ("gloo", "tcp"):
             return f"{self.kind}/tcp"
-        return f"{self.kind}/dlcp/{spec.scheduler}"
+        return f"{self.kind}/dlcp" + ("+ecn" if spec.ecn else "")
 
     @property
     def p50_s(self) -> float:

@@ -44,7 +44,7 @@ from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
 from simulator.fabric_runs import Run, load_runs
-from simulator.host_model import COST_GRID, available, cross_validated, host_pps
+from simulator.host_model import COST_GRID, available, best_cost, cross_validated, host_pps
 from simulator.traces import Layer, ModelTrace, load_trace
 from simulator.validate_report import write_report
 
@@ -282,6 +282,14 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         except SimulatorError as exc:
             reasons[i] = str(exc)
     costs = cross_validated(calibration, curves)
+    family_rows = []
+    for family in sorted({f for _, f, _ in calibration}):
+        members = [i for i, (_, f, _) in enumerate(calibration) if f == family]
+        sweeps = sorted({calibration[i][0] for i in members})
+        folds = sorted({round(costs[(sw, family)][0] * 1e6) for sw in sweeps if (sw, family) in costs})
+        every = best_cost(COST_GRID, [curves[i] for i in members], [calibration[i][2] for i in members])
+        family_rows.append([family, str(len(sweeps)), str(len(members)),
+                            ", ".join(f"{c:,}" for c in folds) or "- (one sweep)", f"{every * 1e6:,.0f}"])
     groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)
     for i, run in enumerate(runs):
         groups[(run.kind, run.scenario, run.port_pps, run.config)].append(i)
@@ -344,8 +352,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
             continue
         m = _ranking({c: v[0] for c, v in values.items()})
         p = _ranking({c: v[1] for c, v in values.items()})
-        rank_rows.append([kind, scenario, f"{pps:,.0f}", " < ".join(m), " < ".join(p), "yes" if m == p else "no"])
-    return write_report(out, command, rows, rank_rows, points, errors)
+        pairs = [(a, b) for n, a in enumerate(m) for b in m[n + 1:]]
+        kept = sum(1 for a, b in pairs if p.index(a) < p.index(b))
+        rank_rows.append([kind, scenario, f"{pps:,.0f}", " < ".join(m), " < ".join(p), "yes" if m == p else "no",
+                          f"{kept} of {len(pairs)}"])
+    return write_report(out, command, rows, rank_rows, points, errors, family_rows)
 
 
 __all__ = ["RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "validate"]

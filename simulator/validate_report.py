@@ -15,7 +15,9 @@ HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "sweeps", "runs", 
           "p50 measured (ms)", "p50 predicted, no host cost (ms)", "host cost (us/pkt, calibrated on other sweeps)",
           "p50 predicted (ms)", "p50 error", "p99 measured (ms)", "p99 predicted (ms)", "p99 error",
           "exposed comm. measured (ms)", "exposed comm. predicted (ms)", "notes"]
-RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same"]
+RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same", "pairs in the same order"]
+FAMILY_HEADER = ["family", "sweeps", "runs", "host cost per fold (us/pkt, each fitted without one sweep)",
+                 "fitted on every run (us/pkt; for reference, not used)"]
 
 
 def _median(values: Sequence[float]) -> str:
@@ -23,7 +25,8 @@ def _median(values: Sequence[float]) -> str:
 
 
 def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_rows: Sequence[Sequence[str]],
-                 points: Sequence[tuple[str, float, float, float, float]], errors: Mapping[str, Sequence[float]]) -> str:
+                 points: Sequence[tuple[str, float, float, float, float]], errors: Mapping[str, Sequence[float]],
+                 family_rows: Sequence[Sequence[str]] = ()) -> str:
     """Write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``; return the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
@@ -34,7 +37,9 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
     _plot(points, out / "validation.png")
     every = [e for values in errors.values() for e in values]
     per_kind = ", ".join(f"{kind} job {_median(v)} over {len(v)}" for kind, v in sorted(errors.items()))
-    same = sum(1 for r in rank_rows if r[-1] == "yes")
+    same = sum(1 for r in rank_rows if r[5] == "yes")
+    kept = sum(int(r[6].split()[0]) for r in rank_rows)
+    pairs = sum(int(r[6].split()[-1]) for r in rank_rows)
     md = (
         "# The simulator against the training experiment's runs\n\n"
         f"Made by `{command}`. Model: simulator/validate.py, simulator/fabric_model.py and "
@@ -42,10 +47,14 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
         "each run is predicted with costs fitted on the other sweeps' runs only.\n\n"
         f"Median absolute error of the predicted iteration p50: **{_median(every)}** over {len(every)} "
         f"job x scenario x configuration x port-rate groups ({per_kind}; target 10%, goal 5%). "
-        f"Same ranking of configurations in {same} of {len(rank_rows)} scenarios.\n\n"
+        f"Same ranking of configurations in {same} of {len(rank_rows)} scenarios; {kept} of {pairs} pairs of "
+        "configurations in the same order.\n\n"
         + markdown_table(HEADER, rows)
         + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
         + markdown_table(RANK_HEADER, rank_rows)
+        + "\n**Host cost per packet** by family (seconds of an uncontended CPU per packet the busiest host "
+        "sends or receives):\n\n"
+        + markdown_table(FAMILY_HEADER, family_rows)
         + "\n![](validation.png)\n"
     )
     (out / "validation.md").write_text(md)

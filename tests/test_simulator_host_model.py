@@ -92,4 +92,4 @@ def test_a_run_record_gives_the_busiest_host_its_loss_and_job(tmp_path: Path) ->
     assert run.load == 5.0 and run.ranks == 2 and run.port_pps == 20000.0
     assert run.iterations == [2.0, 4.0, 2.0, 4.0] and run.p50_s == 3.0  # both ranks, iteration 0 left out
     assert run.job is not None and run.job["scheduler"] == "dlcp" and run.job["b"] == 13.0  # the config's scheduler
-    assert run.family == "trace/dlcp/dlcp"
+    assert run.family == "trace/dlcp"
