@@ -93,3 +93,32 @@ def test_a_run_record_gives_the_busiest_host_its_loss_and_job(tmp_path: Path) ->
     assert run.iterations == [2.0, 4.0, 2.0, 4.0] and run.p50_s == 3.0  # both ranks, iteration 0 left out
     assert run.job is not None and run.job["scheduler"] == "dlcp" and run.job["b"] == 13.0  # the config's scheduler
     assert run.family == "trace/dlcp"
+
+
+def test_multitenant_jobs_collide_on_an_uplink_half_the_time() -> None:
+    from simulator.fabric_runs import Run
+    from simulator.traces import Layer, ModelTrace
+    from simulator.validate import predict_run
+
+    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
+    # No background at the host ports: 3 hops of 1 ms per step. 2,888 bytes at 1,444,000 B/s
+    # hold the port 2 ms, or 4 ms at half of it; + two steps of 3 ms + 2 ms of compute:
+    # 10 ms apart, 12 ms when the two rings hash onto the same uplink.
+    hashed = predict_run(Run("s", "r", "multitenant", "qos", 1000.0, 32, [0.01]), job, 0.0, draws=4000)
+    assert set(np.round(hashed.draws, 6)) == {0.010, 0.012}
+    assert (hashed.draws > 0.011).mean() == pytest.approx(0.5, abs=0.05)
+    sprayed = predict_run(Run("s", "r", "multitenant", "spraying", 1000.0, 32, [0.01]), job, 0.0, draws=100)
+    assert set(np.round(sprayed.draws, 6)) == {0.010}  # spraying pools both uplinks
+
+
+def test_a_trace_is_merged_per_layer_as_the_worker_does() -> None:
+    from simulator.traces import Layer, ModelTrace
+    from simulator.validate import merge_layers
+
+    # Index 0 is the input side; gradients are ready from the last index down.
+    tensors = (Layer(0, "conv1.weight", 100, 0.1, 0.2), Layer(1, "bn1.weight", 10, 0.0, 0.01),
+               Layer(2, "bn1.bias", 10, 0.0, 0.01), Layer(3, "fc.weight", 50, 0.3, 0.4), Layer(4, "fc.bias", 5, 0.0, 0.1))
+    merged = merge_layers(ModelTrace("m", tensors, forward_order=(0, 1, 2, 3, 4)))
+    assert [(l.index, l.name, l.numel) for l in merged.layers] == [(0, "conv1", 120), (1, "fc", 55)]
+    assert merged.layers[0].backward_s == pytest.approx(0.22) and merged.layers[1].forward_s == pytest.approx(0.3)
+    assert merged.forward_order == (0, 1)
