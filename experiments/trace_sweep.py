@@ -4,7 +4,8 @@ Plan (:func:`plan_runs`): ``repetitions`` rounds; in round r every scenario runs
 configurations once, in an order rotated by r (interleaved), all with seed ``2000 + r`` (the
 gradient values and data of a pair are the same; pairs are (scenario, round)). The plan is
 written to ``plan.json`` first; ``--resume DIR`` reads it back and skips the runs whose
-``runs/<run>.json`` says ok, keeping the interleaving.
+``runs/<run>.json`` says ok, keeping the interleaving. A DLCP ring's run also writes its loss
+masks, ``masks/<run>.txt.gz`` (:mod:`experiments.trace_masks`).
 
 Each run (:func:`run_trace_once`): the configuration's policy, a flow-hash seed per switch and
 the scenario's lossy links (:mod:`experiments.trace_links`, both recorded), the scaled
@@ -296,6 +297,10 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
     (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
     say(settings.job.rule.describe())
     load_pool()  # made once here (PyTorch), read by every rank
+    from experiments.trace_masks import write_run_masks
+    from experiments.training.trace_worker import scaled_model
+
+    tensor_values = [layer.numel for layer in scaled_model(settings.job).layers]
     done_ids = {p.stem for p in (out / "runs").glob("*.json") if json.loads(p.read_text()).get("status") == "ok"}
     todo = [r for r in runs if r.run_id not in done_ids]
     say(f"trace sweep: {len(runs)} runs, {len(runs) - len(todo)} already recorded, {len(todo)} to run, into {out}")
@@ -325,6 +330,8 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                         shutil.copytree(logs, out / "logs" / run.run_id, dirs_exist_ok=True)
                 record["load_after"] = _load()
                 (out / "runs" / f"{run.run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+                if record["status"] == "ok":
+                    write_run_masks(out, record, tensor_values)
                 say("      " + _outcome(record))
                 meta["elapsed_s"] = round(meta.get("elapsed_s", 0) + time.monotonic() - began, 1)
                 began = time.monotonic()

@@ -7,6 +7,11 @@ values times the workers, are shares replayed by :class:`~experiments.accuracy.m
 (one worker loses the smallest-magnitude packets covering each share). The layers' sizes come
 from the sweep's ``plan.json`` (the scaled trace model its ranks ran). Per scenario the run with
 the most zero-filled values is chosen; its iteration p50 is the condition's iteration time.
+
+A run whose ranks recorded loss masks (a DLCP ring: which values were zero-filled,
+:mod:`experiments.trace_masks`; the sweep writes them to ``masks/<run id>.txt.gz``) is
+replayed from them instead: condition ``recorded-<run id>``
+(:class:`~experiments.accuracy.masks.RecordedLoss`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from experiments.accuracy.masks import CountedLoss, PacketLayout, shares_from_co
 from experiments.errors import ExperimentError
 
 PREFIX = "counts-"
+RECORDED = "recorded-"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -78,6 +84,11 @@ def lossiest_runs(folder: Path) -> tuple[dict[str, Path], dict[str, float]]:
         lost = int(figures["lost_values"])
         if lost > 0 and lost > best.get(record["scenario"], (0, path, 0.0))[0]:
             best[record["scenario"]] = (lost, path, float(figures["p50_s"]))
-    runs = {f"{PREFIX}{path.stem}": path for _, path, _ in best.values()}
-    times = {f"{PREFIX}{path.stem}": p50 for _, path, p50 in best.values()}
+    runs: dict[str, Path] = {}
+    times: dict[str, float] = {}
+    for _, path, p50 in best.values():
+        recorded = folder / "masks" / f"{path.stem}.txt.gz"
+        name = f"{RECORDED}{path.stem}" if recorded.exists() else f"{PREFIX}{path.stem}"
+        runs[name] = recorded if recorded.exists() else path
+        times[name] = p50
     return runs, times

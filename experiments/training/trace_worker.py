@@ -217,6 +217,7 @@ class TraceRank:
         self.totals: dict[int, IterationTotals] = {}
         self.errors: list[BaseException] = []
         self.origin = time.perf_counter()
+        self.masks: Any = None  # experiments.trace_masks.MaskRecorder of a DLCP ring
 
     def _event(self, iteration: int, layer: int) -> threading.Event:
         with self.lock:
@@ -288,6 +289,8 @@ class TraceRank:
         part = ordinal.get(tid, 0)
         ordinal[tid] = part + 1
         values = np.concatenate([grads[s.layer_index][s.start:s.stop] for s in segments])
+        if self.masks is not None:
+            self.masks.plan(iteration, tid, part, [(s.layer_index, s.start, s.stop) for s in segments])
         return [self.collective.allreduce_async(values, iteration=iteration, tensor_id=tid, part=part,
                                                 average=True, **options)]
 
@@ -421,7 +424,8 @@ class TraceRank:
         self._drain_done()
 
     def totals_of(self, iteration: int) -> dict[str, Any]:
-        return self.totals.get(iteration, IterationTotals()).to_dict()
+        masks = {"lost_values": self.masks.pop(iteration)} if self.masks is not None else {}
+        return {**self.totals.get(iteration, IterationTotals()).to_dict(), **masks}
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -450,6 +454,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
     if len(workers) < 1 or (not ps and world < 2):
         raise ExperimentError(f"a {job.collective} job needs more ranks than {world}")
     closers: list[Any] = []
+    masks: Any = None
     server: Any = None
     collective: Any = None
     if job.comm == "tcp":
@@ -489,6 +494,10 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
             from hosts.ring import RingAllReduce
 
             collective = RingAllReduce(endpoint, rank, peers, concurrency=MAX_CONCURRENT)
+            from experiments.trace_masks import MaskRecorder
+
+            masks = MaskRecorder(rank, world)
+            masks.attach(endpoint)
     else:
         raise ExperimentError(f"unknown --comm {job.comm!r}: dlcp or tcp")
     if collective is not None and hasattr(collective, "close"):
@@ -512,6 +521,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
             return
         grads = GradientSource([l.numel for l in trace.layers], load_pool(), seed=job.seed, rank=rank)
         worker = TraceRank(job, trace, rank, collective, grads)
+        worker.masks = masks
         records = []
         for it in range(job.iterations):
             rec = worker.run_iteration(it)
@@ -527,7 +537,8 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         _emit({"event": "iteration", **last, **worker.totals_of(job.iterations - 1)})
         totals = [worker.totals_of(i) for i in range(job.iterations)]
         _emit({"event": "done", "role": "worker", "rank": rank,
-               "totals": {**{k: sum(t[k] for t in totals) for k in TOTALED}, **received(closers)},
+               "totals": {**{k: sum(t[k] for t in totals) for k in TOTALED}, **received(closers),
+                          **({"masks_inexact": masks.inexact} if masks is not None else {})},
                "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
                "starvation": starvation(sched0, schedstat())})
     finally:

@@ -1,0 +1,135 @@
+"""Per-iteration loss masks of a trace run: which gradient values the ring zero-filled.
+
+A rank of a DLCP ring (:class:`hosts.ring.RingAllReduce`) takes each reduce-stage message
+from its left neighbour through ``Endpoint.take``; values of packets that did not arrive are
+zero there. :class:`MaskRecorder` wraps ``take`` and notes, for every message delivered with
+fewer values than it holds, the positions of its zeros, mapped back through the transfer's
+segments to (layer, element). The values are real gradients (:mod:`experiments.training.grad_values`)
+that are never exactly zero otherwise; a message whose count of zeros differs from the
+transport's count of zero-filled values is counted as ``inexact`` (and its zeros recorded).
+
+Masks are element-precise and compact: per iteration, ``{layer: "a-b,c,..."}`` of lost element
+indices, written into each iteration record (``lost_values``) and, by the sweep, into
+``masks/<run>.txt.gz`` in the format of :mod:`experiments.accuracy.masks` with
+``values_per_packet`` 1 (a lost packet is one range). Stage ``R`` only: the all-gather's lost
+values keep the previous result (not zeros), and a parameter server's pushes are zero-filled
+in the server's process; those runs have per-layer counts only (``lost_by_tensor``).
+
+In a ring's reduce-scatter the message received at step ``s`` carries the partial sums of
+``s + 1`` workers (the left neighbour and the ones before it): one mask line per worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.accuracy.masks import REDUCE, LossMasks, format_ranges, parse_ranges
+
+#: Part numbers per (iteration, tensor id) of a ring message's iteration field (hosts.ring).
+MAX_PARTS = 1024
+
+
+def _chunks(n: int, size: int) -> list[int]:
+    return [round(i * n / size) for i in range(size + 1)]
+
+
+class MaskRecorder:
+    """Zero-filled reduce-stage values of one ring rank, by iteration, worker and layer."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.steps = 2 * (size - 1)
+        self.lock = threading.Lock()
+        #: (iteration, tensor id, part) -> the transfer's segments (layer, start, stop), in order
+        self.plans: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+        #: iteration -> (worker, layer) -> lost element indices
+        self.lost: dict[int, dict[tuple[int, int], list[np.ndarray]]] = {}
+        self.inexact = 0
+
+    def plan(self, iteration: int, tensor_id: int, part: int, segments: Sequence[tuple[int, int, int]]) -> None:
+        with self.lock:
+            self.plans[(iteration, tensor_id, part)] = list(segments)
+
+    def attach(self, endpoint: Any) -> None:
+        """Wrap ``endpoint.take`` so that every delivered message passes :meth:`note`."""
+        take = endpoint.take
+
+        def recording_take(key: Any, *args: Any, **kwargs: Any) -> Any:
+            got = take(key, *args, **kwargs)
+            self.note(key, got)
+            return got
+
+        endpoint.take = recording_take
+
+    def note(self, key: Any, got: Any) -> None:
+        from hosts.wire import MsgType
+
+        size = int(got.values.size)
+        if key.kind != MsgType.GRADIENT or got.received >= size:
+            return
+        base, step = divmod(int(key.iteration), self.steps)
+        iteration, part = divmod(base, MAX_PARTS)
+        with self.lock:
+            segments = self.plans.get((iteration, int(key.tensor_id), part))
+        if segments is None or step >= self.size - 1:
+            return
+        zeros = np.flatnonzero(np.asarray(got.values).reshape(-1) == 0)
+        if zeros.size != size - got.received:
+            self.inexact += 1
+        total = sum(stop - start for _, start, stop in segments)
+        chunk = (self.rank - step - 1) % self.size
+        positions = zeros + _chunks(total, self.size)[chunk]
+        workers = [(self.rank - 1 - j) % self.size for j in range(step + 1)]
+        offset = 0
+        with self.lock:
+            per = self.lost.setdefault(iteration, {})
+            for layer, start, stop in segments:
+                n = stop - start
+                mine = positions[(positions >= offset) & (positions < offset + n)] - offset + start
+                if mine.size:
+                    for w in workers:
+                        per.setdefault((w, layer), []).append(mine)
+                offset += n
+
+    def pop(self, iteration: int) -> dict[str, dict[str, str]]:
+        """Iteration's lost elements as ``{worker: {layer: ranges}}`` (JSON-ready), forgotten here."""
+        with self.lock:
+            per = self.lost.pop(iteration, {})
+            for key in [k for k in self.plans if k[0] == iteration]:
+                del self.plans[key]
+        out: dict[str, dict[str, str]] = {}
+        for (w, layer), parts in sorted(per.items()):
+            out.setdefault(str(w), {})[str(layer)] = format_ranges(np.concatenate(parts).tolist())
+        return out
+
+
+def run_masks(record: dict[str, Any], tensor_values: Sequence[int]) -> LossMasks | None:
+    """A trace run's recorded masks (its ranks' ``lost_values``) as one mask file's content;
+    None when no rank recorded masks (TCP, a parameter server, or an older run)."""
+    ranks = [r for j in record.get("jobs", {}).values() for r in j["ranks"].values() if r.get("role") != "server"]
+    if not any("lost_values" in rec for r in ranks for rec in r["records"]):
+        return None
+    iterations = max((len(r["records"]) for r in ranks), default=0)
+    masks = LossMasks(tensors=list(tensor_values), workers=max(1, len(ranks)), iterations=iterations,
+                      values_per_packet=1, source=f"trace run {record.get('run_id', '?')}")
+    for r in ranks:
+        for rec in r["records"]:
+            for worker, layers in rec.get("lost_values", {}).items():
+                for layer, ranges in layers.items():
+                    masks.add(int(rec["iteration"]), REDUCE, int(worker), int(layer), parse_ranges(ranges).tolist())
+    return masks
+
+
+def write_run_masks(out: Path, record: dict[str, Any], tensor_values: Sequence[int]) -> Path | None:
+    """``out/masks/<run>.txt.gz`` from a run's records (None when it has no masks)."""
+    masks = run_masks(record, tensor_values)
+    if masks is None:
+        return None
+    path = out / "masks" / f"{record['run_id']}.txt.gz"
+    masks.write(path)
+    return path
