@@ -67,12 +67,12 @@ def ns3():  # type: ignore[no-untyped-def]
     return load()
 
 
-def _tiny_run(ns3, bursts: list[tuple[int, int]], port: Port):  # type: ignore[no-untyped-def]
+def _tiny_run(ns3, bursts: list[tuple[int, int]], port: Port, costs=None):  # type: ignore[no-untyped-def]
     """Send ``bursts`` (count, TOS) from h1 at t = 0, in order; returns (sink, network)."""
-    from simulator.packet.network import build
+    from simulator.packet.network import HostCosts, build
 
     ns, gf = ns3
-    net = build(tiny(1e9, 1e8, 1e-6, port))
+    net = build(tiny(1e9, 1e8, 1e-6, port), costs=costs or HostCosts())
     sink = gf.RecordingSink(net.nodes["h2"], PORT)
     first = 0
     for count, tos in bursts:
@@ -136,3 +136,28 @@ def test_per_flow_ecmp_keeps_a_path_and_spraying_uses_both(ns3) -> None:  # type
         ns.Simulator.Destroy()
     assert used[False] == [0, 40]
     assert sum(used[True]) == 40 and min(used[True]) > 0
+
+
+@needs_ns3
+def test_a_software_switch_forwards_one_packet_per_cost_and_drops_past_its_backlog(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import HostCosts
+
+    costs = HostCosts(switch_forward_s=100e-6, switch_backlog=2)
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(4, 0)], Port(rate_bps=1e8, queue_packets=4), costs)
+    # Arrivals at s1: 9, 17, 25, 33 us. Packet 0 is forwarded at 109 us (then 80 us on the
+    # port, 1 us on the wire: 190 us); 1 and 2 wait (the backlog of 2) and leave s1 at 209
+    # and 309 us (the port is idle by then); 3 finds 2 waiting and is dropped.
+    assert seqs == [0, 1, 2]
+    assert times_ns == [190_000, 290_000, 390_000]
+    assert (totals["cpu_drops"], totals["cpu_max_backlog"], totals["overflow_drops"]) == (1, 2, 0)
+
+
+@needs_ns3
+def test_packets_delivered_to_a_host_arrive_later_by_the_delivery_latency(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import HostCosts
+
+    costs = HostCosts(deliver_latency_s=500e-6)
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(2, 0)], Port(rate_bps=1e8, queue_packets=4), costs)
+    assert seqs == [0, 1]
+    assert times_ns == [590_000, 670_000]  # 90 and 170 us on the wire, then 500 us
+    assert totals["cpu_drops"] == 0

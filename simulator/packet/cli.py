@@ -57,6 +57,12 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-ms", type=float, default=1000.0,
                    help="background alone before the jobs start (the fabric's runner: 1 s)")
     p.add_argument("--rto-min-ms", type=float, default=200.0, help="ns-3 TCP's minimum RTO (Linux: 200)")
+    p.add_argument("--switch-cost-us", type=float, default=0.0,
+                   help="the emulated fabric's software switch: time to forward one packet, one at a time ahead "
+                        "of the egress queues (0: none, a hardware switch)")
+    p.add_argument("--switch-backlog", type=int, default=1000, help="packets that may wait for --switch-cost-us")
+    p.add_argument("--deliver-latency-us", type=float, default=0.0,
+                   help="the emulated fabric's hosts: each packet delivered to a host arrives this much later")
     p.add_argument("--seed", type=int, default=1000, help="seed of the first repetition")
     p.add_argument("--compare", type=Path, action="append", default=None,
                    help="fabric result folder(s) (runs/*.json) to compare with; repeatable")
@@ -118,6 +124,7 @@ def _baseline(folder: Path) -> dict[str, list[float]]:
 
 def _packet(args: argparse.Namespace) -> int:
     from simulator.packet.report import comparison_markdown, load_runs, run_figures, summarise
+    from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
     from simulator.packet.runtime import PacketSimulationError, load
     from simulator.packet.scenarios import configuration, scenario, tiled
@@ -126,6 +133,7 @@ def _packet(args: argparse.Namespace) -> int:
     topo = _topology(args.topo, EXPERIMENT_TOPOLOGY)
     workload = _workload(args, topo.port.rate_bps)
     host_time = _baseline(args.baseline) if args.baseline is not None else None
+    costs = HostCosts(args.switch_cost_us * 1e-6, args.switch_backlog, args.deliver_latency_us * 1e-6)
     scenarios = [scenario(s) for s in args.scenarios]
     configs = [configuration(c) for c in args.configs]
     if args.tile:
@@ -156,7 +164,7 @@ def _packet(args: argparse.Namespace) -> int:
                         raise PacketSimulationError(f"--baseline {args.baseline}: no runs of a {config.comm} "
                                                     f"configuration to replay for {config.name}")
                     wl = replace(workload, host_samples=tuple(samples))
-                settings = RunSettings(wl, iterations=args.iterations, ordering=args.ordering,
+                settings = RunSettings(wl, iterations=args.iterations, ordering=args.ordering, costs=costs,
                                        rto_min_s=args.rto_min_ms * 1e-3, seed=args.seed + r,
                                        job_start_s=args.warmup_ms * 1e-3,
                                        progress=None if args.quiet else (lambda m: print(m, flush=True)))
@@ -181,7 +189,9 @@ def _packet(args: argparse.Namespace) -> int:
         head = (f"# Packet simulation (ns-3) of the training experiment\n\nMade by `{command}` on {stamp}, "
                 f"{(time.monotonic() - t0) / 60:.1f} min wall. Topology {topo.name} ({len(topo.hosts)} hosts); "
                 f"workload: {workload.note}"
-                f"{'' if args.baseline is None else f', host time replayed from {args.baseline}'}; host order {args.ordering}; TCP rto_min {args.rto_min_ms:g} ms.\n\n")
+                f"{'' if args.baseline is None else f', host time replayed from {args.baseline}'}; host order {args.ordering}; TCP rto_min {args.rto_min_ms:g} ms; "
+                f"switch forwarding {args.switch_cost_us:g} us per packet (backlog {args.switch_backlog}), "
+                f"delivery latency {args.deliver_latency_us:g} us.\n\n")
         (out / "results.md").write_text(head + table)
         # "meta" as the experiment's sweeps write it, so `gradfabric experiment report` reads the folder.
         meta = {"command": command, "started": started, "load_at_start": load_at_start,

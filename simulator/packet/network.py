@@ -18,6 +18,22 @@ from simulator.packet.runtime import PacketSimulationError, load
 from simulator.packet.topology import Topology
 
 
+@dataclass(frozen=True)
+class HostCosts:
+    """Costs of the emulated fabric's software that links and queues do not have (none by
+    default; ``EcmpRouting::SetHostCosts``): each switch forwards one packet per
+    ``switch_forward_s`` in arrival order, at most ``switch_backlog`` waiting, ahead of its
+    egress queues; each packet delivered to a host arrives ``deliver_latency_s`` later."""
+
+    switch_forward_s: float = 0.0
+    switch_backlog: int = 1000
+    deliver_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.switch_forward_s < 0 or self.deliver_latency_s < 0 or self.switch_backlog < 1:
+            raise PacketSimulationError(f"host costs must be non-negative with a backlog of at least one ({self})")
+
+
 @dataclass
 class Network:
     """The ns-3 objects of a built topology, by name."""
@@ -43,10 +59,14 @@ class Network:
             total["ecn_marks"] += int(qd.marks)
             total["enqueued"] += int(qd.enqueued)
             total["max_depth"] = max(total["max_depth"], int(qd.maxDepth))
+        switches = [self.routing[s] for s in self.topology.switches if s in self.routing]
+        total["cpu_drops"] = sum(int(r.cpuDrops) for r in switches)
+        total["cpu_max_backlog"] = max((int(r.cpuMaxBacklog) for r in switches), default=0)
         return total
 
 
-def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: int = 0) -> Network:
+def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: int = 0,
+          costs: HostCosts = HostCosts()) -> Network:
     """Build ``topology`` in ns-3 (module doc). ``seed`` derives every switch's ECMP seed."""
     ns, gf = load()
     topology.validate()
@@ -90,6 +110,10 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
     hops = topology.next_hops()
     for index, name in enumerate(topology.hosts + topology.switches):
         routing = gf.InstallEcmpRouting(nodes[name], seed * 1_000_003 + index, spray and name in switches, spray_port)
+        if name in switches:
+            routing.SetHostCosts(costs.switch_forward_s, costs.switch_backlog, 0.0)
+        else:
+            routing.SetHostCosts(0.0, 1, costs.deliver_latency_s)
         ipv4 = nodes[name].GetObject[ns.Ipv4]()
         for host, neighbours in hops[name].items():
             for other in neighbours:

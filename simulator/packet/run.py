@@ -18,11 +18,11 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from simulator.packet.jobs import JobRun, JobSpec
-from simulator.packet.network import Network, build
+from simulator.packet.network import HostCosts, Network, build
 from simulator.packet.runtime import PacketSimulationError, load
 from simulator.packet.scenarios import QUEUE_THRESHOLD, Configuration, Scenario
 from simulator.packet.topology import Topology
@@ -48,6 +48,7 @@ class RunSettings:
     dlcp_reorder_grace_s: float = 0.0  # sprayed fabrics: the last probe waits max(this, SRTT)
     spraying: bool = False
     seed: int = 1
+    costs: HostCosts = field(default_factory=HostCosts)  # the emulated fabric's software (none: a real one)
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
     progress: Callable[[str], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -145,7 +146,8 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     ns.Config.SetDefault("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TcpNewReno.GetTypeId()))
     ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(1448))
     ns.RngSeedManager.SetSeed(max(1, settings.seed))
-    net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT)
+    net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT,
+                costs=settings.costs)
     gloo = config.comm == "gloo"
     gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
     transport = _Transport(net, replace(settings, spraying=config.spraying), gloo_hosts)
@@ -207,7 +209,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "switches": len(topology.switches), "simulated_s": round(end_s, 4),
                             "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
                             "workload": settings.workload.note, "ordering": settings.ordering,
-                            "rto_min_s": settings.rto_min_s, **settings.extra}
+                            "rto_min_s": settings.rto_min_s, "host_costs": asdict(settings.costs), **settings.extra}
     ns.Simulator.Destroy()
     return record
 

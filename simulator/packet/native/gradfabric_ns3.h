@@ -191,7 +191,21 @@ class EcmpRouting : public Ipv4RoutingProtocol
         m_routes[destination].push_back({interface, gateway});
     }
 
+    // Host-side costs of the emulated fabric, none by default. `forwardCost`: a software
+    // switch forwards one packet at a time: each packet it forwards takes that long of one
+    // server, in arrival order, ahead of the egress queues; at most `backlog` packets wait
+    // (beyond: dropped, counted in cpuDrops). `deliverLatency`: each packet delivered to this
+    // node's own sockets arrives that much later (a receiving process's wake-up).
+    void SetHostCosts(double forwardCost, uint32_t backlog, double deliverLatency)
+    {
+        m_forwardCost = Seconds(forwardCost);
+        m_backlog = backlog;
+        m_deliverLatency = Seconds(deliverLatency);
+    }
+
     uint64_t sprayed = 0;
+    uint64_t cpuDrops = 0;
+    uint32_t cpuMaxBacklog = 0;
 
     Ptr<Ipv4Route> RouteOutput(Ptr<Packet> p, const Ipv4Header& header, Ptr<NetDevice> oif,
                                Socket::SocketErrno& sockerr) override
@@ -212,7 +226,14 @@ class EcmpRouting : public Ipv4RoutingProtocol
             {
                 return false;
             }
-            lcb(p, header, iif);
+            if (m_deliverLatency.IsZero())
+            {
+                lcb(p, header, iif);
+            }
+            else
+            {
+                Simulator::Schedule(m_deliverLatency, [lcb, p, header, iif]() { lcb(p, header, iif); });
+            }
             return true;
         }
         Ptr<Ipv4Route> route = Pick(p, header);
@@ -221,7 +242,25 @@ class EcmpRouting : public Ipv4RoutingProtocol
             ecb(p, header, Socket::ERROR_NOROUTETOHOST);
             return true;
         }
-        ucb(route, p, header);
+        if (m_forwardCost.IsZero())
+        {
+            ucb(route, p, header);
+            return true;
+        }
+        Time now = Simulator::Now();
+        if (m_busyUntil < now)
+        {
+            m_busyUntil = now;
+        }
+        auto waiting = static_cast<uint32_t>((m_busyUntil - now).GetDouble() / m_forwardCost.GetDouble());
+        if (waiting >= m_backlog)
+        {
+            cpuDrops++;
+            return true;
+        }
+        cpuMaxBacklog = std::max(cpuMaxBacklog, waiting + 1);
+        m_busyUntil += m_forwardCost;
+        Simulator::Schedule(m_busyUntil - now, [ucb, route, p, header]() { ucb(route, p, header); });
         return true;
     }
 
@@ -319,6 +358,10 @@ class EcmpRouting : public Ipv4RoutingProtocol
     bool m_spray = false;
     uint16_t m_sprayPort = 0;
     std::mt19937_64 m_rng;
+    Time m_forwardCost;
+    uint32_t m_backlog = 0;
+    Time m_deliverLatency;
+    Time m_busyUntil;
 };
 
 inline Ptr<EcmpRouting>
