@@ -277,7 +277,7 @@ class Switch:
             else:
                 from p4switch.native.pipeline import try_native
 
-                native, reason = try_native(program, self.config.device_id)
+                native, reason = try_native(program, self.config.device_id, for_switch=True)
                 if native is not None:
                     log.info("pipeline runs on the native datapath (%s)", native.path.name)
                     return native

@@ -26,13 +26,16 @@ from p4switch.native.recorder import Recorded
 from p4switch.tables import MATCH_KINDS
 
 _ROLES = ("parser", "verify", "ingress", "egress", "compute", "deparser")
-_UNSUPPORTED_EXTERNS = ("resubmit", "resubmit_preserving_field_list", "recirculate",
-                        "recirculate_preserving_field_list")
+_UNSUPPORTED_EXTERNS: tuple[str, ...] = ()
+#: Externs the switch loops of gf_switch.h do not run (NativePipeline.process does).
+_LOOP_EXTERNS = ("resubmit", "resubmit_preserving_field_list", "recirculate", "recirculate_preserving_field_list")
 #: Slots of the packet's own after the program's: their macro names and what they hold.
 _OWN_SLOTS = (("GF_TRUNCATE", "truncate(n): the frame leaves cut to n bytes (0: whole)"),
               ("GF_CLONE", "clone requested: 0 none, 1 I2E (end of ingress), 2 E2E (end of egress)"),
               ("GF_CLONE_SESSION", "the clone session"),
-              ("GF_CLONE_FL", "1 + the field list the clone keeps (0: none)"))
+              ("GF_CLONE_FL", "1 + the field list the clone keeps (0: none)"),
+              ("GF_RESUBMIT", "resubmit requested: 0 none, else 1 + (1 + the field list it keeps, 0: none)"),
+              ("GF_RECIRC", "recirculate requested: 0 none, else 1 + (1 + the field list it keeps, 0: none)"))
 
 
 _SELECTOR_ALGORITHMS = {fn: name for name, fn in ALGORITHMS.items()}
@@ -73,6 +76,7 @@ class ProgramGen(LoopGen, FunctionGen):
         self.compound_fns: set[str] = set()  # functions returning a header or struct (into r_)
         self.function_defs: list[list[str]] = []
         self.instance_fns: dict[int, str] = {}
+        self.switch_reason = ""  # why the switch loops cannot run the program ("": they can)
         self.sub_parsers: set[str] = set()  # instance functions that are parsers applied in a parser
         self.fn_ret: Any = None  # the return type while a function's body is generated
         self.faults: list[P4SwitchError] = []  # the errors that fail a packet, by fault code - 1
@@ -104,6 +108,9 @@ class ProgramGen(LoopGen, FunctionGen):
                 if sub.data in ("call", "method_call_stmt") and isinstance(sub.children[0], Tree) \
                         and sub.children[0].data == "var" and _name(sub.children[0]) in _UNSUPPORTED_EXTERNS:
                     raise self.fail(sub, f"extern {_name(sub.children[0])}")
+                if sub.data in ("call", "method_call_stmt") and isinstance(sub.children[0], Tree) \
+                        and sub.children[0].data == "var" and _name(sub.children[0]) in _LOOP_EXTERNS:
+                    self.switch_reason = self.switch_reason or f"extern {_name(sub.children[0])}{self.where(sub) and ' (' + self.where(sub) + ')'}"
                 if sub.data == "exit_stmt":
                     self.has_exit = True
         for name, table in c.tables.items():
@@ -463,6 +470,17 @@ class ProgramGen(LoopGen, FunctionGen):
             "    default: break;",
             "    }",
             "}",
+            "/* A resubmitted (the arriving frame) or recirculated (the deparsed frame) packet's ingress:",
+            " * fresh metadata, instance type `itype`, after its parser the fields of list `fl` - 1 of `from`. */",
+            "static void gf_ingress_again(gf_ctx *c, const gf_ctx *from, const uint8_t *data, uint32_t len,",
+            "                             uint32_t port, uint64_t now, uint64_t fl, uint64_t itype) {",
+            "    memcpy(c->s, gf_template, sizeof c->s);",
+            "    c->data = data; c->len = len; c->pos = 0; c->payload_off = 0; c->now_us = now; c->exit_flag = 0;",
+            "    c->ndig = 0; c->fault = 0;",
+            f"    S[{std['ingress_port']}] = port; S[{std['instance_type']}] = itype; S[{std['packet_length']}] = len;",
+            f"    S[{std['ingress_global_timestamp']}] = now;",
+            "    ctl_parser(c); gf_preserve(c, from, fl); ctl_verify(c); c->exit_flag = 0; if (!c->fault) ctl_ingress(c);",
+            "}",
             "/* Egress, checksum update and deparser: the frame's length in `out`, or -1 (dropped). */",
             "static int gf_egress_run(gf_ctx *c, uint32_t port, uint64_t enq_ts, uint64_t enq_qdepth,",
             "                         uint64_t deq_td, uint64_t deq_qdepth, uint8_t *out) {",
@@ -503,10 +521,11 @@ class GeneratedC:
     source: str
     faults: list[P4SwitchError]  # the errors fault codes stand for (`gf_process` returns -1 - code)
     log_formats: list[str]  # the text of each log_msg, by its word's offset from LOG_ID
+    switch_reason: str = ""  # why the switch loops cannot run it ("": they can)
 
 
 def generate_c(compiled: CompiledProgram, rec: Recorded, with_switch: bool = True) -> GeneratedC:
     """The C file for a recorded compilation (NativeUnsupported when not covered)."""
     gen = ProgramGen(compiled, rec)
     source = gen.generate(with_switch)
-    return GeneratedC(source, gen.faults, gen.log_formats)
+    return GeneratedC(source, gen.faults, gen.log_formats, gen.switch_reason)

@@ -404,6 +404,15 @@ class StmtGen(StackGen):
                        f"S[GF_CLONE_SESSION] = {self.cx(args[1])} & UINT64_C(0xFFFFFFFF); "
                        f"S[GF_CLONE_FL] = {0 if index is None else index + 1};")
             return
+        if name in ("resubmit", "resubmit_preserving_field_list", "recirculate",
+                    "recirculate_preserving_field_list"):
+            found = self.rec.loops.get(id(node))
+            if found is None:
+                raise self.fail(node, name)
+            kind, index = found  # acted on at the end of ingress (resubmit) or egress (recirculate)
+            slot = "GF_RESUBMIT" if kind == "resubmit" else "GF_RECIRC"
+            out.append(f"{ind}S[{slot}] = {1 if index is None else index + 2};")
+            return
         if name == "truncate":  # the frame leaves cut to that many bytes (0: whole)
             out.append(f"{ind}S[GF_TRUNCATE] = {self.cx(args[0])} & UINT64_C(0xFFFFFFFF);")
             return

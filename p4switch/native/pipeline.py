@@ -36,6 +36,9 @@ class NativePipeline:
         compiled, recorded = compile_recorded(program, seed)
         generated = generate_c(compiled, recorded)
         self.source, self.faults, self.log_formats = generated.source, generated.faults, generated.log_formats
+        #: Why the switch loops (gf_switch.h) cannot run the program, "" when they can: resubmit
+        #: and recirculate run in `process()` only.
+        self.switch_reason = generated.switch_reason
         self.path = build(self.source)
         self.lib = load(self.path)
         self.prog = ctypes.c_void_p(self.lib.gf_prog_create())
@@ -117,12 +120,17 @@ class NativePipeline:
             self.prog = ctypes.c_void_p(None)
 
 
-def try_native(program: Program, seed: int = 0) -> tuple[NativePipeline | None, str]:
-    """The native pipeline, or None and one line saying why the Python pipeline is used."""
+def try_native(program: Program, seed: int = 0, for_switch: bool = False) -> tuple[NativePipeline | None, str]:
+    """The native pipeline, or None and one line saying why the Python pipeline is used
+    (`for_switch`: also when the native switch loops cannot run the program)."""
     if find_compiler() is None:
         return None, "no C compiler found (install gcc or set CC)"
     try:
-        return NativePipeline(program, seed), "native"
+        pipe = NativePipeline(program, seed)
+        if for_switch and pipe.switch_reason:
+            pipe.close()
+            return None, f"the native switch does not cover {pipe.switch_reason}"
+        return pipe, "native"
     except NativeUnsupported as exc:
         return None, f"the native backend does not cover {exc}"
     except NativeBuildError as exc:

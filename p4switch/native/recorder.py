@@ -67,6 +67,8 @@ class Recorded:
     missing_externs: set[str] = field(default_factory=set)  # extern functions without a body called
     assertions: dict[int, str] = field(default_factory=dict)  # assert/assume call -> failure message
     clones: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # clone call -> (type, list)
+    # resubmit/recirculate call -> ("resubmit" or "recirculate", field list or None)
+    loops: dict[int, tuple[str, int | None]] = field(default_factory=dict)
     # id(lvalue) -> (the lvalue reading temporaries, [(temporary's var node, index expression)])
     # for an lvalue whose indices make calls (StmtCompiler.hoist_indices)
     hoisted: dict[int, tuple[Any, list[tuple[Any, Any]]]] = field(default_factory=dict)
@@ -181,6 +183,25 @@ class RecordingCompiler(Compiler):
     def _assertion(self, node: Tree, args: list, scope: Scope, what: str) -> E:
         e = super()._assertion(node, args, scope, what)
         self.recorded.assertions[id(node)] = e.extra[1]  # ("assertion", message)
+        self.recorded.keep.append(node)
+        return e
+
+    def _v1_resubmit(self, node: Tree, args: list, scope: Scope) -> E:
+        return self._loop_recorded(node, "resubmit", None, super()._v1_resubmit(node, args, scope))
+
+    def _v1_resubmit_preserving_field_list(self, node: Tree, args: list, scope: Scope) -> E:
+        e = super()._v1_resubmit_preserving_field_list(node, args, scope)
+        return self._loop_recorded(node, "resubmit", self.const_int(args[0]), e)
+
+    def _v1_recirculate(self, node: Tree, args: list, scope: Scope) -> E:
+        return self._loop_recorded(node, "recirculate", None, super()._v1_recirculate(node, args, scope))
+
+    def _v1_recirculate_preserving_field_list(self, node: Tree, args: list, scope: Scope) -> E:
+        e = super()._v1_recirculate_preserving_field_list(node, args, scope)
+        return self._loop_recorded(node, "recirculate", self.const_int(args[0]), e)
+
+    def _loop_recorded(self, node: Tree, kind: str, index: int | None, e: E) -> E:
+        self.recorded.loops[id(node)] = (kind, index)
         self.recorded.keep.append(node)
         return e
 
