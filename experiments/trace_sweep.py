@@ -154,11 +154,12 @@ class TraceSite:
         from experiments import trace_links
         from gradfabric import fabric as fabric_file
 
-        description = self.fabric.description_path
+        description, prefix = self.fabric.description_path, self.fabric.options.prefix
         spec = fabric_file.load(description)
-        seeds = trace_links.draw_hash_seeds([sw.name for sw in spec.switches], sc.name, run.seed)
-        lossy = trace_links.lossy_ports(spec.links, sc.lossy_links) if sc.lossy_links else {}
-        trace_links.set_run_state(description, seeds, lossy, sc.link_loss)
+        seeds = trace_links.draw_hash_seeds([sw.name[len(prefix):] for sw in spec.switches], sc.name, run.seed)
+        named = [(prefix + a, prefix + b) for a, b in sc.lossy_links]
+        lossy = trace_links.lossy_ports(spec.links, named) if named else {}
+        trace_links.set_run_state(description, {prefix + n: s for n, s in seeds.items()}, lossy, sc.link_loss)
         return {"hash_seeds": seeds, "lossy_ports": lossy}
 
     def link_drops(self, lossy: dict[str, list[int]]) -> dict[str, dict[int, int]]:

@@ -281,3 +281,73 @@ def test_layout_table_lists_every_part() -> None:
     assert folders | {"gradfabric/command"} == listed, (
         f"layout table out of date: missing {sorted(folders - listed)}, gone {sorted(listed - folders - {'gradfabric/command'})}")
     assert (ROOT / "gradfabric" / "command" / "cli.py").is_file()
+
+
+# -- the trace-driven experiment's claims (README.md, experiments/README.md) -----------------
+# Each committed trace sweep folder linked from experiments/README.md, and what the READMEs say
+# of it, read from its runs/*.json and results.json.
+TRACE_FOLDERS = re.compile(r"\]\(results/training/(trace-[\w-]+)/README\.md\)")
+
+
+def trace_folders() -> list[Path]:
+    names = dict.fromkeys(TRACE_FOLDERS.findall((ROOT / "experiments" / "README.md").read_text()))
+    return [ROOT / "experiments" / "results" / "training" / n for n in names]
+
+
+def trace_records(folder: Path) -> list[dict]:
+    import json
+
+    return [json.loads(p.read_text()) for p in sorted((folder / "runs").glob("*.json"))]
+
+
+def trace_summary(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "results.json").read_text())["summary"]
+
+
+def test_trace_readme_paragraph_matches_the_committed_sweeps() -> None:
+    """README.md: the trace experiment "has run only as a smoke test ...: every run was
+    CPU-starved"; "the mechanisms now act in a training job (magnitude drops, ECN marks,
+    layer-wise overlap)"."""
+    text = normalized(ROOT / "README.md").split("The trace-driven experiment (`gradfabric experiment trace`", 1)[1]
+    text = text.split("## ", 1)[0]
+    folders = trace_folders()
+    assert len(folders) >= 2, "experiments/README.md links the committed trace sweeps"
+    ok = [r for f in folders for r in trace_records(f) if r["status"] == "ok"]
+    for phrase in ("every run was CPU-starved",
+                   "the mechanisms now act in a training job (magnitude drops, ECN marks, layer-wise overlap)"):
+        assert phrase in text, f"README.md no longer says {phrase!r}: update this test with the text"
+    assert ok and all(r["cpu_starved"] for r in ok), "README says every trace run was CPU-starved"
+    from experiments.trace_report import run_figures
+
+    figures = [run_figures(r) for r in ok if r["config"] == "dlcp"]
+    assert any(f["magnitude_drops"] for f in figures) and any(f["ecn_marks"] for f in figures)
+    assert any(f["overlap_share"] > 0 for f in figures)
+
+
+def test_trace_mechanisms_figures_are_its_results() -> None:
+    """experiments/README.md's sentence on the mechanisms-alone sweep: each speed-up and the
+    dropping run's share are the folder's results.json (paired p50 medians)."""
+    name = "trace-mechanisms-20261126-090158"
+    folder = ROOT / "experiments" / "results" / "training" / name
+    text = normalized(ROOT / "experiments" / "README.md").split(f"[{name}]", 1)[1][:900]
+    s = trace_summary(folder)["tcp"]
+    rounds = re.search(r"(\d+) rounds, all runs CPU-starved", text)
+    assert rounds and all(s[c]["runs"] == int(rounds.group(1)) == s[c]["cpu_bound"] for c in s)
+    for phrase, config in (("the DLCP transport", "transport"), ("in its own class", "transport-qos"),
+                           ("dropping", "dropping"), ("spraying", "spraying"),
+                           ("per-layer priority with layer-wise overlap", "priority")):
+        m = re.search(re.escape(phrase) + r" ([\d.]+)x", text)
+        assert m, f"experiments/README.md no longer quotes /{phrase} N.NNx/ for {name}"
+        assert shown_as(m.group(1), s[config]["speedup_p50"]["median"]), (phrase, m.group(1))
+    m = re.search(r"\(([\d.]+)% zero-filled by queue overflow within the bound, (\d+) magnitude drops\)", text)
+    assert m and shown_as(m.group(1), s["dropping"]["loss_share"] * 100)
+    assert int(m.group(2)) == s["dropping"]["magnitude_drops"]
+
+
+def test_trace_claims_catch_a_drifted_figure() -> None:
+    """0.33x written as 0.34x no longer matches the transport's paired median."""
+    s = trace_summary(ROOT / "experiments" / "results" / "training" / "trace-mechanisms-20261126-090158")["tcp"]
+    assert shown_as("0.33", s["transport"]["speedup_p50"]["median"])
+    assert not shown_as("0.34", s["transport"]["speedup_p50"]["median"])
