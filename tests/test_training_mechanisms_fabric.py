@@ -113,8 +113,12 @@ class Site:
         switches = {name: now.minus(before[name]) for name, now in after.items()}
         assert not any(c.went_backwards() for c in switches.values()), "a switch's counters went backwards"
         udp = {h: _udp_drops(n) - udp[h] for h, n in nodes.items()}
-        self.runs[label] = FabricRun(record, switches, udp)
-        return self.runs[label]
+        run = self.runs[label] = FabricRun(record, switches, udp)
+        totals = {k: sum(int(r["totals"].get(k, 0)) for r in run.ranks())
+                  for k in ("packets", "retransmitted", "received_packets", "eligible", "lost", "reordered")}
+        print(f"{label}: {record['seconds']} s training; switches: {record['switch']['magnitude_drops']} magnitude "
+              f"drops, {record['switch']['queue_drops']} queue drops; ranks: {totals}")
+        return run
 
 
 @pytest.fixture(scope="module")
