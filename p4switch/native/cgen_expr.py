@@ -507,6 +507,13 @@ def wide_offsets(t: P4Type) -> list[int]:
     return out
 
 
+def wide_parts(bit_offset: int, width: int) -> list[tuple[int, int]]:
+    """(bit offset, width) in the packet of each word of a bit<width> field at `bit_offset`,
+    least significant word first."""
+    n = (width + 63) // 64
+    return [(bit_offset + width - 64 * i - min(64, width - 64 * i), min(64, width - 64 * i)) for i in range(n)]
+
+
 def wide_zero(base: int, t: P4Type) -> str:
     """C zeroing the words of the wide fields of a value of type `t` at static slot `base`."""
     return " ".join(f"memset(&S[GF_WSLOT({base + o})], 0, GF_WW * sizeof(uint64_t));" for o in wide_offsets(t))

@@ -17,7 +17,7 @@ from lark import Tree
 
 from p4switch.compiler.compiled import E
 from p4switch.frontend.types import HeaderT, StackT, StructT, field_offset, slot_count
-from p4switch.native.cgen_expr import wide_offsets
+from p4switch.native.cgen_expr import wide_offsets, wide_parts, wide_zero
 from p4switch.native.cgen_varbit import VarbitGen
 
 
@@ -80,10 +80,19 @@ class StackGen(VarbitGen):
         unions) nextIndex + 1."""
         pre, base, offset, siblings, post = self.union_place(node, member_node)
         nbytes, fields = layout
+        wide = [(so, bo, w[1]) for so, bo, w in fields if isinstance(w, tuple)]
+        if wide and pre:
+            raise self.fail(node, "extract into a union in a stack with fields wider than 64 bits")
         out.append(f"{ind}{{ {' '.join(pre)}")
         out.append(f"{ind}  if (c->pos + {nbytes} > c->len) {{ err_ = {self.error_index('PacketTooShort')}; goto p_error; }}")
         out.append(f"{ind}  uint64_t *u_ = &S[{base}]; const uint8_t *d_ = c->data + c->pos;")
+        if wide:  # every member's wide words cleared (the others become invalid), then m's read
+            out.append(f"{ind}  {wide_zero(int(base), self.e(member_node.children[0]).type)}")
         for so, bo, w in fields:
+            if isinstance(w, tuple):
+                for i, (wbo, ww) in enumerate(wide_parts(bo, w[1])):
+                    out.append(f"{ind}  S[GF_WSLOT({int(base) + offset + so}) + {i}] = gf_get(d_, {wbo}, {ww});")
+                continue
             out.append(f"{ind}  u_[{offset + so}] = gf_get(d_, {bo}, {w});")
         for off, n in siblings:
             out.append(f"{ind}  memset(&u_[{off}], 0, {n} * sizeof(uint64_t));")

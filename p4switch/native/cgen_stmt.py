@@ -10,7 +10,7 @@ from lark import Tree
 from p4switch.compiler.compiled import ActionImpl, ExternInstance, PacketParam, TableImpl
 from p4switch.errors import P4SwitchError
 from p4switch.frontend.types import BitT, BoolT, HeaderT, ListT, StackT, StructT, VarbitT, field_offset, slot_count
-from p4switch.native.cgen_expr import copy_code, is_signed, lit, wide_offsets, wide_zero, width_of
+from p4switch.native.cgen_expr import copy_code, is_signed, lit, wide_offsets, wide_parts, wide_zero, width_of
 from p4switch.native.cgen_stacks import StackGen
 from p4switch.runtime import PipelineAssertion
 
@@ -548,7 +548,7 @@ class StmtGen(StackGen):
             target = self.e(args[0])
             if isinstance(target.type, HeaderT) and isinstance(target.extra, tuple) and target.extra \
                     and target.extra[0] == "union_member":
-                self.extract_union_member(node, args[0], self.header_layout(target.type, node), out, ind)
+                self.extract_union_member(node, args[0], self.header_layout(target.type, node, wide=True), out, ind)
                 return
             if isinstance(target.type, HeaderT) and isinstance(target.extra, tuple) and target.extra \
                     and target.extra[0] == "stack_next":
@@ -620,13 +620,6 @@ class StmtGen(StackGen):
                 self.emit(node, t.elem, place.at(1 + i * stride, t.elem), out, ind)
             return
         raise self.fail(node, f"emit of {t}")
-
-
-def wide_parts(bit_offset: int, width: int) -> list[tuple[int, int]]:
-    """(bit offset, width) in the packet of each word of a bit<width> field at `bit_offset`,
-    least significant word first."""
-    n = (width + 63) // 64
-    return [(bit_offset + width - 64 * i - min(64, width - 64 * i), min(64, width - 64 * i)) for i in range(n)]
 
 
 def _is_initializer(node: Any) -> bool:
