@@ -12,7 +12,7 @@ from pathlib import Path
 from simulator.report import markdown_table
 
 HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "sweeps", "runs", "CPU starvation s",
-          "p50 measured (ms)", "p50 predicted, no host cost (ms)", "host cost (us/pkt, calibrated on other sweeps)",
+          "p50 measured (ms)", "p50 predicted, host cost 0 (ms)", "host cost (us/pkt, calibrated on other sweeps)",
           "p50 predicted (ms)", "p50 error", "p99 measured (ms)", "p99 predicted (ms)", "p99 error",
           "exposed comm. measured (ms)", "exposed comm. predicted (ms)", "notes"]
 RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same", "pairs in the same order"]
