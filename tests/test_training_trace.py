@@ -91,6 +91,25 @@ def test_tcp_ring_job_reduces_every_value() -> None:
 
 @needs_trace
 @pytest.mark.slow
+def test_ddp_buckets_mark_the_jobs_bound_drop_eligible() -> None:
+    """DDP buckets carry no loss policy: with a bound the ranks mark its share of each
+    reduce-stage message drop-eligible (else the switches' magnitude dropping has nothing
+    to drop); without one, nothing. The all-gather stage (parameters) is never marked."""
+    for bound in (0.1, 0.0):
+        outs = _run_job(2, "--comm", "dlcp", "--scheduler", "fusion", "--overlap", "ddp", "--grad-bound", str(bound))
+        for lines in outs:
+            done = lines[-1]
+            assert done["event"] == "done"
+            totals = done["totals"]
+            # a ring of two: half of what a rank sends is its reduce-stage chunk, half all-gather
+            reduce_values = totals["bytes"] / 4 / 2
+            assert totals["eligible_elements"] <= bound * reduce_values * 1.01, (bound, totals)
+            assert totals["eligible_elements"] >= bound * reduce_values * 0.95, (bound, totals)
+            assert (totals["eligible"] > 0) == (bound > 0), totals
+
+
+@needs_trace
+@pytest.mark.slow
 def test_dlcp_ps_layerwise_job() -> None:
     outs = _run_job(3, "--comm", "dlcp", "--collective", "ps", "--scheduler", "dlcp", "--overlap", "layerwise",
                     "--grad-bound", "0.1")

@@ -275,10 +275,12 @@ class TraceRank:
                 self._event(iteration, layer).set()
 
     def _start(self, iteration: int, ordinal: dict[int, int], transfer: Any, grads: list[np.ndarray]) -> list[Future]:
+        # A scheduler without loss policies (DDP buckets, P3) marks the job's bound, as the DDP hook does.
+        share = transfer.loss.drop_eligible_share if transfer.loss is not None else self.job.grad_bound
         options: dict[str, Any] = {"prio_hint": transfer.priority, "num_layers": len(self.layers),
-                                   "drop_eligible": transfer.loss is not None, "timeout": self.job.timeout_s}
-        if transfer.loss is not None:
-            options["eligible_share"] = transfer.loss.drop_eligible_share
+                                   "drop_eligible": share > 0, "timeout": self.job.timeout_s}
+        if share > 0:
+            options["eligible_share"] = share
         segments = [s for s in transfer.segments if s.numel > 0]
         if self.is_ps:
             options.pop("timeout")
