@@ -62,6 +62,8 @@ MAX_ROUNDS = 8
 DLCP_IN_FLIGHT = 4
 DRAWS_PER_RUN = 2_000
 CALIBRATION_DRAWS = 200
+#: A measured order of two configurations is clear when this share of run resamples keeps it.
+BOOTSTRAP, CLEAR_ORDER = 1_000, 0.95
 FRAME_BYTES = 1500
 #: The trace worker's caps (experiments/training/trace_worker.py), divided by b at run time.
 DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PARTITION_BYTES = 25 * 2**20, 1 * 2**20, 4 * 2**20
@@ -247,6 +249,14 @@ def _inputs(run: Run, cnn: ModelTrace | None, traces: Path, hosts: dict[str, tup
     return _Inputs(cnn, host[0], host[1])
 
 
+def bootstrap_p50(runs: Sequence[Sequence[float]], resamples: int = BOOTSTRAP, seed: int = 0) -> np.ndarray:
+    """p50 of the pooled iteration times of ``runs`` resampled with replacement (whole runs:
+    iterations of one run share its conditions), ``resamples`` times."""
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(runs), size=(resamples, len(runs)))
+    return np.array([np.median(np.concatenate([runs[i] for i in pick])) for pick in picks])
+
+
 def _error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
@@ -300,6 +310,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     points: list[tuple[str, float, float, float, float]] = []
     errors: dict[str, list[float]] = defaultdict(list)
     by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
+    run_times: dict[tuple[str, str, float, str], list[list[float]]] = {}
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], order.get(k[3], 99))):
         kind, scenario, pps, config = key
         members = [runs[i] for i in groups[key]]
@@ -339,6 +350,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         e50, e99 = _error(p50, m50), _error(p99, m99)
         errors[kind].append(abs(e50))
         by_scenario[(kind, scenario, pps)][config] = (m50, p50)
+        run_times[(kind, scenario, pps, config)] = [r.iterations for r in members]
         points.append((f"{kind} {scenario} {config} {pps / 1e3:,.0f}k", m50, p50, m99, p99))
         costs_us = sorted({round(c * 1e6) for c, _ in cal})
         cost_text = "/".join(f"{c:,}" for c in costs_us) + f" (on {min(n for _, n in cal)}+ runs)"
@@ -354,8 +366,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         p = _ranking({c: v[1] for c, v in values.items()})
         pairs = [(a, b) for n, a in enumerate(m) for b in m[n + 1:]]
         kept = sum(1 for a, b in pairs if p.index(a) < p.index(b))
+        boot = {c: bootstrap_p50(run_times[(kind, scenario, pps, c)]) for c in m}
+        clear = [(a, b) for a, b in pairs if float(np.mean(boot[a] < boot[b])) >= CLEAR_ORDER]
+        kept_clear = sum(1 for a, b in clear if p.index(a) < p.index(b))
         rank_rows.append([kind, scenario, f"{pps:,.0f}", " < ".join(m), " < ".join(p), "yes" if m == p else "no",
-                          f"{kept} of {len(pairs)}"])
+                          f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}"])
     return write_report(out, command, rows, rank_rows, points, errors, family_rows)
 
 

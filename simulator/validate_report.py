@@ -15,7 +15,8 @@ HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "sweeps", "runs", 
           "p50 measured (ms)", "p50 predicted, host cost 0 (ms)", "host cost (us/pkt, calibrated on other sweeps)",
           "p50 predicted (ms)", "p50 error", "p99 measured (ms)", "p99 predicted (ms)", "p99 error",
           "exposed comm. measured (ms)", "exposed comm. predicted (ms)", "notes"]
-RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same", "pairs in the same order"]
+RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same", "pairs in the same order",
+               "of the pairs the runs order clearly"]
 FAMILY_HEADER = ["family", "sweeps", "runs", "host cost per fold (us/pkt, each fitted without one sweep)",
                  "fitted on every run (us/pkt; for reference, not used)"]
 
@@ -40,6 +41,8 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
     same = sum(1 for r in rank_rows if r[5] == "yes")
     kept = sum(int(r[6].split()[0]) for r in rank_rows)
     pairs = sum(int(r[6].split()[-1]) for r in rank_rows)
+    kept_clear = sum(int(r[7].split()[0]) for r in rank_rows)
+    clear = sum(int(r[7].split()[-1]) for r in rank_rows)
     md = (
         "# The simulator against the training experiment's runs\n\n"
         f"Made by `{command}`. Model: simulator/validate.py, simulator/fabric_model.py and "
@@ -48,7 +51,8 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
         f"Median absolute error of the predicted iteration p50: **{_median(every)}** over {len(every)} "
         f"job x scenario x configuration x port-rate groups ({per_kind}; target 10%, goal 5%). "
         f"Same ranking of configurations in {same} of {len(rank_rows)} scenarios; {kept} of {pairs} pairs of "
-        "configurations in the same order.\n\n"
+        f"configurations in the same order, {kept_clear} of the {clear} pairs whose measured order is clear (kept "
+        "by at least 95% of 1,000 resamples of the runs).\n\n"
         + markdown_table(HEADER, rows)
         + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
         + markdown_table(RANK_HEADER, rank_rows)

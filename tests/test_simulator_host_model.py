@@ -122,3 +122,14 @@ def test_a_trace_is_merged_per_layer_as_the_worker_does() -> None:
     assert [(l.index, l.name, l.numel) for l in merged.layers] == [(0, "conv1", 120), (1, "fc", 55)]
     assert merged.layers[0].backward_s == pytest.approx(0.22) and merged.layers[1].forward_s == pytest.approx(0.3)
     assert merged.forward_order == (0, 1)
+
+
+def test_bootstrap_resamples_whole_runs() -> None:
+    from simulator.validate import bootstrap_p50
+
+    # Two runs of two iterations: both picks the same run (p50 1 or 3, a quarter each) or one
+    # of each (p50 2, half the time).
+    boot = bootstrap_p50([[1.0, 1.0], [3.0, 3.0]], resamples=4000)
+    assert set(boot) == {1.0, 2.0, 3.0}
+    assert (boot == 2.0).mean() == pytest.approx(0.5, abs=0.03)
+    assert set(bootstrap_p50([[1.0, 5.0, 2.0]], resamples=10)) == {2.0}
