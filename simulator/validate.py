@@ -198,7 +198,8 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
     port = link.port
     rto = LINUX_RTO_MIN_S * k if tcp else max(DLCP_MIN_RTO_S * k, 2 * link.round_trip_s(_PROBE))
     share_reliable = 1.0 if spec.bound == 0 else 0.5  # the reduce stage does not wait
-    loss = run.loss_rate if run.loss_rate is not None and not tcp else port.loss_rate
+    recorded = run.loss_rate is not None and not tcp
+    loss = run.loss_rate if recorded and run.loss_rate is not None else port.loss_rate
     extra = np.zeros(draws)
     if loss > 0:
         for rec in result.steady.transfers:
@@ -206,7 +207,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
             extra += rto * recovery_rounds(n, loss, spec.comm, rng, draws)
     note = [f"s {1 - cpu:.2f}", f"host {cost_s * 1e6:,.0f} us/pkt" if cost_s else "host cost 0"]
     if loss > 0:
-        source = "recorded" if loss is run.loss_rate else "Mathis"
+        source = "recorded" if recorded else "Mathis"
         note.append(f"loss {loss:.2%}/pkt ({source}), timeout {rto * 1e3:.0f} ms")
     return RunPrediction(base + extra, exposed, "; ".join(note))
 
