@@ -420,3 +420,18 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
     # e[1].v 20 -> 21 and idx = 21; e[0].v's low nibble 0xA -> 0xB
     for pipe in (Pipeline(program), NativePipeline(program)):
         assert pipe.process(frame, 1) == [(2, bytes([21, 0x0B, 21, 30]))]
+
+
+def test_casts_to_bool_and_from_a_wide_value() -> None:
+    outs = both("""
+control I(inout hs h, inout ms m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 2;
+        bit<72> w = 72w0xAB_0000_0000_0000_00CD;
+        if ((bool)h.p.a[0:0]) { h.q.a = (bit<8>)w; }
+        if (!(bool)h.p.b[0:0]) { h.q.b = w[71:64]; }
+    }
+}
+""", bytes([1, 2, 3, 4]))
+    # p.a is odd: q.a takes w's low byte; p.b is even: q.b takes its top byte
+    assert outs[0] == outs[1] == [(2, bytes([1, 2, 0xCD, 0xAB]))]

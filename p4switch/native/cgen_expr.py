@@ -308,11 +308,11 @@ class ExprGen:
     def _cx_cast(self, node: Tree, e: E) -> str:
         inner = node.children[1]
         src = self.e(inner).type
-        if isinstance(e.type, BoolT):
-            return f"({code} != 0)"
         if isinstance(e.type, BitT) and isinstance(src, BitT) and src.width > 64 and e.type.width <= 64:
             return self.masked(self.wide_words(inner, src.width)[0], e.type)  # its low bits
         code = self.cx(inner)
+        if isinstance(e.type, BoolT):
+            return f"({code} != 0)"
         if isinstance(e.type, BitT):
             if isinstance(src, BoolT):
                 return code
