@@ -277,3 +277,14 @@ def test_control_plane_writes_reach_the_native_datapath(dlcp_program) -> None:
     assert native.counters["DlcpIngress.ingress_drops"].read(1) == (2, 2 * len(frame))
     native.counters["DlcpIngress.ingress_drops"].write(1, 0, 0)
     assert native.counters["DlcpIngress.ingress_drops"].read(1) == (0, 0)
+
+
+def test_a_fault_of_the_generator_falls_back_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    import p4switch.native.pipeline as native_pipeline
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise UnboundLocalError("cannot access local variable 'code'")
+    monkeypatch.setattr(native_pipeline, "generate_c", broken)
+    native, why = try_native(load_program(PROGRAMS / "ipv4_router.p4"))
+    assert native is None
+    assert why == "the native backend failed on the program: UnboundLocalError: cannot access local variable 'code'"

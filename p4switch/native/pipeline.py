@@ -135,3 +135,6 @@ def try_native(program: Program, seed: int = 0, for_switch: bool = False) -> tup
         return None, f"the native backend does not cover {exc}"
     except NativeBuildError as exc:
         return None, f"native build failed: {exc}"
+    except Exception as exc:  # noqa: BLE001 - any fault of the generator leaves the program on Python
+        # a fault of the generator itself: the program still runs, on the Python pipeline
+        return None, f"the native backend failed on the program: {type(exc).__name__}: {exc}"
