@@ -3,10 +3,13 @@
 A rank of a DLCP ring (:class:`hosts.ring.RingAllReduce`) takes each reduce-stage message
 from its left neighbour through ``Endpoint.take``; values of packets that did not arrive are
 zero there. :class:`MaskRecorder` wraps ``take`` and notes, for every message delivered with
-fewer values than it holds, the positions of its zeros, mapped back through the transfer's
-segments to (layer, element). The values are real gradients (:mod:`experiments.training.grad_values`)
-that are never exactly zero otherwise; a message whose count of zeros differs from the
-transport's count of zero-filled values is counted as ``inexact`` (and its zeros recorded).
+fewer values than it holds, its packets (``Endpoint.count`` values each, from the message's
+start, as ``hosts.packetize`` cuts it, plus the one packet it may cut in two:
+:func:`lost_elements`) whose values are all zero, mapped back through the transfer's
+segments to (layer, element). Single gradient values may be exactly zero (a smoke
+run's gradients had about 6% zeros), a whole packet of them practically never; a message whose
+all-zero packets hold another number of values than the transport counts zero-filled is
+counted as ``inexact`` (and its all-zero packets recorded).
 
 Masks are element-precise and compact: per iteration, ``{layer: "a-b,c,..."}`` of lost element
 indices, written into each iteration record (``lost_values``) and, by the sweep, into
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from experiments.accuracy.masks import REDUCE, LossMasks, format_ranges, parse_ranges
+from hosts.wire import MAX_COUNT_MTU_1500
 
 #: Part numbers per (iteration, tensor id) of a ring message's iteration field (hosts.ring).
 MAX_PARTS = 1024
@@ -38,11 +42,36 @@ def _chunks(n: int, size: int) -> list[int]:
     return [round(i * n / size) for i in range(size + 1)]
 
 
+def lost_elements(values: np.ndarray, count: int, lost: int) -> np.ndarray:
+    """Indices of the values of lost packets: packets of ``count`` values whose values are all
+    zero; when they hold fewer than ``lost`` values, the one packet the sender may have cut in
+    two (``hosts.packetize``: a drop-eligible budget filled exactly) is found as the single
+    zero prefix or suffix of a packet that makes up the difference."""
+    size = values.size
+    starts = np.arange(0, size, count)
+    ends = np.minimum(starts + count, size)
+    nonzero = np.add.reduceat(values != 0, starts) > 0
+    parts = [np.arange(starts[k], ends[k]) for k in np.flatnonzero(~nonzero)]
+    deficit = lost - sum(p.size for p in parts)
+    if deficit > 0:
+        found = []
+        for k in np.flatnonzero(nonzero & ((values[starts] == 0) | (values[ends - 1] == 0))):
+            window = values[starts[k]:ends[k]] != 0
+            head, tail = int(np.argmax(window)), int(np.argmax(window[::-1]))
+            if head == deficit:
+                found.append(np.arange(starts[k], starts[k] + head))
+            elif tail == deficit:
+                found.append(np.arange(ends[k] - tail, ends[k]))
+        if len(found) == 1:
+            parts += found
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
 class MaskRecorder:
     """Zero-filled reduce-stage values of one ring rank, by iteration, worker and layer."""
 
-    def __init__(self, rank: int, size: int) -> None:
-        self.rank, self.size = rank, size
+    def __init__(self, rank: int, size: int, count: int = MAX_COUNT_MTU_1500) -> None:
+        self.rank, self.size, self.count = rank, size, count
         self.steps = 2 * (size - 1)
         self.lock = threading.Lock()
         #: (iteration, tensor id, part) -> the transfer's segments (layer, start, stop), in order
@@ -58,6 +87,7 @@ class MaskRecorder:
     def attach(self, endpoint: Any) -> None:
         """Wrap ``endpoint.take`` so that every delivered message passes :meth:`note`."""
         take = endpoint.take
+        self.count = int(getattr(endpoint, "count", self.count))
 
         def recording_take(key: Any, *args: Any, **kwargs: Any) -> Any:
             got = take(key, *args, **kwargs)
@@ -78,7 +108,7 @@ class MaskRecorder:
             segments = self.plans.get((iteration, int(key.tensor_id), part))
         if segments is None or step >= self.size - 1:
             return
-        zeros = np.flatnonzero(np.asarray(got.values).reshape(-1) == 0)
+        zeros = lost_elements(np.asarray(got.values).reshape(-1), self.count, size - int(got.received))
         if zeros.size != size - got.received:
             self.inexact += 1
         total = sum(stop - start for _, start, stop in segments)

@@ -31,7 +31,7 @@ TARGET_BPB = 3.1
 SEEDS = 5
 SETTINGS = TrainSettings(model=ModelConfig(layers=2, width=64, heads=4, context=32), workers=4, batch=8,
                          steps=450, lr=3e-3, warmup=20, eval_every=10, eval_windows=128, threads=1)
-_CONDITION = re.compile(r"^(none|(random|smallest)-(\d+(\.\d+)?)|recorded-[A-Za-z0-9_.]+|counts-[A-Za-z0-9_.-]+)$")
+_CONDITION = re.compile(r"^(none|(random|smallest)-(\d+(\.\d+)?)|recorded-[A-Za-z0-9_.-]+|counts-[A-Za-z0-9_.-]+)$")
 
 
 @dataclass
