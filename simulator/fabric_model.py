@@ -143,7 +143,7 @@ class CollectiveLink:
 
 class WindowScheduler(Scheduler):
     """Each layer's gradient alone, in ready order, at most ``window`` messages in flight
-    (DDP's buckets on gloo: one at a time; the DLCP hook: ``in_flight`` sender threads)."""
+    (DDP's buckets on gloo: two at a time, its worker threads; the DLCP hook: ``in_flight`` sender threads)."""
 
     name = "window"
 

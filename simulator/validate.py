@@ -8,8 +8,8 @@ Each run is predicted from its scenario and what its record says of its conditio
 * **The job**: a trace-driven run's H100 model scaled by its ``b`` and ``k``, its
   parameters merged per layer as the trace worker does, and its scheduler (DDP's buckets,
   P3's or DLCP's partitions of 4 MB / b); a CNN run takes the job trace given
-  (``--job-trace``) and sends one tensor per DDP bucket (gloo one at a time, the DLCP hook
-  four). With ``--baseline`` a CNN run's host time is drawn from loopback runs of the same
+  (``--job-trace``) and sends one tensor per DDP bucket (gloo two at a time, its process
+  group's two worker threads; the DLCP hook four). With ``--baseline`` a CNN run's host time is drawn from loopback runs of the same
   configuration (the hosts' own time without the fabric).
 * **The fabric** (:mod:`simulator.fabric_model`): port rate and queue depth, the background
   and collective of the scenario, whether the job's queue is above the background's.
@@ -60,6 +60,9 @@ TCP_DUPACKS = 3
 #: Retransmission rounds drawn at most per message.
 MAX_ROUNDS = 8
 DLCP_IN_FLIGHT = 4
+#: Collectives gloo runs at once: its process group's worker threads (ProcessGroupGloo.hpp,
+#: ``Options::threads{2}``; the CNN job keeps the default).
+GLOO_THREADS = 2
 DRAWS_PER_RUN = 2_000
 CALIBRATION_DRAWS = 200
 #: A measured order of two configurations is clear when this share of run resamples keeps it.
@@ -125,7 +128,7 @@ def scaled_trace(job: dict[str, Any], traces: Path) -> ModelTrace:
 def _scheduler(run: Run, link: CollectiveLink) -> Scheduler:
     spec = run.spec
     if spec.scheduler == "window":
-        return WindowScheduler(1 if spec.comm == "gloo" else DLCP_IN_FLIGHT)
+        return WindowScheduler(GLOO_THREADS if spec.comm == "gloo" else DLCP_IN_FLIGHT)
     assert run.job is not None
     b = _b(run.job)
     if spec.scheduler == "fusion":
