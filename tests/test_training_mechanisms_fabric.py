@@ -1,17 +1,18 @@
 """DLCP's mechanisms acting in a training job on the fabric (root, network namespaces; issue 28).
 
 One fabric for the module (the trace experiment's 8-host leaf-spine, 20,000 packets/s and 51
-packets per queue), three short runs of a 2-rank ResNet-50 trace job (ring h1-h5, k = 1,
+packets per queue), four short runs of a 2-rank ResNet-50 trace job (ring h1-h5, k = 1,
 3 iterations) through the sweep's own code (:func:`experiments.trace_sweep.run_trace_once`):
 
 * **full DLCP in the background's class**, ``tcp`` scenario: the ``dlcp`` configuration with
   every layer rule at priority 0, the class of the long TCP flows into both ranks' ports, so
-  the job's queue builds. Asserted: (a) the switches drop by magnitude, only the job's
-  drop-eligible packets; (b) what the receivers zero-filled is what the senders were told,
-  and fits in the data packets the network lost (sent and never received, with no drop in
-  the hosts' qdiscs or sockets: the switches dropped them); (c) layer-wise overlap: an
-  iteration's first forward layer starts before the previous iteration's last gradient has
-  arrived.
+  the job's queue builds. Asserted: (a) the switches drop the job's data packets by
+  magnitude, and not one when the ranks mark nothing drop-eligible (another run: the same
+  policy and congestion, no loss bound); (b) what the receivers zero-filled is what the
+  senders were told, and fits in the data packets the network lost (sent and never
+  received, with no drop in the hosts' qdiscs or sockets: the switches dropped them);
+  (c) layer-wise overlap: an iteration's first forward layer starts before the previous
+  iteration's last gradient has arrived.
 * **the same job alone**, paced below a port's rate: sprayed packets arrive out of order, and
   every packet the switches drop is the job's, so what was zero-filled must fit in what they
   dropped (nothing when they dropped nothing: late is not lost).
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,23 @@ def same_class(site: Site) -> FabricRun:
 
 
 @pytest.fixture(scope="module")
+def unmarked(site: Site) -> FabricRun:
+    from experiments.trace_configs import TraceConfig, trace_scenario
+
+    @dataclass(frozen=True)
+    class Unmarked(TraceConfig):
+        """The switches' policy of ``dlcp-same-class``; ranks with no bound mark nothing."""
+
+        def job(self, base: Any, placement: Any, seed: int) -> Any:
+            return replace(super().job(base, placement, seed), grad_bound=0.0)
+
+    base = replace(_same_class_dlcp(), name="dlcp-same-class-unmarked")
+    config = Unmarked(**{f.name: getattr(base, f.name) for f in fields(base)})
+    assert config.policy([JOB])["jobs"][0]["dropping"]["classes"], "the policy lists no drop class"
+    return site.run("unmarked", trace_scenario("tcp"), config)
+
+
+@pytest.fixture(scope="module")
 def alone(site: Site) -> FabricRun:
     from experiments.scenarios import JobPlacement
     from experiments.trace_configs import TraceScenario
@@ -171,7 +189,7 @@ def alone(site: Site) -> FabricRun:
     return site.run("alone", pair, _same_class_dlcp(), rate_pps=7_500.0, max_rate_pps=15_000.0)
 
 
-def test_switches_drop_only_eligible_packets_of_the_job_by_magnitude(same_class: FabricRun) -> None:
+def test_switches_drop_the_jobs_data_packets_by_magnitude(same_class: FabricRun) -> None:
     from hosts.wire import HEADER_LEN
 
     early = sum(c.drops.get("magnitude_threshold", (0, 0))[0] for c in same_class.switches.values())
@@ -184,12 +202,26 @@ def test_switches_drop_only_eligible_packets_of_the_job_by_magnitude(same_class:
         assert c.early_drops.get(JOB, (0, 0)) == c.drops.get("magnitude_threshold", (0, 0)), name
         assert not c.queue_red, f"{name}: a traffic class's early drop acted: {c.queue_red}"
         dropped_bytes += c.early_drops.get(JOB, (0, 0))[1]
-    # Only packets the senders marked can go: fewer packets and values than were marked.
+    # DLCP data frames only (headers and whole values), of the job that marked packets
     dropped_values, rest = divmod(dropped_bytes - early * (FRAME_HEADERS + HEADER_LEN), 4)
     assert rest == 0 and dropped_values > 0, (dropped_bytes, early)
-    assert early <= same_class.total("eligible"), (early, same_class.total("eligible"))
-    assert dropped_values <= same_class.total("eligible_elements"), (dropped_values,
-                                                                     same_class.total("eligible_elements"))
+    assert same_class.total("eligible") > 0
+
+
+def test_switches_never_drop_unmarked_packets_by_magnitude(unmarked: FabricRun) -> None:
+    """The same policy and congestion, the ranks marking nothing: not one magnitude drop."""
+    for rank in unmarked.ranks():
+        assert rank["totals"]["eligible"] == 0 and rank["totals"]["lost"] == 0, rank["totals"]
+    congested = 0
+    for host in RANK_HOSTS:
+        leaf, port = _leaf_port(host)
+        drops = unmarked.switch(leaf).queue_drops
+        assert drops is not None, f"{leaf} reports no queue drops (embedded target expected)"
+        congested += sum(n for (p, prio, _), n in drops.items() if (p, prio) == (port, 0))
+    assert congested > 0, "the ranks' queues never overflowed: the test shows nothing"
+    for name, c in unmarked.switches.items():
+        assert not any(n for n, _ in c.drops.values()), f"{name} dropped in ingress: {c.drops}"
+        assert not c.early_drops, f"{name} dropped early: {c.early_drops}"
 
 
 def test_zero_filled_values_are_from_packets_the_switches_dropped(same_class: FabricRun) -> None:
