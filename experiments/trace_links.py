@@ -96,7 +96,8 @@ def set_run_state(description: Path, seeds: Mapping[str, int], lossy: Mapping[st
         raise ExperimentError(f"setting the run's hash seeds and lossy links failed: {exc}") from exc
 
 
-def link_drops(description: Path, ports: Mapping[str, Sequence[int]], timeout_s: float = 10.0) -> dict[str, dict[int, int]]:
+def link_drops(description: Path, ports: Mapping[str, Sequence[int]],
+               timeout_s: float = 10.0) -> dict[str, dict[int, int]]:
     """Packets lost so far by each given port's link (``link_loss_drops``), per switch."""
     from controller.errors import ControllerError
 

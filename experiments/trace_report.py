@@ -119,7 +119,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                          if any(v[key] is not None for v in good.values()) else None)
                    for key in ("p50_s", "p90_s", "p99_s", "max_s", "jct_s", "exposed_s", "forward_wait_s", "ratio",
                                "overlap_share",
-                               "loss_share", "magnitude_drops", "ecn_marks", "link_loss_drops", "queue_drops", "host_qdisc_drops",
+                               "loss_share", "magnitude_drops", "ecn_marks", "link_loss_drops", "queue_drops",
+                               "host_qdisc_drops",
                                "tcp_retransmitted", "tcp_timeouts", "bg_goodput_mbps", "rr_fct_p50_ms",
                                "rr_fct_p99_ms", "max_cpu_share", "max_starvation")}
             pairs = sorted(set(good) & {k for k, v in base.items() if not v["cpu_bound"] or not clean})
