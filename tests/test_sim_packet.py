@@ -161,3 +161,48 @@ def test_packets_delivered_to_a_host_arrive_later_by_the_delivery_latency(ns3) -
     assert seqs == [0, 1]
     assert times_ns == [590_000, 670_000]  # 90 and 170 us on the wire, then 500 us
     assert totals["cpu_drops"] == 0
+
+
+def _paced_pair(ns3, burst_s: float, whole: bool) -> list[float]:  # type: ignore[no-untyped-def]
+    """Two 2-packet DLCP messages h1 -> h2 queued at t = 0 under a 1,000 packets/s pacer with
+    ``burst_s`` bursts; returns their completion times at h2 (seconds)."""
+    from simulator.packet.network import build
+
+    ns, gf = ns3
+    net = build(tiny(1e9, 1e8, 1e-6, Port(rate_bps=1e8, queue_packets=32)))
+    sender = gf.DlcpEndpoint(net.nodes["h1"], 40000, 16, 10.0, 64.0, 0.001, 0.005)
+    receiver = gf.DlcpEndpoint(net.nodes["h2"], 40000, 16, 10.0, 64.0, 0.001, 0.005)
+    done: list[float] = []
+
+    def received(src: int, msg: int, values: int, lost: int) -> None:
+        done.append(float(gf.NowSeconds()))
+
+    receiver.onReceived = received
+    if burst_s > 0:
+        sender.SetPacing(burst_s, 1000.0, whole)
+    dst = net.address("h2")
+
+    def send() -> None:  # from inside the run: ns-3 sets its nodes up when the run starts
+        for msg in (1, 2):
+            sender.Send(msg, dst, 720, 0, 0, 0.0, 0.0)
+
+    gf.ScheduleCall(0.0, send)
+    ns.Simulator.Stop(ns.Seconds(1))
+    ns.Simulator.Run()
+    ns.Simulator.Destroy()
+    return done
+
+
+@needs_ns3
+def test_pacing_spaces_chunks_by_what_they_are_charged(ns3) -> None:  # type: ignore[no-untyped-def]
+    # 1,000 packets/s in 4 ms bursts: 4 packets per burst. A 2-packet message is charged 2 ms
+    # (its packets) or, as the hosts' pacer did until 2026-11-26, a whole 4 ms burst; the
+    # second message leaves then. Each arrives well within 1 ms of leaving (two 1,500-byte
+    # packets at 100 Mbit/s: 0.25 ms).
+    unpaced = _paced_pair(ns3, 0.0, False)
+    partial = _paced_pair(ns3, 0.004, False)
+    whole = _paced_pair(ns3, 0.004, True)
+    assert len(unpaced) == len(partial) == len(whole) == 2
+    assert max(unpaced) < 0.001
+    assert partial[0] < 0.001 and 0.002 <= partial[1] < 0.003
+    assert whole[0] < 0.001 and 0.004 <= whole[1] < 0.005

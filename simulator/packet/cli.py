@@ -61,6 +61,11 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
                    help="the emulated fabric's software switch: time to forward one packet, one at a time ahead "
                         "of the egress queues (0: none, a hardware switch)")
     p.add_argument("--switch-backlog", type=int, default=1000, help="packets that may wait for --switch-cost-us")
+    p.add_argument("--pacing-ms", type=float, default=0.0,
+                   help="DLCP hosts pace in bursts this far apart at 2 (slow start) or 1.25 x cwnd / SRTT, as "
+                        "the fabric's hosts do (0: no pacing)")
+    p.add_argument("--pacing-whole-burst", action="store_true",
+                   help="charge every chunk a whole pacing burst (the fabric's hosts until 2026-11-26)")
     p.add_argument("--deliver-latency-us", type=float, default=0.0,
                    help="the emulated fabric's hosts: each packet delivered to a host arrives this much later")
     p.add_argument("--seed", type=int, default=1000, help="seed of the first repetition")
@@ -165,6 +170,7 @@ def _packet(args: argparse.Namespace) -> int:
                                                     f"configuration to replay for {config.name}")
                     wl = replace(workload, host_samples=tuple(samples))
                 settings = RunSettings(wl, iterations=args.iterations, ordering=args.ordering, costs=costs,
+                                       pacing_burst_s=args.pacing_ms * 1e-3, pacing_whole_burst=args.pacing_whole_burst,
                                        rto_min_s=args.rto_min_ms * 1e-3, seed=args.seed + r,
                                        job_start_s=args.warmup_ms * 1e-3,
                                        progress=None if args.quiet else (lambda m: print(m, flush=True)))
@@ -191,7 +197,8 @@ def _packet(args: argparse.Namespace) -> int:
                 f"workload: {workload.note}"
                 f"{'' if args.baseline is None else f', host time replayed from {args.baseline}'}; host order {args.ordering}; TCP rto_min {args.rto_min_ms:g} ms; "
                 f"switch forwarding {args.switch_cost_us:g} us per packet (backlog {args.switch_backlog}), "
-                f"delivery latency {args.deliver_latency_us:g} us.\n\n")
+                f"delivery latency {args.deliver_latency_us:g} us; pacing {args.pacing_ms:g} ms bursts"
+                f"{' (a whole burst per chunk)' if args.pacing_whole_burst else ''}.\n\n")
         (out / "results.md").write_text(head + table)
         # "meta" as the experiment's sweeps write it, so `gradfabric experiment report` reads the folder.
         meta = {"command": command, "started": started, "load_at_start": load_at_start,

@@ -183,6 +183,8 @@ def build(key_: str | None = None, say=lambda _m: None) -> Path:  # type: ignore
         _run([sys.executable, "-c", _CHECK], "the check run", {**env, "CLING_STANDARD_PCH": str(partial),
                                                                "GRADFABRIC_NS3_PCH": "0"},
              cwd=Path(__file__).resolve().parents[2])
+        if key() != key_:
+            raise PchBuildError("the headers changed while the precompiled header was built; not cached")
         staged = target.with_suffix(f".{os.getpid()}.tmp")
         staged.write_bytes(partial.read_bytes())
         os.replace(staged, target)  # atomic: concurrent builders agree

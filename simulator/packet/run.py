@@ -47,6 +47,11 @@ class RunSettings:
     dlcp_chunk: int = 16
     dlcp_reorder_grace_s: float = 0.0  # sprayed fabrics: the last probe waits max(this, SRTT)
     spraying: bool = False
+    #: The hosts' pacer (DlcpEndpoint::SetPacing): burst interval (0: none), rate ceiling, and
+    #: whether a chunk is charged a whole burst (the hosts' pacer until 2026-11-26).
+    pacing_burst_s: float = 0.0
+    pacing_max_pps: float = 1e6
+    pacing_whole_burst: bool = False
     seed: int = 1
     costs: HostCosts = field(default_factory=HostCosts)  # the emulated fabric's software (none: a real one)
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
@@ -84,6 +89,8 @@ class _Transport:
             ep.onReceived = self.dlcp_received
             if s.spraying:
                 ep.SetLastGrace(s.dlcp_reorder_grace_s)
+            if s.pacing_burst_s > 0:
+                ep.SetPacing(s.pacing_burst_s, s.pacing_max_pps, s.pacing_whole_burst)
             self.endpoints[host] = ep
         return self.endpoints[host]
 
@@ -209,7 +216,9 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "switches": len(topology.switches), "simulated_s": round(end_s, 4),
                             "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
                             "workload": settings.workload.note, "ordering": settings.ordering,
-                            "rto_min_s": settings.rto_min_s, "host_costs": asdict(settings.costs), **settings.extra}
+                            "rto_min_s": settings.rto_min_s, "host_costs": asdict(settings.costs),
+                            "pacing": {"burst_s": settings.pacing_burst_s, "max_pps": settings.pacing_max_pps,
+                                       "whole_burst": settings.pacing_whole_burst}, **settings.extra}
     ns.Simulator.Destroy()
     return record
 

@@ -124,6 +124,18 @@ class DlcpEndpoint
         m_lastGrace = grace;
     }
 
+    // The fabric's hosts pace their sending (hosts/pacing.py): bursts every `burst` seconds
+    // of max(1, rate x burst) packets at rate = gain x cwnd / SRTT (gain 2 in slow start,
+    // 1.25 after; `maxRate` before the first RTT sample, within [200, maxRate] packets/s).
+    // `wholeBurst`: a chunk is charged a whole burst however few packets it has (what the
+    // hosts' pacer did until 2026-11-26). 0: no pacing (the default).
+    void SetPacing(double burst, double maxRate, bool wholeBurst)
+    {
+        m_burst = burst;
+        m_maxRate = maxRate;
+        m_wholeBurst = wholeBurst;
+    }
+
   private:
     struct Chunk
     {
@@ -217,6 +229,32 @@ class DlcpEndpoint
             }
             uint32_t room = static_cast<uint32_t>(std::max(1.0, m_cwnd - m_inflight));
             uint32_t n = std::min<uint32_t>(room, m_chunk);
+            size_t pending = o->resend.empty() ? o->packets - o->next : o->resend.size();
+            if (m_burst > 0 && pending > 0) // data is paced; a last probe alone is not
+            {
+                double now = NowSeconds();
+                if (now < m_nextBurst)
+                {
+                    if (!m_pumpPending)
+                    {
+                        m_pumpPending = true;
+                        Simulator::Schedule(Seconds(m_nextBurst - now), [this]() {
+                            m_pumpPending = false;
+                            Pump();
+                        });
+                    }
+                    return;
+                }
+                if (now - m_nextBurst > m_burst)
+                {
+                    m_nextBurst = now; // idle time earns no credit
+                }
+                double rate = PacingRate();
+                auto allowed = static_cast<uint32_t>(std::max(1.0, std::floor(rate * m_burst)));
+                n = std::min(n, allowed);
+                uint32_t charged = m_wholeBurst ? allowed : std::min<uint32_t>(n, pending);
+                m_nextBurst += charged / rate;
+            }
             std::vector<uint32_t> seqs;
             bool retx = !o->resend.empty();
             while (seqs.size() < n && !o->resend.empty())
@@ -253,6 +291,16 @@ class DlcpEndpoint
             o->chunks[c.nonce] = c;
             SendProbe(*o, o->chunks[c.nonce]);
         }
+    }
+
+    double PacingRate() const
+    {
+        if (m_srtt < 0)
+        {
+            return m_maxRate;
+        }
+        double gain = m_cwnd < m_ssthresh ? 2.0 : 1.25;
+        return std::min(m_maxRate, std::max(200.0, gain * m_cwnd / std::max(m_srtt, 1e-4)));
     }
 
     void SendProbe(Out& o, Chunk& c)
@@ -542,6 +590,11 @@ class DlcpEndpoint
     double m_lastCut = -1e9;
     double m_lastGrace = -1;
     double m_inflight = 0;
+    double m_burst = 0;
+    double m_maxRate = 1e6;
+    bool m_wholeBurst = false;
+    double m_nextBurst = 0;
+    bool m_pumpPending = false;
     uint32_t m_nonce = 1;
     uint64_t m_order = 0;
     std::map<uint32_t, Out> m_out;

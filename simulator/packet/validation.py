@@ -1,0 +1,199 @@
+"""The packet simulation against the fabric's runs, in the form of `gradfabric sim validate`'s
+table: per job, scenario, port rate and configuration, the iteration p50 and p99 of every
+rank pooled (iteration 0 left out), ns-3's against the fabric's, and the ranking.
+
+Both sides are read by the simulator's one reader of raw runs (:mod:`simulator.fabric_runs`),
+so the fabric's sweeps and ns-3's result folders count alike. Each ns-3 folder is one
+**model** (a set of host-side terms, say which in its name); the table has a row per model
+and group. Beside the iteration times it shows what the network saw in both: the
+request/response flow's completion time (the fabric's round trip for a small exchange) and
+the long TCP flows' goodput, read from the same raw records.
+
+``python -m simulator.packet.validation --fabric DIR ... --model NAME=DIR ... --out DIR``
+writes ``validation.md``, ``validation.csv`` and ``validation.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.errors import SimulatorError
+from simulator.fabric_runs import Run, load_runs
+
+HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "model", "sweeps", "runs", "p50 measured (ms)",
+          "p50 ns-3 (ms)", "p50 error", "p99 measured (ms)", "p99 ns-3 (ms)", "p99 error",
+          "request/response p50 fabric / ns-3 (ms)", "long TCP goodput fabric / ns-3 (Mbit/s)"]
+Key = tuple[str, str, float, str]  # job kind, scenario, port pps, configuration
+
+
+def _group(runs: Sequence[Run]) -> dict[Key, list[Run]]:
+    out: dict[Key, list[Run]] = defaultdict(list)
+    for run in runs:
+        out[(run.kind, run.scenario, run.port_pps, run.config)].append(run)
+    return out
+
+
+def _pooled(runs: Sequence[Run], q: float) -> float:
+    return float(np.percentile([t for r in runs for t in r.iterations], q))
+
+
+def network_figures(folders: Sequence[Path]) -> dict[tuple[str, str], dict[str, float]]:
+    """(scenario, configuration) -> median request/response FCT (s) and long-TCP goodput
+    (Mbit/s) over every run's background flows."""
+    fct: dict[tuple[str, str], list[float]] = defaultdict(list)
+    tcp: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for folder in folders:
+        for path in sorted(folder.rglob("runs/*.json")):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise SimulatorError(f"{path}: not a run record: {exc}") from None
+            if record.get("status") != "ok":
+                continue
+            key = (str(record.get("scenario")), str(record.get("config")))
+            for flow in record.get("background") or []:
+                if flow.get("protocol") == "rr":
+                    fct[key].extend(float(x) for x in flow.get("fct_s") or [])
+                elif flow.get("protocol") == "tcp" and flow.get("goodput_mbps") is not None:
+                    tcp[key].append(float(flow["goodput_mbps"]))
+    keys = set(fct) | set(tcp)
+    return {k: {"rr_fct_s": statistics.median(fct[k]) if fct[k] else float("nan"),
+                "tcp_mbps": statistics.median(tcp[k]) if tcp[k] else float("nan")} for k in keys}
+
+
+def _error(predicted: float, measured: float) -> float:
+    return predicted / measured - 1
+
+
+def _fmt(x: float, scale: float = 1e3, digits: int = 1) -> str:
+    return "-" if x != x else f"{x * scale:.{digits}f}"
+
+
+def compare(fabric: Sequence[Path], models: Sequence[tuple[str, Path]]) -> dict[str, Any]:
+    """Rows, ranking rows, plot points and errors per model (module doc)."""
+    measured = _group([r for folder in fabric for r in load_runs(folder)])
+    net_fabric = network_figures(fabric)
+    rows: list[list[str]] = []
+    rank_rows: list[list[str]] = []
+    points: list[tuple[str, float, float, float, float]] = []
+    errors: dict[str, list[float]] = {}
+    for name, folder in models:
+        simulated = _group(load_runs(folder))
+        net_sim = network_figures([folder])
+        errors[name] = []
+        by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
+        for key in sorted(set(simulated) & set(measured)):
+            kind, scenario, pps, config = key
+            m, s = measured[key], simulated[key]
+            m50, s50, m99, s99 = _pooled(m, 50), _pooled(s, 50), _pooled(m, 99), _pooled(s, 99)
+            errors[name].append(abs(_error(s50, m50)))
+            by_scenario[(kind, scenario, pps)][config] = (m50, s50)
+            nf, ns_ = net_fabric.get((scenario, config), {}), net_sim.get((scenario, config), {})
+            rows.append([kind, scenario, f"{pps:,.0f}", config, name, str(len({r.sweep for r in m})), str(len(m)),
+                         _fmt(m50), _fmt(s50), f"{_error(s50, m50):+.0%}", _fmt(m99), _fmt(s99),
+                         f"{_error(s99, m99):+.0%}",
+                         f"{_fmt(nf.get('rr_fct_s', float('nan')), digits=2)} / "
+                         f"{_fmt(ns_.get('rr_fct_s', float('nan')), digits=2)}",
+                         f"{_fmt(nf.get('tcp_mbps', float('nan')), 1, 0)} / {_fmt(ns_.get('tcp_mbps', float('nan')), 1, 0)}"])
+            points.append((f"{config} ({name})", m50, s50, m99, s99))
+        for (kind, scenario, pps), figures in sorted(by_scenario.items()):
+            fab = sorted(figures, key=lambda c: figures[c][0])
+            sim = sorted(figures, key=lambda c: figures[c][1])
+            rank_rows.append([kind, scenario, f"{pps:,.0f}", name, " < ".join(fab), " < ".join(sim),
+                              "yes" if fab == sim else "no"])
+    return {"rows": rows, "rank_rows": rank_rows, "points": points, "errors": errors}
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    values = [v * 1e3 for p in points for v in p[1:]]
+    lo, hi = (min(values) / 1.5, max(values) * 1.5) if values else (1.0, 10.0)
+    grid = np.geomspace(lo, hi, 50)
+    ax.fill_between(grid, grid * 0.9, grid * 1.1, color="0.85", label="within 10%")
+    ax.plot(grid, grid, color="0.4", lw=0.8)
+    markers = "osD^v<>ph*"
+    for i, (label, m50, s50, m99, s99) in enumerate(points):
+        mk = markers[i % len(markers)]
+        ax.scatter([m50 * 1e3], [s50 * 1e3], marker=mk, label=f"{label} p50")
+        ax.scatter([m99 * 1e3], [s99 * 1e3], marker=mk, facecolors="none", edgecolors="0.3")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("fabric iteration time (ms)")
+    ax.set_ylabel("ns-3 iteration time (ms)")
+    ax.set_title("ns-3 against the fabric (filled: p50, hollow: p99)")
+    ax.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[tuple[str, Path]],
+          notes: str = "") -> str:
+    """Write validation.md, .csv and .png under ``out``; return the Markdown."""
+    result = compare(fabric, models)
+    if not result["rows"]:
+        raise SimulatorError(f"no scenario x configuration of {[str(f) for f in fabric]} was simulated in "
+                             f"{[str(p) for _, p in models]}")
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(HEADER)
+    writer.writerows(result["rows"])
+    (out / "validation.csv").write_text(buf.getvalue())
+    _plot(result["points"], out / "validation.png")
+    summary = "; ".join(f"**{name}**: median absolute p50 error {statistics.median(e):.0%} over {len(e)} groups, "
+                        f"{sum(1 for x in e if x <= 0.10)} within 10%" for name, e in result["errors"].items() if e)
+    md = ("# ns-3 against the fabric's runs\n\n"
+          f"Made by `{command}`. Fabric runs: {', '.join(f'`{f}`' for f in fabric)}; ns-3 models: "
+          + ", ".join(f"{name} (`{path}`)" for name, path in models) + ".\n\n"
+          f"{summary} (target 10%).\n\n" + (notes + "\n\n" if notes else "")
+          + _table(HEADER, result["rows"])
+          + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
+          + _table(["job", "scenario", "port (pkt/s)", "model", "fabric", "ns-3", "same"], result["rank_rows"])
+          + "\n![](validation.png)\n")
+    (out / "validation.md").write_text(md)
+    return md
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m simulator.packet.validation", description=__doc__.splitlines()[0])
+    p.add_argument("--fabric", type=Path, action="append", required=True, help="a fabric sweep folder (repeatable)")
+    p.add_argument("--model", action="append", required=True, help="NAME=DIR: an ns-3 result folder (repeatable)")
+    p.add_argument("--notes", type=Path, default=None, help="a Markdown file put above the table")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    models = []
+    for item in args.model:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise SimulatorError(f"--model {item!r}: expected NAME=DIR")
+        models.append((name, Path(folder)))
+    command = "python -m simulator.packet.validation " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    notes = args.notes.read_text().strip() if args.notes else ""
+    print(write(args.out, command, args.fabric, models, notes), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
