@@ -25,7 +25,8 @@ def test_every_mechanism_has_an_stf_file() -> None:
     names = {f.stem for f in STF_FILES}
     assert {"dlcp_forwarding", "dlcp_flow_hash", "dlcp_priority", "dlcp_spray",
             "dlcp_threshold_calm", "dlcp_drop_congested", "dlcp_ecn_congested",
-            "dlcp_traffic_class", "dlcp_commodity"} <= names
+            "dlcp_traffic_class", "dlcp_commodity", "dlcp_link_loss_none", "dlcp_link_loss_all",
+            "dlcp_hash_seed", "dlcp_hash_seed_zero"} <= names
 
 
 @pytest.mark.parametrize("stf", STF_FILES, ids=[f.stem for f in STF_FILES])
