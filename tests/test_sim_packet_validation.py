@@ -1,0 +1,38 @@
+"""The ns-3 validation table (simulator/packet/validation.py) on hand-made run records: pooled
+ranks' percentiles, the error's sign, the network figures beside them and the ranking."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.packet.validation import compare, write
+
+
+def _run(folder: Path, name: str, config: str, iterations: list[float], rr: list[float], tcp: float) -> None:
+    ranks = {str(r): {"records": [{"iteration_s": 9.0}] + [{"iteration_s": t} for t in iterations]} for r in (0, 1)}
+    record = {"status": "ok", "scenario": "tcp", "config": config, "run_id": name, "port_pps": 20000,
+              "jobs": {"1": {"ranks": ranks}},
+              "background": [{"protocol": "rr", "fct_s": rr}, {"protocol": "tcp", "goodput_mbps": tcp}]}
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    (folder / "runs" / f"{name}.json").write_text(json.dumps(record))
+
+
+def test_rows_pool_every_rank_and_show_the_network_beside(tmp_path: Path) -> None:
+    fabric, sim = tmp_path / "fabric", tmp_path / "sim"
+    _run(fabric, "a", "gloo", [0.010, 0.030, 0.020], [0.004, 0.005, 0.006], 90.0)
+    _run(fabric, "b", "qos", [0.040, 0.040, 0.040], [0.004], 80.0)
+    _run(sim, "a", "gloo", [0.015, 0.015, 0.015], [0.001], 200.0)
+    _run(sim, "b", "qos", [0.010, 0.010, 0.010], [0.002], 220.0)
+    result = compare([fabric], [("m", sim)])
+    rows = {r[3]: r for r in result["rows"]}
+    # gloo: fabric iterations 10, 30, 20 ms on both ranks (iteration 0 left out): p50 20 ms.
+    assert rows["gloo"][7:10] == ["20.0", "15.0", "-25%"]
+    assert rows["gloo"][13:] == ["5.00 / 1.00", "90 / 200"]
+    assert rows["qos"][7:10] == ["40.0", "10.0", "-75%"]
+    # fabric: gloo (20) < qos (40); ns-3: qos (10) < gloo (15).
+    assert result["rank_rows"] == [["cnn", "tcp", "20,000", "m", "gloo < qos", "qos < gloo", "no"]]
+    assert sorted(result["errors"]["m"]) == [0.25, 0.75]
+    md = write(tmp_path / "out", "cmd", [fabric], [("m", sim)])
+    assert "median absolute p50 error 50% over 2 groups, 0 within 10%" in md
+    assert (tmp_path / "out" / "validation.png").stat().st_size > 0
