@@ -111,7 +111,9 @@ soak: install
 ifneq ($(filter 1 yes true,$(SANITIZE)),)
 	@$(SANITIZE_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/test_native_index.py \
 	  tests/test_native_control_plane.py tests/test_native_pipeline.py tests/test_native_selectors.py \
-	  tests/test_native_fuzz.py tests/test_native_switch.py tests/test_native_frames.py
+	  tests/test_native_fuzz.py tests/test_native_switch.py tests/test_native_frames.py \
+	  tests/test_native_signed.py tests/test_native_wide.py tests/test_native_subparser.py \
+	  tests/test_native_loops.py tests/test_native_features.py tests/test_native_language.py
 	@$(SANITIZE_ENV) $(PY) -m tests.benchmarks.soak_p4runtime --rpcs 0 --frames 0 $(SOAK_ARGS)
 else
 	@$(PY) -m tests.benchmarks.soak_p4runtime $(SOAK_ARGS)
