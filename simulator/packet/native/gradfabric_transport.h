@@ -233,12 +233,12 @@ class DlcpEndpoint
             if (m_burst > 0 && pending > 0) // data is paced; a last probe alone is not
             {
                 double now = NowSeconds();
-                if (now < m_nextBurst)
+                if (now + 1e-9 < m_nextBurst) // the clock counts nanoseconds: due within one is due
                 {
                     if (!m_pumpPending)
                     {
                         m_pumpPending = true;
-                        Simulator::Schedule(Seconds(m_nextBurst - now), [this]() {
+                        Simulator::Schedule(NanoSeconds(std::ceil((m_nextBurst - now) * 1e9)), [this]() {
                             m_pumpPending = false;
                             Pump();
                         });
