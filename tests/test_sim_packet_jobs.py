@@ -82,6 +82,27 @@ def test_ring_of_two_iterates_in_compute_plus_two_hand_computed_steps() -> None:
 
 @needs_ns3
 @pytest.mark.slow
+def test_whole_burst_pacing_holds_the_second_step_to_the_next_burst() -> None:
+    from simulator.packet.run import RunSettings, run
+
+    # The ring of two above, its hosts pacing in 1 ms bursts at 10,000 packets/s (10 packets a
+    # burst; 2 x cwnd / SRTT, over 10^5 packets/s at these round trips, is above that ceiling),
+    # each chunk charged a whole burst: step 0 leaves at 3 ms and is charged until 4 ms, so
+    # step 1, received at 3.13208 ms, leaves at 4 ms and arrives 132.08 us later. The next
+    # iteration's step 0 comes over 1 ms after that burst: idle time earns no credit.
+    topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
+    settings = RunSettings(_one_bucket(360), iterations=3, pacing_burst_s=0.001, pacing_max_pps=10_000,
+                           pacing_whole_burst=True)
+    record = run(topo, scenario, sim.configuration("qos"), settings)
+    for rank in ("0", "1"):
+        records = record["jobs"]["1"]["ranks"][rank]["records"]
+        assert [round(r["iteration_s"] * 1e9) for r in records] == [4_000_000 + 132_080] * 3
+    assert record["simulation"]["pacing"] == {"burst_s": 0.001, "max_pps": 10_000, "whole_burst": True}
+
+
+@needs_ns3
+@pytest.mark.slow
 def test_bounded_loss_star_under_incast_keeps_within_the_bound() -> None:
     from simulator.packet.run import RunSettings, run
     from simulator.packet.topology import leafspine
