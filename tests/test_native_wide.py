@@ -10,7 +10,7 @@ from p4switch.frontend import load_program_text
 from p4switch.native.build import find_compiler
 from p4switch.native.pipeline import NativePipeline
 from p4switch.pipeline import Pipeline
-from p4switch.tables import Exact, TableEntry, Ternary
+from p4switch.tables import Exact, Lpm, TableEntry, Ternary
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
 
@@ -87,3 +87,21 @@ control I("""), "wide_fn.p4")
         native.close()
     # swapped as above, then dst takes 0xfeed through the inout argument (the value is unused)
     assert outs[0] == outs[1] == [(1, D + bytes(14) + b"\xfe\xed" + bytes([0x7A, 1]))]
+
+
+def test_wide_lpm_keys_take_the_longest_prefix_on_both_datapaths() -> None:
+    program = load_program_text(PROGRAM.replace("h.a.dst: exact; h.a.src: ternary;", "h.a.dst: lpm;"), "wide_lpm.p4")
+    python, native = Pipeline(program), NativePipeline(program)
+    s = int.from_bytes(S, "big")
+    try:
+        for pipe in (python, native):
+            t = pipe.tables["I.t"]
+            t.insert(TableEntry((Lpm(s & ~((1 << 64) - 1), 64),), 0, "I.fwd", (3,)))  # S's /64
+            t.insert(TableEntry((Lpm(s, 128),), 0, "I.fwd", (4,)))  # S itself
+            t.insert(TableEntry((Lpm(0, 0),), 0, "I.fwd", (2,)))  # everything else
+        frames = [S + D, S[:15] + b"\x11" + D, bytes([0xFE]) + S[1:] + D]
+        outs = [[pipe.process(f + b"\x00\x00", 1)[0][0] for f in frames] for pipe in (python, native)]
+    finally:
+        native.close()
+    # dst after the swap: S (its /128), S's /64 with another last byte, another /64 (the /0)
+    assert outs[0] == outs[1] == [4, 3, 2]

@@ -118,7 +118,7 @@ class ProgramGen(LoopGen, FunctionGen):
                 raise NativeUnsupported(f"table {name}: more than {MAX_KEYS} key fields")
             for key in table.keys:
                 if key.match_kind not in MATCH_KINDS or key.bitwidth > 64 and key.match_kind not in (
-                        "exact", "ternary"):
+                        "exact", "ternary", "lpm"):
                     raise NativeUnsupported(f"table {name}: key {key.name}, {key.match_kind} wider than 64 bits")
             if sum(len(key_words(key.bitwidth)) for key in table.keys) > MAX_KEYS:
                 raise NativeUnsupported(f"table {name}: more than {MAX_KEYS} key words")
@@ -425,7 +425,10 @@ class ProgramGen(LoopGen, FunctionGen):
         descs = []
         for name in self.table_names:
             t = c.tables[name]
-            words = [(k.match_kind, w) for k in t.keys for w in key_words(k.bitwidth)]
+            # a key wider than 64 bits: its words; an LPM one's as ternary words (the table is
+            # then searched by rank, which is the prefix length, longest first)
+            words = [("ternary" if k.match_kind == "lpm" and k.bitwidth > 64 else k.match_kind, w)
+                     for k in t.keys for w in key_words(k.bitwidth)]
             kinds = ", ".join(str(MATCH_KINDS.index(kind)) for kind, _ in words) or "0"
             widths = ", ".join(str(w) for _, w in words) or "0"
             descs.append(f"{{{len(words)}, {{{kinds}}}, {{{widths}}}}}")

@@ -68,7 +68,7 @@ class NativeTable(Table):
                 kv, km, khi = norm[1], norm[2], 0
             else:  # range
                 kv, km, khi = norm[1], 0, norm[2]
-            if key.bitwidth > 64:  # exact or ternary: its words, most significant first (cgen.key_words)
+            if key.bitwidth > 64:  # exact, ternary or LPM: its words, most significant first (cgen.key_words)
                 for shift in range(64 * ((key.bitwidth - 1) // 64), -1, -64):
                     v.append((kv >> shift) & _ALL)
                     m.append((km >> shift) & _ALL)
