@@ -103,6 +103,22 @@ def test_whole_burst_pacing_holds_the_second_step_to_the_next_burst() -> None:
 
 @needs_ns3
 @pytest.mark.slow
+def test_a_long_tcp_flow_offered_at_a_rate_carries_that_rate() -> None:
+    from simulator.packet.run import RunSettings, run
+
+    # 20 Mbit/s offered over a 100 Mbit/s port (BulkSend would take what the job leaves).
+    topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2, TCP h2->h1", (sim.Job(1, ("h1", "h2")),),
+                            (sim.Flow("h2", "h1", "tcp"),))
+    settings = RunSettings(_one_bucket(360), iterations=100, job_start_s=0.2, background_tcp_mbps=20.0)
+    record = run(topo, scenario, sim.configuration("qos"), settings)
+    (flow,) = record["background"]
+    assert 18.0 <= flow["goodput_mbps"] <= 22.0
+    assert record["simulation"]["background_tcp_mbps"] == 20.0
+
+
+@needs_ns3
+@pytest.mark.slow
 def test_bounded_loss_star_under_incast_keeps_within_the_bound() -> None:
     from simulator.packet.run import RunSettings, run
     from simulator.packet.topology import leafspine

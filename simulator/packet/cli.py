@@ -66,6 +66,9 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
                         "the fabric's hosts do (0: no pacing)")
     p.add_argument("--pacing-whole-burst", action="store_true",
                    help="charge every chunk a whole pacing burst (the fabric's hosts until 2026-11-26)")
+    p.add_argument("--background-tcp-mbps", type=float, default=0.0,
+                   help="offer each long TCP flow at this rate (OnOff over TCP) instead of as fast as TCP goes "
+                        "(0; the fabric's flows reached about 90 Mbit/s, bound by its hosts)")
     p.add_argument("--deliver-latency-us", type=float, default=0.0,
                    help="the emulated fabric's hosts: each packet delivered to a host arrives this much later")
     p.add_argument("--seed", type=int, default=1000, help="seed of the first repetition")
@@ -171,6 +174,7 @@ def _packet(args: argparse.Namespace) -> int:
                     wl = replace(workload, host_samples=tuple(samples))
                 settings = RunSettings(wl, iterations=args.iterations, ordering=args.ordering, costs=costs,
                                        pacing_burst_s=args.pacing_ms * 1e-3, pacing_whole_burst=args.pacing_whole_burst,
+                                       background_tcp_mbps=args.background_tcp_mbps,
                                        rto_min_s=args.rto_min_ms * 1e-3, seed=args.seed + r,
                                        job_start_s=args.warmup_ms * 1e-3,
                                        progress=None if args.quiet else (lambda m: print(m, flush=True)))

@@ -54,6 +54,8 @@ class RunSettings:
     pacing_whole_burst: bool = False
     seed: int = 1
     costs: HostCosts = field(default_factory=HostCosts)  # the emulated fabric's software (none: a real one)
+    #: Long TCP flows as fast as TCP goes (0, ns-3's BulkSend) or offered at this rate (OnOff over TCP).
+    background_tcp_mbps: float = 0.0
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
     progress: Callable[[str], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -216,7 +218,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "switches": len(topology.switches), "simulated_s": round(end_s, 4),
                             "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
                             "workload": settings.workload.note, "ordering": settings.ordering,
-                            "rto_min_s": settings.rto_min_s, "host_costs": asdict(settings.costs),
+                            "rto_min_s": settings.rto_min_s, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
                             "pacing": {"burst_s": settings.pacing_burst_s, "max_pps": settings.pacing_max_pps,
                                        "whole_burst": settings.pacing_whole_burst}, **settings.extra}
     ns.Simulator.Destroy()
@@ -236,7 +238,10 @@ def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario, settin
             remote = ns.InetSocketAddress(ns.Ipv4Address(net.address(flow.dst)), port).ConvertTo()
             sink_app = ns.PacketSinkHelper(factory, ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo())
             sinks = sink_app.Install(dst)
-            if flow.kind == "tcp":
+            if flow.kind == "tcp" and settings.background_tcp_mbps > 0:
+                helper = ns.OnOffHelper(factory, remote)
+                helper.SetConstantRate(ns.DataRate(int(settings.background_tcp_mbps * 1e6)), 1448)
+            elif flow.kind == "tcp":
                 helper = ns.BulkSendHelper(factory, remote)
                 helper.SetAttribute("MaxBytes", ns.UintegerValue(0))
             else:
