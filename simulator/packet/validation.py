@@ -132,11 +132,17 @@ def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) 
     grid = np.geomspace(lo, hi, 50)
     ax.fill_between(grid, grid * 0.9, grid * 1.1, color="0.85", label="within 10%")
     ax.plot(grid, grid, color="0.4", lw=0.8)
+    # Colour by configuration, marker by model ("config (model)" labels).
+    configs = sorted({label.split(" (")[0] for label, *_ in points})
+    models = list(dict.fromkeys(label.split(" (", 1)[-1].rstrip(")") for label, *_ in points))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     markers = "osD^v<>ph*"
-    for i, (label, m50, s50, m99, s99) in enumerate(points):
-        mk = markers[i % len(markers)]
-        ax.scatter([m50 * 1e3], [s50 * 1e3], marker=mk, label=f"{label} p50")
-        ax.scatter([m99 * 1e3], [s99 * 1e3], marker=mk, facecolors="none", edgecolors="0.3")
+    for label, m50, s50, m99, s99 in points:
+        config, model = label.split(" (")[0], label.split(" (", 1)[-1].rstrip(")")
+        colour = colours[configs.index(config) % len(colours)]
+        mk = markers[models.index(model) % len(markers)]
+        ax.scatter([m50 * 1e3], [s50 * 1e3], marker=mk, color=colour, label=f"{label} p50")
+        ax.scatter([m99 * 1e3], [s99 * 1e3], marker=mk, facecolors="none", edgecolors=colour)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("fabric iteration time (ms)")
