@@ -2,7 +2,8 @@
 
 This module only declares the command; ns-3 is loaded when it runs. Results go to ``--out``
 (``runs/<run>.json`` in the fabric's raw-run format, ``results.md`` and ``results.json``)
-and the table to stdout; ``--compare`` adds the fabric's figures from its result folders.
+and the table to stdout; ``--compare`` adds the fabric's figures from its result folders
+(and, with ``--out``, ``validation.md``/``.csv``/``.png`` in ``sim validate``'s form).
 """
 
 from __future__ import annotations
@@ -217,5 +218,9 @@ def _packet(args: argparse.Namespace) -> int:
             {"meta": meta, "command": command, "topology": topo.name, "hosts": len(topo.hosts),
              "simulated": {f"{k[0]}/{k[1]}": v for k, v in simulated.items()},
              "fabric": None if fabric is None else {f"{k[0]}/{k[1]}": v for k, v in fabric.items()}}, indent=1) + "\n")
+        if args.compare:  # sim validate's table: every rank pooled, the ranking, a plot
+            from simulator.packet.validation import write as write_validation
+
+            write_validation(out, command, args.compare, [("ns-3", out)])
         print(f"wrote {out}", file=sys.stderr)
     return 0
