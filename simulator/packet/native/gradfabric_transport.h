@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace gradfabric
 {
@@ -124,11 +125,10 @@ class DlcpEndpoint
         m_lastGrace = grace;
     }
 
-    // The fabric's hosts pace their sending (hosts/pacing.py): bursts every `burst` seconds
-    // of max(1, rate x burst) packets at rate = gain x cwnd / SRTT (gain 2 in slow start,
-    // 1.25 after; `maxRate` before the first RTT sample, within [200, maxRate] packets/s).
-    // `wholeBurst`: a chunk is charged a whole burst however few packets it has (what the
-    // hosts' pacer did until 2026-11-26). 0: no pacing (the default).
+    // Pacing as the fabric's hosts do (hosts/pacing.py): bursts every `burst` s of max(1, rate x
+    // burst) packets, rate = gain x cwnd / SRTT (gain 2 in slow start, else 1.25; `maxRate` before
+    // an RTT sample; within [200, maxRate] pkt/s). `wholeBurst`: a chunk is charged a whole burst
+    // (the hosts' pacer until 2026-11-26). burst 0: no pacing (the default).
     void SetPacing(double burst, double maxRate, bool wholeBurst)
     {
         m_burst = burst;
@@ -235,13 +235,10 @@ class DlcpEndpoint
                 double now = NowSeconds();
                 if (now + 1e-9 < m_nextBurst) // the clock counts nanoseconds: due within one is due
                 {
-                    if (!m_pumpPending)
+                    if (!std::exchange(m_pumpPending, true))
                     {
-                        m_pumpPending = true;
-                        Simulator::Schedule(NanoSeconds(std::ceil((m_nextBurst - now) * 1e9)), [this]() {
-                            m_pumpPending = false;
-                            Pump();
-                        });
+                        Simulator::Schedule(NanoSeconds(std::ceil((m_nextBurst - now) * 1e9)),
+                                            [this]() { m_pumpPending = false; Pump(); });
                     }
                     return;
                 }
@@ -293,14 +290,10 @@ class DlcpEndpoint
         }
     }
 
-    double PacingRate() const
+    double PacingRate() const // see SetPacing
     {
-        if (m_srtt < 0)
-        {
-            return m_maxRate;
-        }
         double gain = m_cwnd < m_ssthresh ? 2.0 : 1.25;
-        return std::min(m_maxRate, std::max(200.0, gain * m_cwnd / std::max(m_srtt, 1e-4)));
+        return m_srtt < 0 ? m_maxRate : std::min(m_maxRate, std::max(200.0, gain * m_cwnd / std::max(m_srtt, 1e-4)));
     }
 
     void SendProbe(Out& o, Chunk& c)
