@@ -54,12 +54,18 @@ def test_cached_entry_is_chosen_before_cppyy_is_imported(native: Path) -> None:
 
 
 def test_too_late_once_cppyy_is_imported_and_off_when_asked(native: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
     entry = pch.cache_dir() / f"{pch.key()}.pch"
     entry.parent.mkdir(parents=True)
     entry.write_bytes(b"x")
     monkeypatch.setitem(sys.modules, "cppyy", object())
     assert pch.select(build_missing=False) is None
     monkeypatch.delitem(sys.modules, "cppyy")
+    monkeypatch.setenv("CLING_STANDARD_PCH", "/elsewhere/allDict.cxx.pch")  # chosen by the caller
+    assert pch.select(build_missing=False) is None
+    assert os.environ["CLING_STANDARD_PCH"] == "/elsewhere/allDict.cxx.pch"
+    monkeypatch.delenv("CLING_STANDARD_PCH")
     monkeypatch.setenv("GRADFABRIC_NS3_PCH", "0")
     assert pch.select(build_missing=False) is None
 

@@ -15,7 +15,8 @@ libraries, the cppyy packages' versions, Cling's flags (``$EXTRA_CLING_ARGS``, b
 :data:`KEEP` entries are kept. A build (about 1 min wall, 20 s CPU, 160 MB) runs in
 subprocesses and is checked by loading it and running a two-host simulation before it enters
 the cache; when any step fails the caller logs one line and loads without it.
-``GRADFABRIC_NS3_PCH=0`` turns the cache off.
+``GRADFABRIC_NS3_PCH=0`` turns the cache off; a ``$CLING_STANDARD_PCH`` set elsewhere is
+left alone.
 """
 
 from __future__ import annotations
@@ -203,6 +204,9 @@ def select(build_missing: bool, say=lambda _m: None) -> Path | None:  # type: ig
     ``build_missing``. None (with one log line where something failed) means load without."""
     if not enabled():
         return None
+    own = os.environ.get("CLING_STANDARD_PCH")
+    if own is not None and not own.startswith(str(cache_dir())):
+        return None  # the caller chose Cling's header
     if "cppyy" in sys.modules:
         if "CLING_STANDARD_PCH" not in os.environ or not os.environ["CLING_STANDARD_PCH"].startswith(str(cache_dir())):
             log.info("ns-3 precompiled header not used: cppyy was imported earlier in this process")
