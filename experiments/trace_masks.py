@@ -139,9 +139,12 @@ class MaskRecorder:
 
 
 def run_masks(record: dict[str, Any], tensor_values: Sequence[int]) -> LossMasks | None:
-    """A trace run's recorded masks (its ranks' ``lost_values``) as one mask file's content;
-    None when no rank recorded masks (TCP, a parameter server, or an older run)."""
-    ranks = [r for j in record.get("jobs", {}).values() for r in j["ranks"].values() if r.get("role") != "server"]
+    """A trace run's recorded masks (the ranks' ``lost_values`` of its measured job with the
+    lowest id: a multitenant run's second job numbers its ranks from 0 too) as one mask file's
+    content; None when no rank recorded masks (TCP, a parameter server, or an older run)."""
+    jobs = record.get("jobs", {})
+    first = jobs[min(jobs, key=int)] if jobs else {"ranks": {}}
+    ranks = [r for r in first["ranks"].values() if r.get("role") != "server"]
     if not any("lost_values" in rec for r in ranks for rec in r["records"]):
         return None
     iterations = max((len(r["records"]) for r in ranks), default=0)

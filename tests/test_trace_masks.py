@@ -79,6 +79,15 @@ def test_a_runs_masks_are_written_and_read_back(tmp_path: Path) -> None:
     assert masks.lost_share() == 5 / (18 * 2 * 2)  # 5 values of 18 per worker, 2 workers, 2 iterations
 
 
+def test_a_multitenant_runs_masks_are_its_first_jobs() -> None:
+    record = _record("001-multitenant-dlcp-r0", [[{"1": {"0": "0-2"}}], [{"0": {"1": "4"}}]])
+    other = _record("x", [[{"1": {"0": "5-6"}}], [{"0": {"0": "1"}}]])["jobs"]["1"]
+    record["jobs"] = {"2": other, "1": record["jobs"]["1"]}
+    masks = run_masks(record, [10, 8])
+    assert masks is not None and masks.workers == 2
+    assert {k: v.tolist() for k, v in masks.lost.items()} == {(0, REDUCE, 1, 0): [0, 1, 2], (0, REDUCE, 0, 1): [4]}
+
+
 def test_runs_without_masks_have_none() -> None:
     assert run_masks(_record("x", [[{}], [{}]]), [4]) is None
     assert run_masks(json.loads(json.dumps({"jobs": {}})), [4]) is None
