@@ -125,6 +125,8 @@ class Endpoint:
         self.window.max_cwnd = min(self.window.max_cwnd, RECEIVE_WINDOW)
         if aimd is not None:
             self.window.max_rate = aimd.rate
+            if self.window.port_rate is None:
+                self.window.port_rate = aimd.rate
         self.probe_timeout = probe_timeout
         self.max_rto = max_rto
         self.window.rtt = RttEstimator(initial_rto=probe_timeout, max_rto=max_rto)
@@ -165,8 +167,13 @@ class Endpoint:
             self._tx, self._rx = BatchSender(nat, self._sock, key), BatchReceiver(nat, self._sock, key)
         self._inbox: OrderedDict[MessageKey, Delivered] = OrderedDict()
         self._inbox_ready = threading.Condition()
-        self._cond = threading.Condition()  # guards the window, in_flight and chunk answers
+        self._lock = threading.RLock()  # guards the window, in_flight, chunk answers and the waiters below
+        self._cond = threading.Condition(self._lock)
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
+        #: Senders waiting for window room (their own condition -> (priority, arrival)): room
+        #: that frees wakes the highest priority, oldest one only, not every sender.
+        self._room_waiters: dict[threading.Condition, tuple[int, int]] = {}
+        self._room_order = itertools.count()
         self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}  # (peer, message, probe nonce)
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
         self._rtts: dict[Address, RttEstimator] = {}
@@ -395,7 +402,10 @@ class Endpoint:
             return
         with self._cond:
             if wait.fill(start, nbits, data[HEADER_LEN:], flags, nonce, now):
-                self._cond.notify_all()
+                if wait.wake is not None:
+                    wait.wake.notify()  # only the sender this answer is for
+                else:
+                    self._cond.notify_all()
             else:
                 self.reassembler.stats.drops["unexpected_bitmap"] += 1
 
@@ -510,6 +520,23 @@ class Endpoint:
         with self._cond:
             assert self.window.rtt is not None
             self.window.rtt.sample(seconds)
+
+    def _wait_room(self, wake: threading.Condition, prio: int) -> None:
+        """(Lock held.) `wake` waits for window room at priority `prio`."""
+        if wake not in self._room_waiters:
+            self._room_waiters[wake] = (prio, next(self._room_order))
+
+    def _room_freed(self) -> None:
+        """(Lock held.) Wake the highest-priority, longest-waiting sender waiting for room,
+        if there is room; it passes the turn on when it leaves room behind."""
+        if self._room_waiters and int(self.window.flight_cap) - self.in_flight >= 1:
+            wake = min(self._room_waiters, key=lambda c: (-self._room_waiters[c][0], self._room_waiters[c][1]))
+            del self._room_waiters[wake]
+            wake.notify()
+
+    def _room_wait_done(self, wake: threading.Condition) -> None:
+        """(Lock held.) `wake` no longer waits for room."""
+        self._room_waiters.pop(wake, None)
 
     def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None:
         with self._cond:

@@ -7,12 +7,16 @@ window and the packet pacer.
   is re-sent after the RTO doubled per attempt (back-off), never after more than ``max_rto``.
 * :class:`Window` is the congestion window in packets shared by every message an endpoint
   has in flight: slow start (one packet more per packet acknowledged) up to ``ssthresh``,
-  then additive increase (one packet per window), and a multiplicative decrease on an ECN
-  echo or on loss beyond a message's bound, at most once per round trip. The floor
+  then additive increase (one packet per window), and a multiplicative decrease on
+  confirmed loss beyond a message's bound (by half) or on an ECN echo (by ``alpha / 2``,
+  ``alpha`` the share of packets marked, as DCTCP), at most once per round trip. The floor
   (``min_cwnd``) still lets a message finish: a chunk of one packet can always be sent.
   Loss within the bound is not a congestion signal by itself.
 * :class:`Pacer` spaces packets at the window's rate (``gain * cwnd / srtt``: 2 in slow
-  start, 1.25 after), capped by ``max_rate`` (the known port rate, when given).
+  start, 1.25 after), capped by ``max_rate`` (the known port rate, when given). With a known
+  port rate (``Window.port_rate``) the window counts what the network holds: the rate is
+  ``gain * cwnd / min_rtt`` and answers slower than the path (a busy receiver) may keep up
+  to ``STRETCH_MAX`` times the window unanswered (``Window.flight_cap``).
 
 :class:`Aimd` is the older rate-only controller, kept as a way to name a rate ceiling:
 an endpoint given ``aimd=Aimd(rate=r)`` never paces faster than ``r`` packets/s.
@@ -23,6 +27,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+
+
+#: Most a window is stretched for answers slower than the path (``Window.flight_cap``).
+STRETCH_MAX = 4.0
 
 
 @dataclass
@@ -50,13 +58,21 @@ class RttEstimator:
     min_rto: float = 0.01
     max_rto: float = 2.0
     granularity: float = 0.001
+    #: The least sample is kept this long (s), then the next sample replaces it (a path that
+    #: changed shows within this time).
+    min_window: float = 10.0
     srtt: float | None = None
     rttvar: float = 0.0
     samples: int = 0
+    min_rtt: float | None = None
+    _min_at: float = -math.inf
 
-    def sample(self, rtt: float) -> None:
+    def sample(self, rtt: float, now: float | None = None) -> None:
         """Feed one round-trip measurement (Karn: never from a probe that was re-sent)."""
         rtt = max(rtt, 1e-6)
+        now = time.monotonic() if now is None else now
+        if self.min_rtt is None or rtt <= self.min_rtt or now - self._min_at > self.min_window:
+            self.min_rtt, self._min_at = rtt, now
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -88,14 +104,35 @@ class Window:
     max_rate: float = 1_000_000.0  # packets/s ceiling of the pacer
     min_rate: float = 200.0
     initial_rate: float | None = None  # pacing before the first RTT sample (default max_rate)
+    #: The known rate of the path's slowest port (packets/s), when given: the window then
+    #: counts the packets the network holds, the pacing rate is ``gain * cwnd / min_rtt``
+    #: and up to ``cwnd * srtt / min_rtt`` packets may be unacknowledged, so that answers
+    #: delayed by a busy receiver (not by the network) do not throttle the sender.
+    port_rate: float | None = None
     rtt: RttEstimator | None = None
+    #: DCTCP (RFC 8257): ``alpha`` estimates the share of packets CE-marked, updated once per
+    #: round trip with gain ``ecn_gain``; an ECN echo cuts the window by ``alpha / 2``.
+    ecn_gain: float = 1.0 / 16
+    alpha: float = 1.0
     decreases: int = 0
-    undone: int = 0  # cuts taken back (the loss was reordering)
     _last_decrease: float = -math.inf
+    _acked: int = 0
+    _marked: int = 0
+    _alpha_at: float = -math.inf
 
     def __post_init__(self) -> None:
         if self.rtt is None:
             self.rtt = RttEstimator()
+
+    @property
+    def flight_cap(self) -> float:
+        """Most data packets unacknowledged at once: the window, stretched by how much
+        longer answers take than the path's least round trip when the port rate is known."""
+        assert self.rtt is not None
+        srtt, least = self.rtt.srtt, self.rtt.min_rtt
+        if self.port_rate is None or srtt is None or least is None or srtt <= least:
+            return self.cwnd
+        return min(self.max_cwnd, self.cwnd * min(srtt / least, STRETCH_MAX))
 
     @property
     def slow_start(self) -> bool:
@@ -110,8 +147,26 @@ class Window:
         else:
             self.cwnd = min(self.max_cwnd, self.cwnd + packets / self.cwnd)
 
-    def on_congestion(self, now: float | None = None) -> bool:
-        """Cut the window (ECN echo or loss beyond the bound); False when a cut already
+    def on_marks(self, packets: int, marked: int, now: float | None = None) -> None:
+        """`packets` acknowledged, `marked` of them answered with an ECN echo: once per
+        round trip, ``alpha`` moves towards the share marked since the last update."""
+        now = time.monotonic() if now is None else now
+        self._acked += max(0, packets)
+        self._marked += max(0, marked)
+        assert self.rtt is not None
+        rtt = self.rtt.srtt if self.rtt.srtt is not None else self.rtt.rto
+        if now - self._alpha_at >= rtt and self._acked:
+            share = min(1.0, self._marked / self._acked)
+            self.alpha = (1 - self.ecn_gain) * self.alpha + self.ecn_gain * share
+            self._acked = self._marked = 0
+            self._alpha_at = now
+
+    def on_ecn(self, now: float | None = None) -> bool:
+        """An ECN echo: cut the window by ``alpha / 2`` (DCTCP), at most once per round trip."""
+        return self.on_congestion(now, beta=1.0 - self.alpha / 2)
+
+    def on_congestion(self, now: float | None = None, beta: float | None = None) -> bool:
+        """Cut the window (loss beyond the bound: by ``beta``); False when a cut already
         happened within the last smoothed round trip."""
         now = time.monotonic() if now is None else now
         assert self.rtt is not None
@@ -119,22 +174,9 @@ class Window:
         if now - self._last_decrease < rtt:
             return False
         self._last_decrease = now
-        self.ssthresh = max(self.min_cwnd * 2, self.cwnd * self.beta)
+        self.ssthresh = max(self.min_cwnd * 2, self.cwnd * (self.beta if beta is None else beta))
         self.cwnd = max(self.min_cwnd, self.ssthresh)
         self.decreases += 1
-        return True
-
-    def undo(self, cwnd: float, ssthresh: float, decreases: int) -> bool:
-        """Take back the cut that left `decreases` cuts (the window was `cwnd`, `ssthresh`
-        before it), when the loss behind it proved to be reordering; False when another cut
-        came since."""
-        if self.decreases != decreases:
-            return False
-        self.cwnd = max(self.cwnd, cwnd)
-        self.ssthresh = ssthresh
-        self.decreases -= 1
-        self._last_decrease = -math.inf
-        self.undone += 1
         return True
 
     @property
@@ -144,7 +186,8 @@ class Window:
         if self.rtt.srtt is None:
             return self.initial_rate if self.initial_rate is not None else self.max_rate
         gain = 2.0 if self.slow_start else 1.25
-        return min(self.max_rate, max(self.min_rate, gain * self.cwnd / max(self.rtt.srtt, 1e-4)))
+        rtt = self.rtt.srtt if self.port_rate is None or self.rtt.min_rtt is None else self.rtt.min_rtt
+        return min(self.max_rate, max(self.min_rate, gain * self.cwnd / max(rtt, 1e-4)))
 
 
 class Pacer:

@@ -17,9 +17,11 @@ the end of the window. When every chunk is answered and the message is not compl
 last-flagged probe over the message asks the receiver to complete it; over the bound, the
 missing packets are first confirmed (on a sprayed fabric a probe may overtake data still
 queued on another path: wait ``reorder_grace``, probe again, repeat while the bitmaps
-improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo,
-or loss beyond the bound among the answered chunks, cuts the window (at most once per
-round trip, :class:`hosts.pacing.Window`).
+improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo
+cuts the window by half the share of packets marked (DCTCP); loss over the bound cuts it by
+half once confirmed, never on an answer alone (late is not lost); at most one cut per round
+trip (:class:`hosts.pacing.Window`). An answer wakes only the sender it is for; room in the
+window wakes the highest-priority sender waiting for it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class SenderHost(Protocol):
     send. The sender knows nothing else of it."""
 
     window: Window
+    _lock: threading.RLock
     _cond: threading.Condition
     in_flight: int
     liveness: Liveness
@@ -78,6 +81,12 @@ class SenderHost(Protocol):
     def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None: ...
 
     def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None: ...
+
+    def _wait_room(self, wake: threading.Condition, prio: int) -> None: ...
+
+    def _room_freed(self) -> None: ...
+
+    def _room_wait_done(self, wake: threading.Condition) -> None: ...
 
 #: Most packets in one chunk (one probe per chunk).
 MAX_CHUNK = 1024
@@ -111,7 +120,7 @@ class SendReport:
 class ChunkWait:
     """The answer to a chunk's probe, filled in by the receive thread."""
 
-    __slots__ = ("first", "nbits", "bits", "answered", "complete", "empty", "echo", "nonce")
+    __slots__ = ("first", "nbits", "bits", "answered", "complete", "empty", "echo", "nonce", "wake")
 
     def __init__(self, first: int, nbits: int) -> None:
         self.first = first  # sequence number
@@ -122,6 +131,7 @@ class ChunkWait:
         self.empty = False
         self.echo = False
         self.nonce = -1
+        self.wake: threading.Condition | None = None  # the sender's, notified by the answer
 
     def fill(self, start: int, nbits: int, payload: memoryview, flags: int, nonce: int, now: float) -> bool:
         """Take a bitmap answer; False when it does not fit this chunk."""
@@ -240,7 +250,6 @@ class MessageSender:
         self.confirm_missing = 0
         self.round_lost = 0
         self.cut_this_round = False
-        self.tentative: tuple[float, float, int] | None = None  # a cut to undo if the loss was only late
         self.sent_once = np.zeros(self.n, dtype=bool)
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
@@ -250,6 +259,7 @@ class MessageSender:
         self.resent = np.zeros(self.n, dtype=bool)
         self.confirmed_lost = np.zeros(self.n, dtype=bool)
         self.resend_queued = np.zeros(self.n, dtype=bool)
+        self._wake = threading.Condition(endpoint._lock)  # answers to this message, and room for it
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -298,8 +308,8 @@ class MessageSender:
         ep = self.ep
         while self.pending:
             with ep._cond:
-                room = int(ep.window.cwnd) - ep.in_flight
-                target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.cwnd) // 2))
+                room = int(ep.window.flight_cap) - ep.in_flight
+                target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.flight_cap) // 2))
                 if room >= target:
                     grant = target
                 elif room >= 1 and not self.chunks:
@@ -308,6 +318,7 @@ class MessageSender:
                     return
                 packets = self._take(grant)
                 ep.in_flight += packets.size
+                ep._room_freed()  # room left over: the next sender waiting may use it
             lo, hi = int(packets.min()), int(packets.max())
             again = packets[self.sent_once[packets]]
             if again.size:
@@ -333,6 +344,7 @@ class MessageSender:
     def _open(self, first: int, nbits: int, packets: np.ndarray, last: bool,
               confirms: np.ndarray | None = None) -> None:
         wait = ChunkWait(self.seq_base + first, nbits)
+        wait.wake = self._wake
         chunk = _Chunk(first=first, nbits=nbits, packets=packets, last=last, wait=wait, confirms=confirms)
         self.chunks.append(chunk)
         self.chunk_count += 1
@@ -379,15 +391,16 @@ class MessageSender:
         if sent_at is not None:
             ep._rtt_sample(self.dest, wait.answered - sent_at)
         lo, hi = chunk.first, chunk.first + chunk.nbits
+        newly = 0  # packets this answer shows arrived for the first time (late ones included)
         if wait.empty:
             self.received[:] = False  # the receiver holds nothing of the message
         elif wait.bits is not None:
+            newly = int((wait.bits & ~self.received[lo:hi] & self.sent_once[lo:hi]).sum())
             self.received[lo:hi] |= wait.bits
         if wait.complete:
             self.complete = True
         if chunk.last:
             self.last_answered = True
-        delivered = int(self.received[chunk.packets].sum()) if chunk.packets.size else 0
         missing = chunk.packets[~self.received[chunk.packets]]
         lost = int(self.counts[missing].sum())
         self.round_lost += lost
@@ -402,39 +415,29 @@ class MessageSender:
             resend = self._over_bound(lost_now)
             if resend.size and not self.complete:
                 self._retransmit(resend)
-                self.tentative = None  # confirmed loss over the bound: the cut stands
-                if not self.cut_this_round:
+                if not self.cut_this_round:  # confirmed loss over the bound: congestion
                     self.cut_this_round = congested = True
+        echo = False
         if wait.echo:
             self.echoes += 1
-            congested = True
-        tentative = False
-        if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
-            # Answers show loss over the bound: cut now, as TCP does on SACK; the cut is undone
-            # if the packets turn out to have been only late (reordering is no congestion).
+            echo = not congested
+        if (self.ep.max_confirms == 0 and not self.cut_this_round
+                and not within_bound(self.round_lost, self.elements, self.bound)):
+            # No confirmation wanted: the first answers showing loss over the bound are believed.
+            # Otherwise the cut waits for the confirmation (above): packets only late (probes
+            # overtaking data on sprayed paths, reordering) never cut the window.
             self.cut_this_round = congested = True
-            tentative = self.ep.max_confirms > 0 and not wait.echo
         with ep._cond:
-            limited = ep.in_flight >= ep.window.cwnd / 2  # grow only a window that is in use (RFC 7661)
+            limited = ep.in_flight >= ep.window.flight_cap / 2  # grow only a window that is in use (RFC 7661)
             ep.in_flight -= chunk.packets.size
+            ep.window.on_marks(newly, newly if wait.echo else 0)
             if congested:
-                before = (ep.window.cwnd, ep.window.ssthresh)
-                if ep.window.on_congestion() and tentative:
-                    self.tentative = (*before, ep.window.decreases)
+                ep.window.on_congestion()
+            elif echo:
+                ep.window.on_ecn()
             elif limited:
-                ep.window.on_ack(delivered)
-            if self.tentative is not None and self._only_late():
-                ep.window.undo(*self.tentative)
-                self.tentative = None
-                self.cut_this_round = False
-            ep._cond.notify_all()
-
-    def _only_late(self) -> bool:
-        """Whether what answers showed missing has arrived, but for loss within the bound
-        and none confirmed: the loss that cut the window was reordering."""
-        if (self.confirmed_lost & ~self.received).any():
-            return False
-        return within_bound(int(self.counts[self.shown_missing & ~self.received].sum()), self.elements, self.bound)
+                ep.window.on_ack(newly)
+            ep._room_freed()
 
     def _early(self) -> None:
         """Once the message is sure to exceed its bound, confirm (after `reorder_grace`)
@@ -509,7 +512,6 @@ class MessageSender:
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False
-        self.tentative = None
         return False
 
     def _reorder_allowance(self) -> float:
@@ -536,9 +538,12 @@ class MessageSender:
         with ep._cond:
             if any(c.wait.answered for c in self.chunks):
                 return
-            if self.pending and int(ep.window.cwnd) - ep.in_flight >= 1 and not self.chunks:
-                return
-            ep._cond.wait(min(max(timeout, 0.0), 0.05))
+            if self.pending:
+                if int(ep.window.flight_cap) - ep.in_flight >= 1 and not self.chunks:
+                    return
+                ep._wait_room(self._wake, self.prio)
+            self._wake.wait(min(max(timeout, 0.0), 0.05))
+            ep._room_wait_done(self._wake)
 
     def _release_all(self) -> None:
         ep = self.ep
@@ -550,7 +555,7 @@ class MessageSender:
         if held:
             with ep._cond:
                 ep.in_flight -= held
-                ep._cond.notify_all()
+                ep._room_freed()
 
 
 def _name(key: MessageKey) -> str:

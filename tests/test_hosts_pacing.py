@@ -63,11 +63,44 @@ def test_window_slow_start_then_additive_increase_and_one_cut_per_round_trip() -
     assert window.rate <= window.max_rate
 
 
-def test_a_cut_is_undone_only_when_no_other_came_since() -> None:
-    w = Window(cwnd=100.0)
-    assert w.on_congestion(now=10.0)
-    token = (100.0, float("inf"), w.decreases)
-    assert w.cwnd == 50.0 and w.undo(*token)
-    assert (w.cwnd, w.ssthresh, w.decreases, w.undone) == (100.0, float("inf"), 0, 1)
-    assert w.on_congestion(now=20.0) and w.on_congestion(now=30.0)  # a second cut came since the first
-    assert not w.undo(50.0, 50.0, 1) and w.decreases == 2
+def test_ecn_echoes_cut_by_half_the_marked_share_as_dctcp() -> None:
+    # RFC 8257: alpha starts at 1 (the first echo halves), then moves by 1/16 per round
+    # trip towards the share of acknowledged packets that came back with an echo.
+    w = Window(cwnd=100.0, rtt=RttEstimator())
+    w.rtt.sample(0.01, now=0.0)
+    assert w.on_ecn(now=1.0) and w.cwnd == 50.0
+    w.on_marks(100, 0, now=2.0)  # a round trip without marks
+    assert abs(w.alpha - 15 / 16) < 1e-12
+    for k in range(40):
+        w.on_marks(100, 10, now=3.0 + k)  # 10 % marked, round trip after round trip
+    assert 0.1 < w.alpha < 0.2  # alpha = 0.1 + (15/16 - 0.1) (15/16)^40
+    w.cwnd, w.ssthresh = 100.0, float("inf")
+    assert w.on_ecn(now=100.0) and abs(w.cwnd - 100.0 * (1 - w.alpha / 2)) < 1e-9 and w.cwnd > 90
+    assert not w.on_ecn(now=100.005)  # at most once per round trip
+    assert w.on_congestion(now=101.0) and abs(w.cwnd - 100.0 * (1 - w.alpha / 2) / 2) < 1e-9  # loss: half
+
+
+def test_with_a_known_port_rate_slow_answers_stretch_the_flight_not_the_rate() -> None:
+    # A path whose least round trip is 2 ms, answers taking 10 ms on average (a busy
+    # receiver): 40 packets of window pace at 2 x 40 / 2 ms, capped at the port's 20,000/s,
+    # and up to 4 x 40 packets may wait for answers (srtt / min_rtt = 5, capped at 4).
+    w = Window(cwnd=40.0, max_rate=20_000.0, port_rate=20_000.0, rtt=RttEstimator())
+    w.rtt.sample(0.002, now=0.0)
+    for k in range(50):
+        w.rtt.sample(0.010, now=0.1 + k * 0.01)
+    assert w.rtt.min_rtt == 0.002 and w.rtt.srtt is not None and w.rtt.srtt > 0.008
+    assert w.rate == 20_000.0
+    assert w.flight_cap == 160.0
+    plain = Window(cwnd=40.0, max_rate=20_000.0, rtt=w.rtt)  # no port rate: the window as it is
+    assert plain.flight_cap == 40.0 and plain.rate < 2 * 40 / 0.008
+    w.cwnd = 10.0  # after cuts: the rate follows the window
+    assert w.rate == 2 * 10 / 0.002 and w.flight_cap == 40.0
+
+
+def test_the_least_round_trip_is_forgotten_after_its_window() -> None:
+    rtt = RttEstimator(min_window=10.0)
+    rtt.sample(0.001, now=0.0)
+    rtt.sample(0.005, now=5.0)
+    assert rtt.min_rtt == 0.001
+    rtt.sample(0.004, now=10.5)  # the 1 ms sample is older than 10 s: the path may have changed
+    assert rtt.min_rtt == 0.004
