@@ -27,6 +27,9 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default: a new build/results/trace/<UTC time>/)")
     p.add_argument("--resume", type=Path, default=None, help="a sweep folder to complete (its plan, its settings)")
+    p.add_argument("--starved-share", type=float, default=None,
+                   help="mark a run cpu_starved (left out of the headline) when a rank waited for a CPU more "
+                        "than this share of its runnable time, summed over its threads (default 0.5; 1: never)")
     p.set_defaults(handler=_experiment_trace)
 
 
@@ -58,5 +61,9 @@ def _experiment_trace(args: argparse.Namespace) -> int:
             job = replace(job, **{name: getattr(args, name)})
     settings.job = job
     settings.out = args.out
+    if args.starved_share is not None:
+        if not 0 < args.starved_share <= 1:
+            raise ExperimentError("--starved-share must be in (0, 1]")
+        settings.starved_share = args.starved_share
     run_trace_sweep(settings)
     return 0

@@ -71,6 +71,9 @@ class TraceSettings:
     topo: Path = TOPOLOGY8
     job_timeout_s: float = 300.0
     command: str = ""
+    #: ``cpu_starved`` above this share of a rank's runnable time spent waiting (STARVED; 1 never
+    #: marks: a rank's wait is summed over its threads, so its own sender threads count too)
+    starved_share: float = STARVED
 
 
 def _load() -> list[float]:
@@ -265,7 +268,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
     return {"jobs": jobs, "background": background, "switch": figures, "seconds": round(trained, 2),
             "phases": phases, "max_cpu_share": max(cpu) if cpu else None,
             "cpu_bound": bool(cpu) and max(cpu) > CPU_BOUND, "max_starvation": max(starved) if starved else None,
-            "cpu_starved": bool(starved) and max(starved) > STARVED, "rto_min_s": rto,
+            "cpu_starved": bool(starved) and max(starved) > settings.starved_share, "rto_min_s": rto,
             "hash_seeds": state["hash_seeds"],
             "link_loss": {"links": [list(x) for x in sc.lossy_links], "probability": sc.link_loss,
                           "drops_by_port": link_lost}}
@@ -282,6 +285,7 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
         meta = json.loads((out / "plan.json").read_text())
         runs = [PlannedRun(**r) for r in meta["runs"]]
         settings.job = TraceJob(**meta["job"])
+        settings.starved_share = float(meta.get("starved_share", STARVED))
         meta.setdefault("resumed", []).append({"at": _now(), "command": settings.command, "load": _load()})
     else:
         out = settings.out or _default_out()
@@ -293,7 +297,8 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
         meta = {"command": settings.command, "started": _now(), "load_at_start": _load(), "cpus": os.cpu_count(),
                 "sweep": {k: list(v) for k, v in settings.sweep.items()}, "repetitions": settings.repetitions,
                 "job": asdict(settings.job), "scale": settings.job.rule.to_dict(), "topology": str(settings.topo),
-                "runs": [asdict(r) for r in runs], "cpu_bound_share": CPU_BOUND}
+                "runs": [asdict(r) for r in runs], "cpu_bound_share": CPU_BOUND,
+                "starved_share": settings.starved_share}
     (out / "runs").mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
     say(settings.job.rule.describe())
