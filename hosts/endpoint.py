@@ -86,7 +86,10 @@ class Endpoint:
     datagram is then signed and checked (:mod:`hosts.auth`). `fast`: use the C data path
     (:mod:`hosts.fastpath`; None: when it can be built), False: the Python one. `marking`:
     ``"p4"`` (DSCP 0, ECT(0)) or ``"commodity"`` (DSCP per class, Not-ECT on drop-eligible
-    packets; :mod:`hosts.marking`)."""
+    packets; :mod:`hosts.marking`). `port_rate`: the known rate (packets/s) of the path's
+    slowest port, which the sender then never exceeds; the window counts what the network
+    holds and answers delayed by a busy receiver do not throttle it (``Window.port_rate``).
+    Leave it None when the bottleneck is unknown: `aimd`'s rate is only a ceiling."""
 
     def __init__(
         self,
@@ -115,6 +118,7 @@ class Endpoint:
         key: bytes | None = None,
         fast: bool | None = None,
         marking: Marking | str | None = None,
+        port_rate: float | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
@@ -125,8 +129,9 @@ class Endpoint:
         self.window.max_cwnd = min(self.window.max_cwnd, RECEIVE_WINDOW)
         if aimd is not None:
             self.window.max_rate = aimd.rate
-            if self.window.port_rate is None:
-                self.window.port_rate = aimd.rate
+        if port_rate is not None:
+            self.window.port_rate = port_rate
+            self.window.max_rate = min(self.window.max_rate, port_rate)
         self.probe_timeout = probe_timeout
         self.max_rto = max_rto
         self.window.rtt = RttEstimator(initial_rto=probe_timeout, max_rto=max_rto)

@@ -8,7 +8,7 @@ window and the packet pacer.
 * :class:`Window` is the congestion window in packets shared by every message an endpoint
   has in flight: slow start (one packet more per packet acknowledged) up to ``ssthresh``,
   then additive increase (one packet per window), and a multiplicative decrease on
-  confirmed loss beyond a message's bound (by half) or on an ECN echo (by ``alpha / 2``,
+  loss beyond a message's bound (by half; taken back when it was reordering) or on an ECN echo (by ``alpha / 2``,
   ``alpha`` the share of packets marked, as DCTCP), at most once per round trip. The floor
   (``min_cwnd``) still lets a message finish: a chunk of one packet can always be sent.
   Loss within the bound is not a congestion signal by itself.
@@ -115,6 +115,7 @@ class Window:
     ecn_gain: float = 1.0 / 16
     alpha: float = 1.0
     decreases: int = 0
+    undone: int = 0  # cuts taken back (the loss was reordering)
     _last_decrease: float = -math.inf
     _acked: int = 0
     _marked: int = 0
@@ -177,6 +178,19 @@ class Window:
         self.ssthresh = max(self.min_cwnd * 2, self.cwnd * (self.beta if beta is None else beta))
         self.cwnd = max(self.min_cwnd, self.ssthresh)
         self.decreases += 1
+        return True
+
+    def undo(self, cwnd: float, ssthresh: float, decreases: int) -> bool:
+        """Take back the cut that left `decreases` cuts (the window was `cwnd`, `ssthresh`
+        before it), when the loss behind it proved to be reordering; False when another cut
+        came since."""
+        if self.decreases != decreases:
+            return False
+        self.cwnd = max(self.cwnd, cwnd)
+        self.ssthresh = ssthresh
+        self.decreases -= 1
+        self._last_decrease = -math.inf
+        self.undone += 1
         return True
 
     @property

@@ -18,9 +18,9 @@ last-flagged probe over the message asks the receiver to complete it; over the b
 missing packets are first confirmed (on a sprayed fabric a probe may overtake data still
 queued on another path: wait ``reorder_grace``, probe again, repeat while the bitmaps
 improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo
-cuts the window by half the share of packets marked (DCTCP); loss over the bound cuts it by
-half once confirmed, never on an answer alone (late is not lost); at most one cut per round
-trip (:class:`hosts.pacing.Window`). An answer wakes only the sender it is for; room in the
+cuts the window by half the share of packets marked (DCTCP); loss over the bound among the
+answered chunks halves it at once, and the cut is taken back when the packets arrive after all
+(late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). An answer wakes only the sender it is for; room in the
 window wakes the highest-priority sender waiting for it.
 """
 
@@ -250,6 +250,7 @@ class MessageSender:
         self.confirm_missing = 0
         self.round_lost = 0
         self.cut_this_round = False
+        self.tentative: tuple[float, float, int] | None = None  # a cut to undo if the loss was only late
         self.sent_once = np.zeros(self.n, dtype=bool)
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
@@ -415,29 +416,43 @@ class MessageSender:
             resend = self._over_bound(lost_now)
             if resend.size and not self.complete:
                 self._retransmit(resend)
-                if not self.cut_this_round:  # confirmed loss over the bound: congestion
+                self.tentative = None  # confirmed loss over the bound: the cut stands
+                if not self.cut_this_round:
                     self.cut_this_round = congested = True
         echo = False
         if wait.echo:
             self.echoes += 1
             echo = not congested
-        if (self.ep.max_confirms == 0 and not self.cut_this_round
-                and not within_bound(self.round_lost, self.elements, self.bound)):
-            # No confirmation wanted: the first answers showing loss over the bound are believed.
-            # Otherwise the cut waits for the confirmation (above): packets only late (probes
-            # overtaking data on sprayed paths, reordering) never cut the window.
+        tentative = False
+        if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
+            # Answers show loss over the bound: cut now, as TCP does on SACK; the cut is undone
+            # if the packets turn out to have been only late (reordering is no congestion).
             self.cut_this_round = congested = True
+            tentative = self.ep.max_confirms > 0 and not wait.echo
         with ep._cond:
             limited = ep.in_flight >= ep.window.flight_cap / 2  # grow only a window that is in use (RFC 7661)
             ep.in_flight -= chunk.packets.size
             ep.window.on_marks(newly, newly if wait.echo else 0)
             if congested:
-                ep.window.on_congestion()
+                before = (ep.window.cwnd, ep.window.ssthresh)
+                if ep.window.on_congestion() and tentative:
+                    self.tentative = (*before, ep.window.decreases)
             elif echo:
                 ep.window.on_ecn()
             elif limited:
                 ep.window.on_ack(newly)
+            if self.tentative is not None and self._only_late():
+                ep.window.undo(*self.tentative)
+                self.tentative = None
+                self.cut_this_round = False
             ep._room_freed()
+
+    def _only_late(self) -> bool:
+        """Whether what answers showed missing has arrived, but for loss within the bound
+        and none confirmed: the loss that cut the window was reordering."""
+        if (self.confirmed_lost & ~self.received).any():
+            return False
+        return within_bound(int(self.counts[self.shown_missing & ~self.received].sum()), self.elements, self.bound)
 
     def _early(self) -> None:
         """Once the message is sure to exceed its bound, confirm (after `reorder_grace`)
@@ -512,6 +527,7 @@ class MessageSender:
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
         self.cut_this_round = self.last_answered = False
+        self.tentative = None
         return False
 
     def _reorder_allowance(self) -> float:

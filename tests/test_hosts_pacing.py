@@ -104,3 +104,13 @@ def test_the_least_round_trip_is_forgotten_after_its_window() -> None:
     assert rtt.min_rtt == 0.001
     rtt.sample(0.004, now=10.5)  # the 1 ms sample is older than 10 s: the path may have changed
     assert rtt.min_rtt == 0.004
+
+
+def test_a_cut_is_undone_only_when_no_other_came_since() -> None:
+    w = Window(cwnd=100.0)
+    assert w.on_congestion(now=10.0)
+    token = (100.0, float("inf"), w.decreases)
+    assert w.cwnd == 50.0 and w.undo(*token)
+    assert (w.cwnd, w.ssthresh, w.decreases, w.undone) == (100.0, float("inf"), 0, 1)
+    assert w.on_congestion(now=20.0) and w.on_congestion(now=30.0)  # a second cut came since the first
+    assert not w.undo(50.0, 50.0, 1) and w.decreases == 2
