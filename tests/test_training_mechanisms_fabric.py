@@ -48,7 +48,7 @@ TCP_CLASS = 5  # trace_configs: the "job-tcp" traffic class of ddp-tcp-qos
 
 @dataclass
 class FabricRun:
-    """A run's record and, per switch, the difference of its counters over the run."""
+    """A run's record and, per switch, the difference of its counters over its training."""
 
     record: dict[str, Any]
     switches: dict[str, Any]  # switch name -> controller.counters.SwitchCounters
@@ -87,30 +87,46 @@ def _leaf_port(host: str) -> tuple[str, int]:
     raise AssertionError(f"{host} is not linked in {TOPOLOGY8}")
 
 
+def _recording_site(fabric: Any) -> Any:
+    """The sweep's view of the fabric, keeping the counter snapshots a run takes around its
+    training (so the test reads the same window as the run's record, at no extra cost)."""
+    from experiments.trace_sweep import TraceSite
+
+    class Recording(TraceSite):
+        def __init__(self, fabric: Any) -> None:
+            super().__init__(fabric)
+            self.snapshots: list[dict[str, Any]] = []
+
+        def snapshot(self) -> dict[str, Any]:
+            taken = super().snapshot()
+            self.snapshots.append(taken)
+            return taken
+
+    return Recording(fabric)
+
+
 class Site:
     """The booted fabric and the runs made on it (each made once, on first use)."""
 
     def __init__(self, fabric: Any, work: Path) -> None:
-        from experiments.trace_sweep import TraceSite
-
         self.fabric, self.work = fabric, work
-        self.trace_site = TraceSite(fabric)
+        self.trace_site = _recording_site(fabric)
         self.runs: dict[str, FabricRun] = {}
 
     def run(self, label: str, scenario: Any, config: Any, **job: Any) -> FabricRun:
         if label in self.runs:
             return self.runs[label]
-        from experiments import switch_counters
         from experiments.trace_sweep import PlannedRun, TraceSettings, run_trace_once
         from experiments.training.trace_worker import TraceJob
 
         settings = TraceSettings(job=TraceJob(iterations=3, k=1.0, timeout_s=120.0, **job), job_timeout_s=400.0)
         nodes = {h: self.fabric.node(h) for h in RANK_HOSTS}
-        before, udp = switch_counters.snapshot(self.fabric.description_path), {h: _udp_drops(n) for h, n in nodes.items()}
+        udp, taken = {h: _udp_drops(n) for h, n in nodes.items()}, len(self.trace_site.snapshots)
         record = run_trace_once(self.trace_site, scenario, config, PlannedRun(len(self.runs), scenario.name,
                                                                               config.name, 0, 2000),
                                 settings, self.work / label, self.work / "policies", print)
-        after = switch_counters.snapshot(self.fabric.description_path)
+        assert len(self.trace_site.snapshots) == taken + 2, "the run took other than two counter snapshots"
+        before, after = (s["counters"] for s in self.trace_site.snapshots[taken:])
         switches = {name: now.minus(before[name]) for name, now in after.items()}
         assert not any(c.went_backwards() for c in switches.values()), "a switch's counters went backwards"
         udp = {h: _udp_drops(n) - udp[h] for h, n in nodes.items()}
