@@ -20,8 +20,9 @@ queued on another path: wait ``reorder_grace``, probe again, repeat while the bi
 improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo
 cuts the window by half the share of packets marked (DCTCP); loss over the bound among the
 answered chunks halves it at once, and the cut is taken back when the packets arrive after all
-(late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). An answer wakes only the sender it is for; room in the
-window wakes the highest-priority sender waiting for it.
+(late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). An answer
+wakes only the sender it is for; room in the window wakes the highest-priority sender waiting
+for it.
 """
 
 from __future__ import annotations
