@@ -180,19 +180,24 @@ class Window:
         self.decreases += 1
         return True
 
-    def undo(self, cwnd: float, ssthresh: float, decreases: int) -> bool:
+    def undo(self, cwnd: float, ssthresh: float, decreases: int, factor: float | None = None) -> bool:
         """Take back the cut that left `decreases` cuts (the window was `cwnd`, `ssthresh`
-        before it), when the loss behind it proved to be reordering; False when another cut
-        came since."""
-        if self.decreases != decreases:
+        before it), when the loss behind it proved to be reordering. When other cuts came
+        since, only this cut's `factor` is multiplied back (theirs stand); without a factor
+        that case is refused (False)."""
+        if self.decreases == decreases:
+            self.cwnd = max(self.cwnd, cwnd)
+            self.ssthresh = ssthresh
+            self._last_decrease = -math.inf
+        elif factor is not None and 0 < factor < 1:
+            self.cwnd = min(self.max_cwnd, self.cwnd / factor)
+            if math.isfinite(self.ssthresh):
+                self.ssthresh = self.ssthresh / factor
+        else:
             return False
-        self.cwnd = max(self.cwnd, cwnd)
-        self.ssthresh = ssthresh
         self.decreases -= 1
-        self._last_decrease = -math.inf
         self.undone += 1
         return True
-
     @property
     def rate(self) -> float:
         """Pacing rate in packets/s."""

@@ -251,7 +251,7 @@ class MessageSender:
         self.confirm_missing = 0
         self.round_lost = 0
         self.cut_this_round = False
-        self.tentative: tuple[float, float, int] | None = None  # a cut to undo if the loss was only late
+        self.tentative: tuple[float, float, int, float] | None = None  # a cut to undo if the loss was only late
         self.sent_once = np.zeros(self.n, dtype=bool)
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
@@ -437,7 +437,7 @@ class MessageSender:
             if congested:
                 before = (ep.window.cwnd, ep.window.ssthresh)
                 if ep.window.on_congestion() and tentative:
-                    self.tentative = (*before, ep.window.decreases)
+                    self.tentative = (*before, ep.window.decreases, ep.window.beta)
             elif echo:
                 ep.window.on_ecn()
             elif limited:

@@ -114,3 +114,8 @@ def test_a_cut_is_undone_only_when_no_other_came_since() -> None:
     assert (w.cwnd, w.ssthresh, w.decreases, w.undone) == (100.0, float("inf"), 0, 1)
     assert w.on_congestion(now=20.0) and w.on_congestion(now=30.0)  # a second cut came since the first
     assert not w.undo(50.0, 50.0, 1) and w.decreases == 2
+    # Taken back with its factor: only the first cut's halving is multiplied back (100 -> 50
+    # -> 25 is 25 -> 50), the second one stands, and so does its once-per-round-trip guard.
+    assert w.undo(100.0, 50.0, 1, factor=0.5)
+    assert (w.cwnd, w.ssthresh, w.decreases, w.undone) == (50.0, 50.0, 1, 2)
+    assert not w.on_congestion(now=30.001)
