@@ -67,7 +67,7 @@ values = np.random.default_rng(worker).normal(size=elements).astype(np.float32)
 with Endpoint(worker_id=worker, host=sys.argv[9], peer_timeout=30,
               bounds={MsgType.GRADIENT: bound, MsgType.PARAMETER: bound}) as ep:
     print("ready", flush=True)
-    started = time.perf_counter()
+    started, cpu0 = time.perf_counter(), time.process_time()
     times, done_bytes, retx, packets = [], 0, 0, 0
     if mode == "serial":
         for i in range(int(seconds)):
@@ -85,7 +85,8 @@ with Endpoint(worker_id=worker, host=sys.argv[9], peer_timeout=30,
             r = f.result(); done_bytes += values.nbytes; retx += r.retransmitted; packets += r.packets
     took = time.perf_counter() - started
     print("result " + json.dumps({"bytes": done_bytes, "seconds": took, "times": times, "retransmitted": retx,
-                                  "packets": packets, "cwnd": ep.window.cwnd, "cuts": ep.window.decreases}),
+                                  "packets": packets, "cwnd": ep.window.cwnd, "cuts": ep.window.decreases,
+                                  "cpu_s": time.process_time() - cpu0}),
           flush=True)
 """
 
@@ -139,7 +140,8 @@ def _stop(*procs: subprocess.Popen[str]) -> None:
 
 
 @contextmanager
-def _bed() -> Iterator[dict]:
+def _bed(rate_pps: int | None = PORT_RATE_PPS) -> Iterator[dict]:
+    """The three hosts on one switch; the receiver's port limited to `rate_pps` (None: not)."""
     from controller.fabric_controller import FabricController
     from controller.routing import ROUTE_TABLES, route_entries
     from gradfabric.p4build import compile_embedded
@@ -152,8 +154,9 @@ def _bed() -> Iterator[dict]:
         hosts, ports = {}, {}
         for name, (port, ip) in HOSTS.items():
             hosts[name], ports[name] = lab.add_host(port, ip)
-        args = ["--no-p4", "--device-id", "1", "--cpu-port", "510", "--log-level", "warn",
-                "--queue-rate", f"3={PORT_RATE_PPS}pps", "--queue-depth", f"3={DEPTH}"]
+        args = ["--no-p4", "--device-id", "1", "--cpu-port", "510", "--log-level", "warn"]
+        if rate_pps is not None:
+            args += ["--queue-rate", f"3={rate_pps}pps", "--queue-depth", f"3={DEPTH}"]
         for name, (port, _) in HOSTS.items():
             args += ["-i", f"{port}@{ports[name]}"]
         with switch_process(args, Path(tmp) / "s1.log") as (_, address):

@@ -1,0 +1,66 @@
+"""The DLCP transport against raw UDP through one embedded switch, no port rate limit.
+
+The three namespace hosts of :mod:`tests.benchmarks.bench_transport_fabric` on one
+``p4switch`` running ``p4src/dlcp.p4`` with routes only and no rate limit, so the switch
+(and the hosts' CPU) is the bottleneck. In the same run:
+
+* what the switch forwards of UDP frames of a full DLCP packet's size (1,514 bytes) sent
+  flat out by the C sender of :mod:`tests.benchmarks.bench_switch` (``blaster.c``, sendmmsg),
+  counted by the receiving interface;
+* the packets per second one DLCP sender moves through the same switch (bound 0, 1 MB
+  messages, four in flight), counted as the packets of the messages it completed;
+* the DLCP sender's CPU time per packet (printed; the goal is the ratio above 0.8).
+
+Needs root and iproute2; takes the namespace lock (``/tmp/gradfabric-netns.lock``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import tempfile
+from pathlib import Path
+
+from tests.benchmarks import bench_transport_fabric as tf
+from tests.benchmarks.figure import Figure
+
+SECONDS = 6.0
+#: UDP payload of a DLCP data packet: 28-byte header and 361 float32 values.
+PAYLOAD = 28 + 361 * 4
+
+
+def run() -> list[Figure]:
+    if shutil.which("ip") is None:
+        print("bench_transport_switch: skipped (needs iproute2)")
+        return []
+    tf.LOCK.touch(exist_ok=True)
+    with open(tf.LOCK) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _measure()
+
+
+def _measure() -> list[Figure]:
+    from gradfabric import fabric as fabric_mod
+    from tests.benchmarks.bench_switch import _build_blaster, _forwarded_pps, _udp_frame
+
+    with tempfile.TemporaryDirectory(prefix="gf-bench-") as tmp, tf._bed(rate_pps=None) as hosts:
+        blaster = _build_blaster(Path(tmp))
+        sender, receiver = hosts["sender"], hosts["receiver"]
+        gateway = fabric_mod.switch_port_mac(1, tf.HOSTS["sender"][0])
+        print("  UDP through the switch (blaster) ...", flush=True)
+        udp = _forwarded_pps(blaster, sender, receiver, _udp_frame(sender, receiver, gateway, 19601, bytes(PAYLOAD)))
+        print(f"    offered {udp.offered_pps:,.0f}/s, forwarded {udp.received_pps:,.0f}/s", flush=True)
+        print("  one DLCP stream, bound 0 ...", flush=True)
+        dlcp = tf._dlcp_run(hosts, [("sender", 1, "stream")], bound=0.0, seconds=SECONDS)[0]
+        pps = dlcp["packets"] / dlcp["seconds"]
+        cpu_ns = dlcp["cpu_s"] / max(1, dlcp["packets"] + dlcp["retransmitted"]) * 1e9
+        print(f"    DLCP {pps:,.0f} packets/s, {dlcp['retransmitted']} resent, sender CPU {cpu_ns:,.0f} ns/packet "
+              f"(user + system, all threads, while sending)", flush=True)
+    return [Figure("DLCP packets/s through one switch, 1 stream, bound 0", pps,
+                   "UDP frames of the same size forwarded (blaster)", udp.received_pps, "packets/s")]
+
+
+if __name__ == "__main__":
+    from tests.benchmarks.figure import print_table
+
+    print_table(run())
