@@ -186,6 +186,7 @@ class Endpoint:
         self._tx_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
+        self.aborted: str | None = None  # why every wait and send now fails (abort())
         self._last_rx = time.monotonic()
         self._last_peer_rx = 0.0  # last data or probe handled (bitmaps excluded)
         self._thread = threading.Thread(target=self._receive_loop, name=f"dlcp-rx-{worker_id}", daemon=True)
@@ -232,6 +233,14 @@ class Endpoint:
         self._thread.join(timeout=2)
         self._sock.close()
 
+    def abort(self, reason: str) -> None:
+        """Make every wait for a message and every send in progress on this endpoint fail
+        with TransportError(`reason`) within about 50 ms (a job ending on an error elsewhere:
+        waits for a live peer would otherwise last for ever)."""
+        self.aborted = reason
+        with self._inbox_ready:
+            self._inbox_ready.notify_all()
+
     def __enter__(self) -> Endpoint:
         return self
 
@@ -256,6 +265,8 @@ class Endpoint:
             return self._wait_for(lambda: key if key in self._inbox else None, timeout, f"message {key}")
         since = time.monotonic()
         while True:
+            if self.aborted is not None:
+                raise TransportError(f"waiting for {_describe_key(key)}: the endpoint was aborted ({self.aborted})")
             try:
                 return self._wait_for(lambda: key if key in self._inbox else None, self._keepalive_interval(timeout),
                                       f"message {key}")
@@ -278,6 +289,8 @@ class Endpoint:
         deadline = time.monotonic() + timeout
         with self._inbox_ready:
             while (key := pick()) is None:
+                if self.aborted is not None:
+                    raise TransportError(f"waiting for {what}: the endpoint was aborted ({self.aborted})")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     stats = self.reassembler.stats

@@ -71,6 +71,7 @@ class RingAllReduce:
         self.concurrency = concurrency
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._failed: BaseException | None = None  # the first all-reduce of allreduce_async that failed
         self.steps = 2 * (self.size - 1)
         self.previous: dict[tuple[int, int], np.ndarray] = {}  # (tensor id, part) -> last result
         endpoint.reassembler.prior = self._prior
@@ -160,9 +161,19 @@ class RingAllReduce:
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"ring-{self.rank}")
-        return self._executor.submit(self.allreduce, as_float32(values).copy(), **options)
+        future = self._executor.submit(self.allreduce, as_float32(values).copy(), **options)
+        future.add_done_callback(self._note_failure)
+        return future
+
+    def _note_failure(self, future: Future[tuple[np.ndarray, RingReport]]) -> None:
+        if not future.cancelled() and future.exception() is not None and self._failed is None:
+            self._failed = future.exception()
 
     def close(self) -> None:
-        """Wait for the all-reduces still running and stop the ring's threads."""
+        """Wait for the all-reduces still running and stop the ring's threads. When one of
+        them failed, the endpoint is aborted first (:meth:`Endpoint.abort`), so the others
+        fail at once instead of waiting for ever for a neighbour that is still alive."""
         if self._executor is not None:
+            if self._failed is not None:
+                self.endpoint.abort(f"an all-reduce failed: {type(self._failed).__name__}: {self._failed}")
             self._executor.shutdown(wait=True)

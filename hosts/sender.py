@@ -68,6 +68,7 @@ class SenderHost(Protocol):
     max_rounds: int | None
     max_rto: float
     peer_timeout: float
+    aborted: str | None
 
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None: ...
 
@@ -270,6 +271,8 @@ class MessageSender:
         try:
             settle_until = 0.0
             while True:
+                if self.ep.aborted is not None:
+                    raise TransportError(f"sending {_name(self.key)}: the endpoint was aborted ({self.ep.aborted})")
                 self._fill()
                 self._collect()
                 if self.complete:  # the receiver holds the message: learn exactly what it holds

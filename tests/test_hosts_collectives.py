@@ -163,3 +163,33 @@ def test_ring_all_gather_loss_keeps_the_previous_result() -> None:
     finally:
         for e in endpoints:
             e.close()
+
+
+def test_a_failed_all_reduce_makes_close_end_the_others_at_once() -> None:
+    # Rank 1 is alive (its endpoint answers keep-alives) but never takes part, so rank 0's
+    # all-reduce of tensor 1 waits for its chunk for as long as rank 1 lives. A second
+    # all-reduce fails (an option the ring sets itself, given twice); closing the ring aborts the
+    # endpoint and the waiting all-reduce fails within seconds, naming the failure.
+    import time
+
+    import pytest
+
+    from hosts.errors import TransportError
+
+    a, b = Endpoint(worker_id=0, bounds=RELIABLE), Endpoint(worker_id=1, bounds=RELIABLE)
+    try:
+        ring = RingAllReduce(a, 0, [a.address, b.address])
+        waiting = ring.allreduce_async(np.ones(1000, np.float32), iteration=0, tensor_id=1, timeout=60.0)
+        failing = ring.allreduce_async(np.ones(1000, np.float32), iteration=0, tensor_id=2, copy=True)
+        with pytest.raises(TypeError):
+            failing.result(timeout=30)
+        time.sleep(0.5)
+        assert not waiting.done()  # a live neighbour: it would wait for ever
+        started = time.monotonic()
+        ring.close()
+        assert time.monotonic() - started < 10.0
+        with pytest.raises(TransportError, match="aborted .*an all-reduce failed: TypeError"):
+            waiting.result(timeout=1)
+    finally:
+        a.close()
+        b.close()
