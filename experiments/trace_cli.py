@@ -22,8 +22,6 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--real-gbps", type=float, default=None, help="the real link rate the run stands for (25 or 100)")
     p.add_argument("--k", type=float, default=None, help="time multiplier of the scaling rule (default 8)")
     p.add_argument("--model", default=None, help="trace model (default resnet50)")
-    p.add_argument("--max-rate-pps", type=float, default=None,
-                   help="the DLCP sender's highest pacing rate (default 80,000: 4x the port rate)")
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default: a new build/results/trace/<UTC time>/)")
     p.add_argument("--resume", type=Path, default=None, help="a sweep folder to complete (its plan, its settings)")
@@ -56,7 +54,7 @@ def _experiment_trace(args: argparse.Namespace) -> int:
     job = settings.job
     if args.quick and args.iterations is None:
         job = replace(job, iterations=QUICK_ITERATIONS)
-    for name in ("iterations", "real_gbps", "k", "model", "max_rate_pps"):
+    for name in ("iterations", "real_gbps", "k", "model"):
         if getattr(args, name) is not None:
             job = replace(job, **{name: getattr(args, name)})
     settings.job = job

@@ -183,8 +183,8 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"leafspine8_training\.yaml`: 2 leaves x 4 hosts, 2 spines, 2:1 oversubscribed; "
      r"([\d,]+) packets/s per port", (TRACE_FABRIC,)),
     ("experiments/README.md", r"emulated port ([\d,]+) full frames/s", (lambda: trace_job_default("port_pps"),)),
-    ("experiments/README.md", r"pacing from ([\d,]+) packets/s, at most ([\d,]+);",
-     (lambda: same_in_both("rate_pps"), lambda: same_in_both("max_rate_pps"))),
+    ("experiments/README.md", r"pacing from the port rate \(([\d,]+) packets/s\), never above it",
+     (lambda: same_in_both("port_pps"),)),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.
@@ -204,6 +204,20 @@ MEASURED: list[tuple[str, str, object]] = [
     ("experiments/README.md", r"its Python transport moving ([\d,]+)-([\d,]+) packets/s on the fabric",
      lambda m: None if f"moved at about {m[1]}-{m[2]} packets/s" in normalized(ROOT / TRACE_QUICK / "README.md")
      else f"{TRACE_QUICK}/README.md does not state {m[1]}-{m[2]} packets/s"),
+    # hosts/README.md quotes the same quick sweep's rate, on the trace fabric (its ports' rate)
+    ("hosts/README.md", r"DLCP ranks moved about ([\d,]+)-([\d,]+) packets/s on",
+     lambda m: None if f"moved at about {m[1]}-{m[2]} packets/s" in normalized(ROOT / TRACE_QUICK / "README.md")
+     else f"{TRACE_QUICK}/README.md does not state {m[1]}-{m[2]} packets/s"),
+    ("hosts/README.md", r"\(ports ([\d,]+) packets/s, 51-packet queues\)",
+     lambda m: None if shown_as(m[1], TRACE_FABRIC()) else f"{m[1]} is not the trace fabric's {TRACE_FABRIC()}"),
+    # sampled pacing rates of an instrumented run: medians below the port rate they were capped by
+    ("hosts/README.md", r"medians of ([\d,]+)-([\d,]+) packets/s",
+     lambda m: None if _n(m[1]) <= _n(m[2]) <= TRACE_FABRIC() else f"{m[1]}-{m[2]} is not a range under the port rate"),
+    # the switch-path benchmark: per-run ratios must lie within what the two ranges allow
+    ("hosts/README.md", r"\| ([\d,]+)-([\d,]+) packets/s \| UDP frames of the same size forwarded \(blaster\) \| "
+     r"([\d,]+)-([\d,]+) packets/s \| ([\d.]+)-([\d.]+)x \|",
+     lambda m: None if _n(m[1]) / _n(m[4]) <= float(m[5]) <= float(m[6]) <= _n(m[2]) / _n(m[3])
+     else f"ratios {m[5]}-{m[6]} are outside what {m[1]}-{m[2]} over {m[3]}-{m[4]} allow"),
 ]
 
 

@@ -90,7 +90,7 @@ class TraceJob:
     dscp: int = 0  # TCP: IP_TOS DSCP of the job's sockets
     marking: str = "p4"  # DLCP: p4 (the switches read the DLCP header) or commodity (hosts.marking)
     rate_pps: float = 20_000.0
-    max_rate_pps: float = 80_000.0
+    max_rate_pps: float = 80_000.0  # recorded only: the sender's pacing is capped by port_pps
     timeout_s: float = 60.0
     compute_scale: float = 1.0  # 0: no compute, a bulk sender in the job's class (hotspot scenario)
     layers: str = "layer"  # layer: a conv and its norm are one layer (merge_layers); tensor: every tensor
@@ -482,7 +482,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                             aimd=Aimd(rate=job.rate_pps, min_rate=job.rate_pps / 10, max_rate=job.max_rate_pps,
                                       increase=job.rate_pps / 10),
                             bounds={MsgType.GRADIENT: job.grad_bound, MsgType.PARAMETER: 0.0},
-                            peer_timeout=job.timeout_s, marking=_marking(job))
+                            peer_timeout=job.timeout_s, marking=_marking(job), port_rate=job.port_pps)
         closers.append(endpoint)
         if ps:
             from hosts.ps import ParameterServer, PsClient
