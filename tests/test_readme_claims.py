@@ -321,16 +321,16 @@ def trace_summary(folder: Path) -> dict:
 
 
 def test_trace_readme_paragraph_matches_the_committed_sweeps() -> None:
-    """README.md: the trace experiment "has run only as a smoke test ...: every run was
-    CPU-starved"; "the mechanisms now act in a training job (magnitude drops, ECN marks,
-    layer-wise overlap)"."""
+    """README.md: the trace experiment's smoke test "(every run was CPU-starved, no finding)";
+    "the mechanisms now act in a training job (magnitude drops, ECN marks, layer-wise
+    overlap)"."""
     text = normalized(ROOT / "README.md").split("The trace-driven experiment (`gradfabric experiment trace`", 1)[1]
     text = text.split("## ", 1)[0]
     folders = trace_folders()
     assert len(folders) >= 2, "experiments/README.md links the committed trace sweeps"
     ok = [r for f in folders for r in trace_records(f) if r["status"] == "ok"]
     for phrase in ("every run was CPU-starved",
-                   "the mechanisms now act in a training job (magnitude drops, ECN marks, layer-wise overlap)"):
+                   "The mechanisms now act in a training job (magnitude drops, ECN marks, layer-wise overlap)"):
         assert phrase in text, f"README.md no longer says {phrase!r}: update this test with the text"
     assert ok and all(r["cpu_starved"] for r in ok), "README says every trace run was CPU-starved"
     from experiments.trace_report import run_figures
@@ -365,3 +365,4 @@ def test_trace_claims_catch_a_drifted_figure() -> None:
     s = trace_summary(ROOT / "experiments" / "results" / "training" / "trace-mechanisms-20261126-090158")["tcp"]
     assert shown_as("0.33", s["transport"]["speedup_p50"]["median"])
     assert not shown_as("0.34", s["transport"]["speedup_p50"]["median"])
+
