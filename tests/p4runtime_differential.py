@@ -105,6 +105,10 @@ class Installed:
     priority: int
 
 
+#: Actions that draw random numbers: each datapath draws its own, so their outputs differ by design.
+RANDOM_ACTIONS = frozenset({"DlcpIngress.spray_random", "DlcpEgress.lose_on_link"})
+
+
 class WriteMaker:
     """Seeded P4Runtime updates from a P4Info; `accepted()` tells it what the reference side
     took, so later writes aim at installed entries (MODIFY, DELETE, duplicates)."""

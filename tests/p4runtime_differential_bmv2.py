@@ -33,7 +33,7 @@ from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2
 
 from tests import netns
-from tests.p4runtime_differential import OK, PORTS, Update, WriteMaker
+from tests.p4runtime_differential import OK, PORTS, RANDOM_ACTIONS, Update, WriteMaker
 
 ROUTER = Path(__file__).parent / "p4programs" / "ipv4_router.p4"
 ETH_P_ALL = 3
@@ -139,16 +139,28 @@ class Maker(WriteMaker):
     """WriteMaker's updates, by default without the ones p4switch and BMv2 are known to treat
     differently: the deliberately invalid ones (both refuse most, with other codes: an unknown
     id is NOT_FOUND on p4switch, INVALID_ARGUMENT on BMv2; a value too wide OUT_OF_RANGE
-    against INVALID_ARGUMENT; `is_const` set in a write is refused by p4switch, ignored by
-    BMv2) and a MODIFY without an action (p4switch keeps the entry's action, BMv2 refuses
-    it). `invalid=True` keeps them all."""
+    against INVALID_ARGUMENT; a counter index past the end OUT_OF_RANGE against UNKNOWN; `is_const` set in a write is refused by p4switch, ignored by
+    BMv2), a MODIFY without an action (p4switch keeps the entry's action, BMv2 refuses
+    it), a wildcard write of an indirect counter (index unset: P4Runtime's "every cell",
+    which p4switch does and BMv2 1.15 answers UNIMPLEMENTED). `invalid=True` keeps them all.
+    Actions that draw random numbers (`RANDOM_ACTIONS`: spraying, the lossy link) are never
+    written: each switch draws its own."""
 
     def __init__(self, p4info: Any, seed: int, invalid: bool) -> None:
-        super().__init__(p4info, seed, frozenset())
+        super().__init__(p4info, seed, RANDOM_ACTIONS)
         self.invalid = invalid
 
     def _invalid(self, update: Update) -> Update:
         return super()._invalid(update) if self.invalid else update
+
+    def _indexed_update(self) -> Update:
+        update = super()._indexed_update()
+        counter = update.entity.counter_entry
+        if not self.invalid and update.entity.HasField("counter_entry"):
+            size = next(c.size for c in self.p4info.counters if c.preamble.id == counter.counter_id)
+            if not counter.HasField("index") or counter.index.index >= size:
+                counter.index.index = self.rng.randrange(min(size, 64))
+        return update
 
     def _table_update(self) -> Update:
         update = super()._table_update()

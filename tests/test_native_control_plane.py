@@ -20,13 +20,12 @@ from gradfabric.paths import P4SRC, ROOT
 from p4switch.frontend import load_program, load_program_text
 from p4switch.native.build import find_compiler
 from p4switch.tables import Table
-from tests.p4runtime_differential import DELETE, INSERT, MODIFY, OK, Side, pair, run, table_update
+from tests.p4runtime_differential import DELETE, INSERT, MODIFY, OK, RANDOM_ACTIONS, Side, pair, run, table_update
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
 
 WRITES = int(os.environ.get("GRADFABRIC_CP_FUZZ_WRITES", "5000"))
 ROUTER = ROOT / "tests" / "p4programs" / "ipv4_router.p4"
-RANDOM_ACTIONS = frozenset({"DlcpIngress.spray_random", "DlcpEgress.lose_on_link"})  # each datapath draws its own numbers
 SWITCH_MAC = bytes.fromhex("000000000101")
 
 EXACT_DEFAULT = """
