@@ -24,7 +24,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2
 
 from tests import netns
-from tests.p4runtime_differential import OK, PORTS, RANDOM_ACTIONS, Update, WriteMaker
+from tests.p4runtime_differential import OK, PORTS, RANDOM_ACTIONS, Report, Update, WriteMaker
 
 ROUTER = Path(__file__).parent / "p4programs" / "ipv4_router.p4"
 ETH_P_ALL = 3
@@ -170,21 +169,6 @@ class Maker(WriteMaker):
             table = next(t for t in self.keyed if t.preamble.id == entry.table_id)
             entry.action.action.CopyFrom(self._action(table))
         return update
-
-
-@dataclass
-class Report:
-    """What a run compared and where the two switches disagreed."""
-
-    writes: int = 0
-    packets: int = 0
-    frames_out: int = 0
-    statuses: Counter[int] = field(default_factory=Counter)
-    mismatches: list[str] = field(default_factory=list)
-
-    def note(self, text: str) -> None:
-        if len(self.mismatches) < 200:
-            self.mismatches.append(text)
 
 
 @contextmanager
