@@ -113,6 +113,9 @@ class SendReport:
     lost_by_class: dict[int, int] = field(default_factory=dict)  # missing elements by magnitude class
     eligible_elements: int = 0  # values in packets marked drop-eligible
     reordered: int = 0  # packets an answer showed missing that arrived later without a resend (late, not lost)
+    #: of `missing`, the elements of a message whose final holdings the receiver's answers did
+    #: not show (they were lost or late): the receiver zero-filled at most these
+    unconfirmed: int = 0
 
     @property
     def loss_rate(self) -> float:
@@ -298,6 +301,7 @@ class MessageSender:
             self._release_all()
         lost = ~self.received
         missing = int(self.counts[lost].sum())
+        exact = bool(self.received.all()) or (self.complete and not self.chunks)
         classes = self.batch.headers["mag_class"][lost]
         by_class = {int(c): int(self.counts[lost][classes == c].sum()) for c in np.unique(classes)}
         return SendReport(
@@ -307,6 +311,7 @@ class MessageSender:
             chunks=self.chunk_count, lost_by_class=by_class,
             eligible_elements=int(self.counts[self.batch.eligible].sum()),
             reordered=int((self.shown_missing & self.received & ~self.resent).sum()),
+            unconfirmed=0 if exact else missing,
         )
 
     def _fill(self) -> None:

@@ -56,6 +56,7 @@ def test_loss_within_bound_completes_without_retransmission_and_zero_fills() -> 
     assert relay.stats.dropped == 3
     assert report.retransmitted == 0 and report.rounds == 0
     assert report.missing == 3 * 360 - 360 + 36_000 - 99 * 360  # 2 full packets and the short last one
+    assert report.unconfirmed == 0  # every answer came: the sender knows what was zero-filled
     lost = np.zeros(36_000, bool)
     for s in (5, 50, 99):
         lost[s * 360:(s + 1) * 360] = True

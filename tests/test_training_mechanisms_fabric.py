@@ -240,6 +240,15 @@ def test_switches_never_drop_unmarked_packets_by_magnitude(unmarked: FabricRun) 
         assert not c.early_drops, f"{name} dropped early: {c.early_drops}"
 
 
+def _assert_senders_know_what_was_zero_filled(run: FabricRun, zero_filled: int) -> None:
+    """The senders' view of what their receivers zero-filled: exact for every message whose
+    final answers came, an upper bound for the others (answers can be lost in a full queue)."""
+    missing, unconfirmed = run.total("missing"), run.total("unconfirmed")
+    assert 0 <= unconfirmed <= missing, (unconfirmed, missing)
+    assert missing - unconfirmed <= zero_filled <= missing, \
+        f"receivers zero-filled {zero_filled} values, senders were shown {missing} ({unconfirmed} unconfirmed)"
+
+
 def test_zero_filled_values_are_from_packets_the_switches_dropped(same_class: FabricRun) -> None:
     rec = same_class.record
     assert rec["switch"]["host_qdisc_drops"] == 0, "the hosts' qdiscs dropped packets"
@@ -250,7 +259,7 @@ def test_zero_filled_values_are_from_packets_the_switches_dropped(same_class: Fa
     assert lost_packets >= early, (sent, lost_packets, early)
     zero_filled = same_class.total("lost")
     assert zero_filled > 0, "nothing was completed within the bound: the test shows nothing"
-    assert zero_filled == same_class.total("missing"), "receivers and senders disagree on what was zero-filled"
+    _assert_senders_know_what_was_zero_filled(same_class, zero_filled)
     assert zero_filled <= VALUES_PER_PACKET * lost_packets, (zero_filled, lost_packets)
     for rank in same_class.ranks():
         assert rank["totals"]["gather_lost"] == 0  # the all-gather stage has no loss bound
@@ -274,7 +283,7 @@ def test_alone_zero_filled_values_are_what_the_switches_dropped(alone: FabricRun
     early_values = (early_bytes - early * (FRAME_HEADERS + HEADER_LEN)) // 4
     assert alone.total("reordered") > 0, "spraying reordered nothing: the test shows nothing"
     zero_filled = alone.total("lost")
-    assert zero_filled == alone.total("missing"), "receivers and senders disagree on what was zero-filled"
+    _assert_senders_know_what_was_zero_filled(alone, zero_filled)
     # no switch drop: nothing zero-filled; else no more than the dropped packets held
     assert zero_filled <= early_values + VALUES_PER_PACKET * overflow, (zero_filled, early_values, overflow)
 

@@ -8,14 +8,16 @@ from typing import Any
 
 #: Figures summed over iterations into the ``done`` line's ``totals``.
 TOTALED = ("packets", "retransmitted", "lost", "reduced", "bytes", "gather_lost", "eligible", "eligible_elements",
-           "missing", "reordered")
+           "missing", "unconfirmed", "reordered")
 
 
 @dataclass
 class IterationTotals:
     """One iteration's traffic. Receiving side: ``lost`` (reduce stage, zero-filled) and
     ``gather_lost``; sending side: data packets sent and re-sent, packets (and values) marked drop-eligible,
-    ``missing`` (what the peer zero-filled of this rank's messages) by magnitude class, and
+    ``missing`` (what the peer zero-filled of this rank's messages, as its answers showed) by
+    magnitude class, of which ``unconfirmed`` (messages whose final answers did not come: the
+    peer zero-filled at most these), and
     ``reordered`` (shown missing, then arrived without a resend: late, not lost)."""
 
     packets: int = 0
@@ -27,6 +29,7 @@ class IterationTotals:
     eligible: int = 0
     eligible_elements: int = 0
     missing: int = 0
+    unconfirmed: int = 0
     reordered: int = 0
     lost_by_tensor: dict[int, int] = field(default_factory=dict)
     missing_by_class: dict[int, int] = field(default_factory=dict)
@@ -44,6 +47,7 @@ class IterationTotals:
             self.eligible += s.eligible
             self.eligible_elements += s.eligible_elements
             self.missing += s.missing
+            self.unconfirmed += s.unconfirmed
             self.reordered += s.reordered
             for c, n in s.lost_by_class.items():
                 self.missing_by_class[c] = self.missing_by_class.get(c, 0) + n
