@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -373,6 +374,33 @@ def load_trace(path: str | Path, *, passes: str | Path | None = None, **options:
                 passes_list = load_passes(candidate)
                 break
     return parse_trace(text, name=path.stem, origin=str(path), passes=passes_list, **options)  # type: ignore[arg-type]
+
+
+def unit_of(name: str) -> str:
+    """The layer a parameter belongs to: its module, with a norm layer counted with the
+    convolution before it (``layer4.2.bn3.bias`` -> ``layer4.2.conv3``, ``downsample.1`` ->
+    ``downsample.0``), as DLCP's priorities are per layer."""
+    unit = re.sub(r"\.(weight|bias|in_proj_weight|in_proj_bias)$", "", name)
+    unit = re.sub(r"(^|\.)bn(\d+)$", r"\1conv\2", unit)
+    return re.sub(r"downsample\.1$", "downsample.0", unit)
+
+
+def merge_layers(trace: ModelTrace) -> ModelTrace:
+    """One layer per unit (:func:`unit_of`) for tensors adjacent in ready order: sizes and
+    compute times add up; forward order by each unit's first use. The trace worker's
+    ``--layers layer`` (its default) and the simulator's model of those runs."""
+    groups: list[list[Layer]] = []
+    for layer in reversed(trace.layers):  # ready order
+        if groups and unit_of(groups[-1][0].name) == unit_of(layer.name):
+            groups[-1].append(layer)
+        else:
+            groups.append([layer])
+    n = len(groups)
+    index_of = {l.index: n - 1 - g for g, members in enumerate(groups) for l in members}
+    layers = tuple(Layer(n - 1 - g, unit_of(m[0].name), sum(l.numel for l in m), sum(l.forward_s for l in m),
+                         sum(l.backward_s for l in m)) for g, m in enumerate(groups))[::-1]
+    order = trace.forward_order if trace.forward_order else range(len(trace.layers))
+    return replace(trace, layers=layers, forward_order=tuple(dict.fromkeys(index_of[i] for i in order)))
 
 
 def format_trace(trace: ModelTrace) -> str:

@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from gradfabric.traces import merge_layers
 from hosts.schedulers import AlphaBeta, Scheduler, Transfer, create
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
 from simulator.fabric_runs import Run, load_runs
 from simulator.host_model import COST_GRID, available, best_cost, cross_validated, host_pps
-from simulator.traces import Layer, ModelTrace, load_trace
+from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import write_report
 
 #: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
@@ -77,33 +78,6 @@ class RunPrediction:
     draws: np.ndarray  # iteration times, seconds
     exposed_s: float  # the model's iteration time beyond the job's compute
     note: str
-
-
-def _unit_of(name: str) -> str:
-    """The layer a parameter belongs to, a norm counted with its convolution (mirrors the
-    trace worker's ``unit_of``)."""
-    import re
-
-    unit = re.sub(r"\.(weight|bias|in_proj_weight|in_proj_bias)$", "", name)
-    unit = re.sub(r"(^|\.)bn(\d+)$", r"\1conv\2", unit)
-    return re.sub(r"downsample\.1$", "downsample.0", unit)
-
-
-def merge_layers(trace: ModelTrace) -> ModelTrace:
-    """One layer per unit for tensors adjacent in ready order (the trace worker's
-    ``--layers layer``, its default): sizes and compute add up; forward order by first use."""
-    groups: list[list[Layer]] = []
-    for layer in reversed(trace.layers):  # ready order
-        if groups and _unit_of(groups[-1][0].name) == _unit_of(layer.name):
-            groups[-1].append(layer)
-        else:
-            groups.append([layer])
-    n = len(groups)
-    index_of = {l.index: n - 1 - g for g, members in enumerate(groups) for l in members}
-    layers = tuple(Layer(n - 1 - g, _unit_of(m[0].name), sum(l.numel for l in m), sum(l.forward_s for l in m),
-                         sum(l.backward_s for l in m)) for g, m in enumerate(groups))[::-1]
-    order = trace.forward_order if trace.forward_order else tuple(range(len(trace.layers)))
-    return replace(trace, layers=layers, forward_order=tuple(dict.fromkeys(index_of[i] for i in order)))
 
 
 def _b(job: dict[str, Any]) -> float:

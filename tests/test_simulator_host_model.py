@@ -112,8 +112,12 @@ def test_multitenant_jobs_collide_on_an_uplink_half_the_time() -> None:
 
 
 def test_a_trace_is_merged_per_layer_as_the_worker_does() -> None:
+    from experiments.training import trace_worker
+    from gradfabric.traces import merge_layers
+    from simulator import validate
     from simulator.traces import Layer, ModelTrace
-    from simulator.validate import merge_layers
+
+    assert validate.merge_layers is merge_layers and trace_worker.merge_layers is merge_layers  # one merge
 
     # Index 0 is the input side; gradients are ready from the last index down.
     tensors = (Layer(0, "conv1.weight", 100, 0.1, 0.2), Layer(1, "bn1.weight", 10, 0.0, 0.01),

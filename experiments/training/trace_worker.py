@@ -36,7 +36,6 @@ import argparse
 import faulthandler
 import json
 import queue
-import re
 import sys
 import threading
 import time
@@ -51,7 +50,7 @@ from experiments.errors import ExperimentError
 from experiments.training.accounting import TOTALED, IterationTotals, received
 from experiments.training.cpu import cpu_seconds, schedstat, starvation
 from experiments.scaling import ScaleRule
-from gradfabric.traces import Layer, ModelTrace, load_trace
+from gradfabric.traces import Layer, ModelTrace, load_trace, merge_layers, unit_of
 
 SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "h100_pytorch_layer_traces.csv"
 #: DDP's bucket caps (bytes) and ByteScheduler/P3's partition (4 MB), divided by b at run time.
@@ -130,34 +129,6 @@ def scaled_model(job: TraceJob) -> ModelTrace:
 
     layers = tuple(Layer(l.index, l.name, rule.numel(l.numel), t(l.forward_s), t(l.backward_s)) for l in trace.layers)
     return replace(trace, layers=layers, backward_tail_s=t(trace.backward_tail_s), optimizer_s=t(trace.optimizer_s))
-
-
-def unit_of(name: str) -> str:
-    """The layer a parameter belongs to: its module, with a norm layer counted with the
-    convolution before it (``layer4.2.bn3.bias`` -> ``layer4.2.conv3``, ``downsample.1`` ->
-    ``downsample.0``), as DLCP's priorities are per layer."""
-    unit = re.sub(r"\.(weight|bias|in_proj_weight|in_proj_bias)$", "", name)
-    unit = re.sub(r"(^|\.)bn(\d+)$", r"\1conv\2", unit)
-    return re.sub(r"downsample\.1$", "downsample.0", unit)
-
-
-def merge_layers(trace: ModelTrace) -> ModelTrace:
-    """One layer per unit (:func:`unit_of`) for tensors adjacent in ready order: sizes and
-    compute times add up; forward order by each unit's first use."""
-    from dataclasses import replace
-
-    groups: list[list[Layer]] = []
-    for layer in reversed(trace.layers):  # ready order
-        if groups and unit_of(groups[-1][0].name) == unit_of(layer.name):
-            groups[-1].append(layer)
-        else:
-            groups.append([layer])
-    n = len(groups)
-    index_of = {l.index: n - 1 - g for g, members in enumerate(groups) for l in members}
-    layers = tuple(Layer(n - 1 - g, unit_of(m[0].name), sum(l.numel for l in m), sum(l.forward_s for l in m),
-                         sum(l.backward_s for l in m)) for g, m in enumerate(groups))[::-1]
-    order = list(dict.fromkeys(index_of[i] for i in forward_order(trace)))
-    return replace(trace, layers=layers, forward_order=tuple(order))
 
 
 def make_scheduler(job: TraceJob) -> Any:
