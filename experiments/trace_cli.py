@@ -26,8 +26,8 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
                    help="results folder (default: a new build/results/trace/<UTC time>/)")
     p.add_argument("--resume", type=Path, default=None, help="a sweep folder to complete (its plan, its settings)")
     p.add_argument("--starved-share", type=float, default=None,
-                   help="mark a run cpu_starved (left out of the headline) when a rank waited for a CPU more "
-                        "than this share of its runnable time, summed over its threads (default 0.5; 1: never)")
+                   help="mark a run cpu_starved (left out of the headline) when a process had a thread waiting "
+                        "for a CPU more than this share of the wall time (default 0.5; 1: never)")
     p.set_defaults(handler=_experiment_trace)
 
 

@@ -7,7 +7,13 @@ compute), the time the forward pass waited for parameters, the communication-to-
 ratio achieved (first send to last arrival over compute) beside the real job's target, the
 share of gradient values zero-filled, and the switch, host and background figures.
 
-Per scenario and configuration: medians over the runs that were not CPU-bound; speed-up
+CPU: the largest use of one core and the largest wait for a CPU (share of wall time, the
+longest-waiting thread) over the run's processes; runs recorded before the wait share carry
+only the earlier figure (waits summed over a rank's threads over their runnable time), shown
+as such. A run marked ``cpu_bound`` or ``cpu_starved`` (:mod:`experiments.trace_sweep`) is
+left out of the headline.
+
+Per scenario and configuration: medians over the runs not marked; speed-up
 against ``ddp-tcp`` from *paired* runs (same scenario and round, hence the same seed): the
 ratio baseline/config of each pair's p50 (and p99), their median and a 95% bootstrap CI
 (:func:`scipy.stats.bootstrap`, percentile, 2,000 resamples) over the pairs. Fewer than
@@ -70,6 +76,7 @@ def run_figures(record: dict[str, Any]) -> dict[str, Any]:
         "rr_fct_p50_ms": float(np.percentile(fcts, 50) * 1e3) if fcts else None,
         "rr_fct_p99_ms": float(np.percentile(fcts, 99) * 1e3) if fcts else None,
         "max_cpu_share": record.get("max_cpu_share"), "max_starvation": record.get("max_starvation"),
+        "max_cpu_wait_share": record.get("max_cpu_wait_share"),
         "cpu_bound": record.get("cpu_bound", False) or record.get("cpu_starved", False),
     }
 
@@ -122,7 +129,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                                "loss_share", "magnitude_drops", "ecn_marks", "link_loss_drops", "queue_drops",
                                "host_qdisc_drops",
                                "tcp_retransmitted", "tcp_timeouts", "bg_goodput_mbps", "rr_fct_p50_ms",
-                               "rr_fct_p99_ms", "max_cpu_share", "max_starvation")}
+                               "rr_fct_p99_ms", "max_cpu_share", "max_starvation", "max_cpu_wait_share")}
             pairs = sorted(set(good) & {k for k, v in base.items() if not v["cpu_bound"] or not clean})
             rows[cfg] = {"runs": len(reps), "cpu_bound": sum(v["cpu_bound"] for v in reps.values()),
                          "all_runs_marked": not clean, **med,
@@ -134,6 +141,13 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _fmt(x: Any, scale: float = 1.0, digits: int = 0) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:,.{digits}f}"
+
+
+def _wait(row: dict[str, Any]) -> str:
+    """The CPU wait cell: the wait share, or the earlier summed figure marked as such."""
+    if row.get("max_cpu_wait_share") is not None:
+        return _fmt(row["max_cpu_wait_share"], 1, 2)
+    return f"{_fmt(row['max_starvation'], 1, 2)} (summed)" if row.get("max_starvation") is not None else ""
 
 
 def _ci(s: dict[str, Any]) -> str:
@@ -166,7 +180,7 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                   "| configuration | runs (CPU-bound) | p50 / p99 / max (ms) | exposed comm (ms) | forward wait (ms) | "
                   "front starts early | comm/compute | speed-up p50 vs ddp-tcp | speed-up p99 | values zero-filled | mag. drops / ECN / lossy link | "
                   "queue drops | host qdisc drops | TCP retrans / RTOs | bg goodput (Mbit/s) | RR FCT p99 (ms) | "
-                  "max CPU / starvation |",
+                  "max CPU / CPU wait |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for cfg, r in rows.items():
             lines.append(
@@ -177,7 +191,10 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                 f"{_fmt(r['loss_share'], 100, 3)}% | {_fmt(r['magnitude_drops'])} / {_fmt(r['ecn_marks'])} / {_fmt(r['link_loss_drops'])} | "
                 f"{_fmt(r['queue_drops'])} | {_fmt(r['host_qdisc_drops'])} | {_fmt(r['tcp_retransmitted'])} / "
                 f"{_fmt(r['tcp_timeouts'])} | {_fmt(r['bg_goodput_mbps'], 1, 1)} | {_fmt(r['rr_fct_p99_ms'], 1, 1)} | "
-                f"{_fmt(r['max_cpu_share'], 1, 2)} / {_fmt(r['max_starvation'], 1, 2)} |")
+                f"{_fmt(r['max_cpu_share'], 1, 2)} / {_wait(r)} |")
+        if any(r.get("max_cpu_wait_share") is None and r.get("max_starvation") is not None for r in rows.values()):
+            lines.append("\n(summed): runs recorded before the wait share; the figure is a rank's waits summed over "
+                         "its threads over their runnable time, which its own threads inflate.")
         if any(r.get("all_runs_marked") for r in rows.values()):
             lines.append("\n**Every run of this scenario was CPU-bound or CPU-starved: the figures above are from "
                          "marked runs and are not a headline.**")

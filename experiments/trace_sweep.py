@@ -13,10 +13,13 @@ the scenario's lossy links (:mod:`experiments.trace_links`, both recorded), the 
 TCP retransmissions and timeouts of every host, CPU time of every switch process), the
 background, the job's ranks (:mod:`experiments.training.trace_worker`) started together,
 then the same counters again. Per-process CPU: each rank reports its own share of a core;
-the switches' shares come from ``/proc``; a run with any above 0.85 is marked
-``cpu_bound``; a run where a rank waited for a CPU more than half the time it was runnable
-(others' load) is marked ``cpu_starved``; both are left out of the headline figures
-(:mod:`experiments.trace_report`) while any run is left that is neither.
+the switches' and the bulk ranks' come from ``/proc`` (the process and its descendants); a
+run with any process above 0.85 of a core is marked ``cpu_bound``. Each process's wait for a
+CPU is the share of wall time its longest-waiting thread was runnable but not running
+(:func:`experiments.training.cpu.wait_share`); a run with any process above
+``starved_share`` (default 0.5) is marked ``cpu_starved``. Both marks leave a run out of the
+headline figures (:mod:`experiments.trace_report`) while any run is left that is neither.
+Records keep the earlier summed figure as ``starvation`` / ``max_starvation``.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from experiments.training.trace_worker import TraceJob
 SEED_BASE = 2000
 NODE_PREFIX = "gt"
 CPU_BOUND = 0.85
-#: A rank that waited for a CPU more than half the time it was runnable (``/proc``
-#: schedstat) ran on an overloaded machine: its run is marked ``cpu_starved``.
+#: A process that had a thread waiting for a CPU more than half the wall time (``/proc``
+#: schedstat, :func:`experiments.training.cpu.wait_share`) ran on an overloaded machine: its
+#: run is marked ``cpu_starved``.
 STARVED = 0.5
 NSTAT_KEYS = ("TcpRetransSegs", "TcpExtTCPTimeouts")
 BULK_ITERATIONS = 100_000
@@ -71,8 +75,9 @@ class TraceSettings:
     topo: Path = TOPOLOGY8
     job_timeout_s: float = 300.0
     command: str = ""
-    #: ``cpu_starved`` above this share of a rank's runnable time spent waiting (STARVED; 1 never
-    #: marks: a rank's wait is summed over its threads, so its own sender threads count too)
+    #: ``cpu_starved`` when a process waited for a CPU above this share of the wall time
+    #: (STARVED; 1 never marks). Sweeps before the wait share (recorded runs without
+    #: ``max_cpu_wait_share``) applied it to the summed figure, ``max_starvation``.
     starved_share: float = STARVED
 
 
@@ -126,17 +131,17 @@ class TraceSite:
         return [h.name[len(self.fabric.options.prefix):] for h in self.fabric.spec.hosts]
 
     def snapshot(self) -> dict[str, Any]:
+        """Counters now, and CPU ticks and thread waits of every switch process (with its descendants)."""
         from mininet_topos.builder import host_link_drops
 
         switches = {sw.name: sw.process.pid for sw in self.fabric.net.switches if getattr(sw, "process", None)}
         counters = self.base.counters()
         return {"t": time.monotonic(), "counters": counters, "host_drops": host_link_drops(self.fabric),
                 "nstat": {h: _nstat(self.fabric.node(h)) for h in self.hosts()},
-                "cpu_ticks": {name: _cpu_ticks(pid) for name, pid in switches.items() if pid}}
+                **process_sample({name: pid for name, pid in switches.items() if pid})}
 
     def figures(self, before: dict[str, Any], after: dict[str, Any], job_ids: list[int]) -> dict[str, Any]:
-        seconds = max(1e-9, after["t"] - before["t"])
-        hz = os.sysconf("SC_CLK_TCK")
+        switch_cpu, switch_wait = process_figures(before, after)
         queue_drops = 0
         for name, now in after["counters"].items():
             old = before["counters"].get(name)
@@ -149,8 +154,7 @@ class TraceSite:
                 "queue_drops": queue_drops,
                 "host_qdisc_drops": sum(after["host_drops"].values()) - sum(before["host_drops"].values()),
                 "tcp_retransmitted": nstat["TcpRetransSegs"], "tcp_timeouts": nstat["TcpExtTCPTimeouts"],
-                "switch_cpu": {n: round((after["cpu_ticks"][n] - before["cpu_ticks"].get(n, 0)) / hz / seconds, 3)
-                               for n in after["cpu_ticks"]}}
+                "switch_cpu": switch_cpu, "switch_cpu_wait": switch_wait}
 
     def switch_state(self, sc: TraceScenario, run: PlannedRun) -> dict[str, Any]:
         """This run's flow-hash seeds and lossy links on the switches (:mod:`experiments.trace_links`)."""
@@ -179,6 +183,50 @@ class TraceSite:
                 if route:
                     extra = f" rto_min {rto_s * 1e3:g}ms" if rto_s is not None else ""
                     node.cmd(f"ip route replace {route}{extra}")
+
+
+def process_sample(pids: dict[str, int]) -> dict[str, Any]:
+    """CPU ticks and per-thread schedstat of named processes, each with its descendants."""
+    from experiments.training.cpu import tree_thread_stats
+
+    return {"t": time.monotonic(), "cpu_ticks": {name: _cpu_ticks(pid) for name, pid in pids.items()},
+            "threads": {name: tree_thread_stats([pid]) for name, pid in pids.items()}}
+
+
+def process_figures(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, float], dict[str, float | None]]:
+    """CPU use (share of one core) and CPU wait share of each process between two :func:`process_sample`."""
+    seconds = max(1e-9, after["t"] - before["t"])
+    hz = os.sysconf("SC_CLK_TCK")
+    cpu = {n: round((after["cpu_ticks"][n] - before["cpu_ticks"].get(n, 0)) / hz / seconds, 3)
+           for n in after["cpu_ticks"]}
+    return cpu, _waits(before["threads"], after["threads"], seconds)
+
+
+def _waits(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float | None]:
+    from experiments.training.cpu import wait_share
+
+    out = {}
+    for name, threads in after.items():
+        share = wait_share(before.get(name, {}), threads, seconds)
+        out[name] = round(share, 3) if share is not None else None
+    return out
+
+
+def cpu_marks(jobs: dict[str, Any], figures: dict[str, Any], starved_share: float) -> dict[str, Any]:
+    """A run's per-process CPU figures and marks (module doc): the largest CPU use (share of
+    one core) and wait share over the measured ranks (their own reports), the switches and the
+    bulk ranks (``/proc``), ``cpu_bound`` above 0.85 and ``cpu_starved`` above `starved_share`;
+    ``max_starvation`` is the earlier summed figure of the measured ranks."""
+    ranks = [r for j in jobs.values() for r in j["ranks"].values()]
+    cpu = [r["cpu_share"] for r in ranks if r.get("cpu_share") is not None]
+    cpu += [x for key in ("switch_cpu", "other_cpu") for x in figures.get(key, {}).values() if x is not None]
+    wait = [r["cpu_wait_share"] for r in ranks if r.get("cpu_wait_share") is not None]
+    wait += [x for key in ("switch_cpu_wait", "other_cpu_wait") for x in figures.get(key, {}).values() if x is not None]
+    summed = [r["starvation"] for r in ranks if r.get("starvation") is not None]
+    return {"max_cpu_share": max(cpu) if cpu else None, "cpu_bound": bool(cpu) and max(cpu) > CPU_BOUND,
+            "max_cpu_wait_share": max(wait) if wait else None,
+            "cpu_starved": bool(wait) and max(wait) > starved_share,
+            "max_starvation": max(summed) if summed else None}
 
 
 def _argv(job: TraceJob, rank: int, peers: list[str]) -> list[str]:
@@ -216,6 +264,8 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
         phases["ranks_up"] = round(time.monotonic() - t0, 2)
         with site.base.background(list(sc.background)) as traffic:
             time.sleep(1.0)  # queues fill, TCP leaves slow start
+            bulk = {f"job{j} rank{k}": role.process.pid for j, k, role, measured in roles if not measured}
+            bulk_before = process_sample(bulk)
             before = site.snapshot()
             lost_before = site.link_drops(state["lossy_ports"])
             started = time.monotonic()
@@ -240,6 +290,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
                 time.sleep(0.1)
             trained = time.monotonic() - started
             after = site.snapshot()
+            bulk_after = process_sample(bulk)
             lost_after = site.link_drops(state["lossy_ports"])
             background = [r.to_dict() for r in traffic.finish()] if traffic is not None else []
     finally:
@@ -254,7 +305,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
         done = role.done()
         jobs.setdefault(str(job_id), {"ranks": {}})["ranks"][str(rank)] = {
             "role": done.get("role", "worker"), "cpu_share": done.get("cpu_share"),
-            "starvation": done.get("starvation"), "totals": done.get("totals", {}),
+            "cpu_wait_share": done.get("cpu_wait_share"), "starvation": done.get("starvation"), "totals": done.get("totals", {}),
             "records": [{k: v for k, v in line.items() if k != "event"} for line in role.lines
                         if line.get("event") == "iteration"]}
     figures = site.figures(before, after, sc.job_ids)
@@ -262,13 +313,9 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
 
     link_lost = drops_between(lost_before, lost_after)
     figures["link_loss_drops"] = sum(link_lost.values())
-    cpu = [r["cpu_share"] for j in jobs.values() for r in j["ranks"].values() if r["cpu_share"] is not None]
-    cpu += list(figures["switch_cpu"].values())
-    starved = [r["starvation"] for j in jobs.values() for r in j["ranks"].values() if r["starvation"] is not None]
+    figures["other_cpu"], figures["other_cpu_wait"] = process_figures(bulk_before, bulk_after)
     return {"jobs": jobs, "background": background, "switch": figures, "seconds": round(trained, 2),
-            "phases": phases, "max_cpu_share": max(cpu) if cpu else None,
-            "cpu_bound": bool(cpu) and max(cpu) > CPU_BOUND, "max_starvation": max(starved) if starved else None,
-            "cpu_starved": bool(starved) and max(starved) > settings.starved_share, "rto_min_s": rto,
+            "phases": phases, **cpu_marks(jobs, figures, settings.starved_share), "rto_min_s": rto,
             "hash_seeds": state["hash_seeds"],
             "link_loss": {"links": [list(x) for x in sc.lossy_links], "probability": sc.link_loss,
                           "drops_by_port": link_lost}}
@@ -367,4 +414,6 @@ def _outcome(record: dict[str, Any]) -> str:
     return (f"ok in {record['seconds']:.0f} s: iteration p50 {m['p50_s'] * 1e3:.0f} ms, p99 {m['p99_s'] * 1e3:.0f} ms, "
             f"ratio {m['ratio']:.2f}, loss {m['loss_share']:.4f}, max CPU {record['max_cpu_share']:.2f}"
             + (" (CPU-BOUND)" if record["cpu_bound"] else "")
-            + (f" (CPU-STARVED {record['max_starvation']:.2f})" if record.get("cpu_starved") else ""))
+            + (f", max CPU wait {record['max_cpu_wait_share']:.2f}" if record.get("max_cpu_wait_share") is not None
+               else "")
+            + (" (CPU-STARVED)" if record.get("cpu_starved") else ""))

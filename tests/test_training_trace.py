@@ -120,6 +120,7 @@ def test_dlcp_ps_layerwise_job() -> None:
         assert all(l["packets"] > 0 for l in iters)
         done = lines[-1]
         assert done["event"] == "done" and 0 < done["cpu_share"] < 4
+        assert 0 <= done["cpu_wait_share"] <= 1  # one thread's wait over wall time (experiments/training/cpu.py)
 
 
 def test_gradient_values_have_the_pool_magnitudes() -> None:

@@ -48,7 +48,7 @@ import numpy as np
 
 from experiments.errors import ExperimentError
 from experiments.training.accounting import TOTALED, IterationTotals, received
-from experiments.training.cpu import cpu_seconds, schedstat, starvation
+from experiments.training.cpu import cpu_seconds, schedstat, starvation, thread_stats, wait_share
 from experiments.scaling import ScaleRule
 from gradfabric.traces import Layer, ModelTrace, load_trace, merge_layers, unit_of
 
@@ -480,7 +480,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                "layers": len(trace.layers), "numel": trace.numel, "scale": job.rule.to_dict()})
         if wait_go:
             sys.stdin.readline()
-        cpu0, wall0, sched0 = cpu_seconds(), time.perf_counter(), schedstat()
+        cpu0, wall0, sched0, threads0 = cpu_seconds(), time.perf_counter(), schedstat(), thread_stats()
         if server is not None:
             ids = [l.index for l in trace.layers if l.numel]
             if job.comm == "tcp":
@@ -489,8 +489,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                 for it in range(job.iterations):
                     server.serve_iteration(it, ids, num_layers=len(trace.layers), timeout=job.timeout_s)
             _emit({"event": "done", "role": "server", "rank": rank, "totals": {},
-                   "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
-                   "starvation": starvation(sched0, schedstat())})
+                   **_cpu_figures(cpu0, wall0, sched0, threads0)})
             return
         grads = GradientSource([l.numel for l in trace.layers], load_pool(), seed=job.seed, rank=rank)
         worker = TraceRank(job, trace, rank, collective, grads)
@@ -512,12 +511,20 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         _emit({"event": "done", "role": "worker", "rank": rank,
                "totals": {**{k: sum(t[k] for t in totals) for k in TOTALED}, **received(closers),
                           **({"masks_inexact": masks.inexact} if masks is not None else {})},
-               "cpu_share": (cpu_seconds() - cpu0) / max(1e-9, time.perf_counter() - wall0),
-               "starvation": starvation(sched0, schedstat())})
+               **_cpu_figures(cpu0, wall0, sched0, threads0)})
     finally:
         for c in closers:
             c.close()
 
+
+
+def _cpu_figures(cpu0: float, wall0: float, sched0: tuple[int, int], threads0: dict[int, tuple[int, int]]
+                 ) -> dict[str, float | None]:
+    """This rank's CPU use (share of one core), its wait for a CPU over wall time, and the
+    earlier summed figure (:mod:`experiments.training.cpu`), since the samples at the start."""
+    wall = max(1e-9, time.perf_counter() - wall0)
+    return {"cpu_share": (cpu_seconds() - cpu0) / wall, "cpu_wait_share": wait_share(threads0, thread_stats(), wall),
+            "starvation": starvation(sched0, schedstat())}
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.training.trace_worker",
