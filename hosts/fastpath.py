@@ -11,9 +11,11 @@ packet by packet.
 
 * :class:`BatchSender` sends a message's packets with ``sendmmsg``: each packet is its
   28-byte header row plus its values read in place from the tensor (two iovecs, no copy in
-  user space); towards a local address (the route's device is loopback) it uses UDP GSO,
-  one datagram of up to 44 packets, which a receiver with UDP GRO takes whole. Any other
-  route gets one datagram per packet, so frames that reach a switch stay within the MTU.
+  user space). Towards a local address (the route's device is loopback) it uses UDP GSO,
+  one datagram of up to 44 packets, which a receiver with UDP GRO takes whole; also towards
+  a route whose device does not offer UDP segmentation, as the kernel then splits the
+  datagram into MTU-sized frames before the device (:func:`hosts.netdev.splits_gso`). Any
+  other route gets one datagram per packet, so frames that reach a switch stay within the MTU.
 * :class:`BatchReceiver` reads up to 64 datagrams per ``recvmmsg`` with their IP TOS bytes
   and GRO segment sizes, lists their packets, finds runs of one message's data and places a
   run's values into the message's arrays (:meth:`Reassembler.handle_run
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hosts import netdev
 
 log = logging.getLogger("hosts.fastpath")
 
@@ -233,6 +237,19 @@ def enable_gro(sock: socket.socket) -> bool:
     return True
 
 
+def gso_wanted() -> bool:
+    """False when ``GRADFABRIC_UDP_GSO`` is 0 (one datagram per packet on every route; logged once)."""
+    if os.environ.get("GRADFABRIC_UDP_GSO", "1").strip().lower() not in ("0", "no", "off", "false"):
+        return True
+    if not _gso_said:
+        _gso_said.append(True)
+        log.info("hosts data path: UDP GSO off (GRADFABRIC_UDP_GSO=0)")
+    return False
+
+
+_gso_said: list[bool] = []
+
+
 class BatchSender:
     """Sends packets of a :class:`~hosts.packetize.PacketBatch` with sendmmsg (and GSO)."""
 
@@ -240,7 +257,7 @@ class BatchSender:
         """`key`: the job key; every packet then ends in its tag (:mod:`hosts.auth`)."""
         self.nat = nat
         self.fd = sock.fileno()
-        self.gso_ok = True
+        self.gso_ok = gso_wanted()
         self._key = (nat.ffi.from_buffer("uint8_t[]", key), len(key)) if key else (nat.ffi.NULL, 0)
         self._dest: dict[tuple[str, int], tuple[int, int, bool]] = {}
 
@@ -249,16 +266,16 @@ class BatchSender:
         if hit is None:
             ip = int.from_bytes(socket.inet_aton(dest[0]), "little")  # network order in memory
             port = int.from_bytes(dest[1].to_bytes(2, "big"), "little")
-            hit = self._dest[dest] = (ip, port, is_local(dest[0]))
+            hit = self._dest[dest] = (ip, port, is_local(dest[0]) or netdev.splits_gso(dest[0]))
             if len(self._dest) > 4096:
                 self._dest.clear()
         return hit
 
     def send(self, batch: Any, indices: np.ndarray, dest: tuple[str, int]) -> None:
         """Send packets `indices` (int64) of `batch` to `dest`; OSError when the socket refuses."""
-        ip, port, local = self._target(dest)
+        ip, port, batched = self._target(dest)
         idx = np.ascontiguousarray(indices, dtype=np.int64)
-        gso = GSO_PACKETS if (local and self.gso_ok) else 1
+        gso = GSO_PACKETS if (batched and self.gso_ok) else 1
         ptrs = batch.native_ptrs(self.nat)
         r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
                                   self.nat.ptr(idx, "int64_t[]"), idx.size, gso, *self._key)

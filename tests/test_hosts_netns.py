@@ -128,17 +128,28 @@ def test_aimd_slows_down_on_a_congested_kernel_queue(lab: netns.Lab) -> None:
 
 
 @pytest.mark.netns
-def test_frames_reaching_a_switch_port_fit_the_mtu(lab: netns.Lab) -> None:
-    """The C data path batches with UDP GSO only towards local addresses: every frame that
-    leaves a host's veth towards a switch (read here with AF_PACKET, as p4switch reads its
-    ports) is at most 1500 bytes of IP plus the Ethernet header."""
+@pytest.mark.parametrize("offloads", ["on", "off"])
+def test_frames_reaching_a_switch_port_fit_the_mtu(lab: netns.Lab, offloads: str) -> None:
+    """The C data path batches with UDP GSO only where the kernel splits the datagram before
+    the host's device: every frame that leaves a host's veth towards a switch (read here with
+    AF_PACKET, as p4switch reads its ports) is at most 1500 bytes of IP plus the Ethernet header.
+    Offloads on (a veth nobody tuned, which would pass a GSO datagram whole): no GSO. Offloads
+    off (as the fabric leaves its hosts): GSO, segmented by the kernel at the veth."""
     import socket
 
     a, a_out = lab.add_host(1, "10.78.0.1")
     b, b_out = lab.add_host(2, "10.78.0.2")
     lab.add_bridge([a_out, b_out])
-    # Offloads on, as on a host whose veth nobody tuned: a GSO datagram would cross it whole.
-    netns.in_ns(a.ns, "ethtool", "-K", a.iface, "tx", "on", check=False)
+    netns.in_ns(a.ns, "ethtool", "-K", a.iface, "tx", offloads, check=False)
+    probe = netns.in_ns(a.ns, sys.executable, "-c",
+                        f"from hosts import netdev; print(netdev.splits_gso({b.ip!r}))").stdout.strip()
+    offered = netns.in_ns(a.ns, "ethtool", "-k", a.iface, check=False).stdout
+    if "tx-udp-segmentation: on" in offered:
+        assert probe == "False"  # the veth would pass a GSO datagram whole
+    elif "tx-udp-segmentation: off" in offered:
+        assert probe == "True"  # the kernel segments before the veth
+    else:
+        pytest.skip(f"ethtool does not report tx-udp-segmentation on {a.iface}")
     capture = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
     capture.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: hold every frame
     capture.bind((a_out, 0))

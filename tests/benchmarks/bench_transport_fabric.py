@@ -193,9 +193,21 @@ def _dlcp_run(hosts: dict, senders: list[tuple[str, int, str]], *, bound: float,
             started.append(proc)
         for proc in started:
             _line(proc, "ready")
-        return [json.loads(_line(proc, "result ")) for proc in started]
+        cpu0 = _cpu_seconds(recv.pid)
+        results = [json.loads(_line(proc, "result ")) for proc in started]
+        results[0]["receiver_cpu_s"] = _cpu_seconds(recv.pid) - cpu0
+        return results
     finally:
         _stop(*procs)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` and its finished children (``/proc/<pid>/stat``)."""
+    import os
+
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _iperf(hosts: dict, client: str, seconds: float) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:

@@ -8,8 +8,10 @@ The three namespace hosts of :mod:`tests.benchmarks.bench_transport_fabric` on o
   flat out by the C sender of :mod:`tests.benchmarks.bench_switch` (``blaster.c``, sendmmsg),
   counted by the receiving interface;
 * the packets per second one DLCP sender moves through the same switch (bound 0, 1 MB
-  messages, four in flight), counted as the packets of the messages it completed;
-* the DLCP sender's CPU time per packet (printed; the goal is the ratio above 0.8).
+  messages, four in flight), counted as the packets of the messages it completed, with UDP
+  GSO (the hosts' veths do not offer UDP segmentation, so the kernel splits each datagram
+  before the veth) and with one datagram per packet (``GRADFABRIC_UDP_GSO=0``);
+* the CPU time per packet of the DLCP sender and of the receiving endpoint while sending.
 
 Needs root and iproute2; takes the namespace lock (``/tmp/gradfabric-netns.lock``).
 """
@@ -17,6 +19,7 @@ Needs root and iproute2; takes the namespace lock (``/tmp/gradfabric-netns.lock`
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -50,14 +53,27 @@ def _measure() -> list[Figure]:
         print("  UDP through the switch (blaster) ...", flush=True)
         udp = _forwarded_pps(blaster, sender, receiver, _udp_frame(sender, receiver, gateway, 19601, bytes(PAYLOAD)))
         print(f"    offered {udp.offered_pps:,.0f}/s, forwarded {udp.received_pps:,.0f}/s", flush=True)
-        print("  one DLCP stream, bound 0 ...", flush=True)
-        dlcp = tf._dlcp_run(hosts, [("sender", 1, "stream")], bound=0.0, seconds=SECONDS)[0]
-        pps = dlcp["packets"] / dlcp["seconds"]
-        cpu_ns = dlcp["cpu_s"] / max(1, dlcp["packets"] + dlcp["retransmitted"]) * 1e9
-        print(f"    DLCP {pps:,.0f} packets/s, {dlcp['retransmitted']} resent, sender CPU {cpu_ns:,.0f} ns/packet "
-              f"(user + system, all threads, while sending)", flush=True)
-    return [Figure("DLCP packets/s through one switch, 1 stream, bound 0", pps,
-                   "UDP frames of the same size forwarded (blaster)", udp.received_pps, "packets/s")]
+        dlcp = {}
+        for label, env in (("no GSO", "0"), ("GSO", "1")):
+            print(f"  one DLCP stream, bound 0, {label} ...", flush=True)
+            os.environ["GRADFABRIC_UDP_GSO"] = env
+            try:
+                run = tf._dlcp_run(hosts, [("sender", 1, "stream")], bound=0.0, seconds=SECONDS)[0]
+            finally:
+                os.environ.pop("GRADFABRIC_UDP_GSO", None)
+            sent = max(1, run["packets"] + run["retransmitted"])
+            dlcp[label] = (run["packets"] / run["seconds"], run["cpu_s"] / sent * 1e9,
+                           run["receiver_cpu_s"] / sent * 1e9)
+            print(f"    DLCP {dlcp[label][0]:,.0f} packets/s, {run['retransmitted']} resent, CPU per packet: "
+                  f"sender {dlcp[label][1]:,.0f} ns, receiver {dlcp[label][2]:,.0f} ns (user + system, all "
+                  f"threads, while sending)", flush=True)
+    best = dlcp["GSO"]
+    return [Figure("DLCP packets/s through one switch, 1 stream, bound 0 (sender UDP GSO)", best[0],
+                   "UDP frames of the same size forwarded (blaster)", udp.received_pps, "packets/s"),
+            Figure("DLCP packets/s through one switch, sender UDP GSO", best[0],
+                   "one datagram per packet (GRADFABRIC_UDP_GSO=0)", dlcp["no GSO"][0], "packets/s"),
+            Figure("DLCP sender CPU per packet through one switch, UDP GSO", best[1],
+                   "one datagram per packet", dlcp["no GSO"][1], "ns", higher_is_better=False)]
 
 
 if __name__ == "__main__":
