@@ -24,7 +24,9 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="trace model (default resnet50)")
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default: a new build/results/trace/<UTC time>/)")
-    p.add_argument("--resume", type=Path, default=None, help="a sweep folder to complete (its plan, its settings)")
+    p.add_argument("--resume", type=Path, default=None,
+                   help="a sweep folder to complete (its plan, its settings); with --repetitions N, extend its "
+                        "plan to N rounds")
     p.add_argument("--starved-share", type=float, default=None,
                    help="mark a run cpu_starved (left out of the headline) when a process had a thread waiting "
                         "for a CPU more than this share of the wall time (default 0.5; 1: never)")
@@ -42,6 +44,10 @@ def _experiment_trace(args: argparse.Namespace) -> int:
     settings = TraceSettings(command=shlex.join(["gradfabric", *sys.argv[1:]]))
     if args.resume is not None:
         settings.resume = args.resume
+        if args.repetitions is not None:
+            if args.repetitions < 1:
+                raise ExperimentError("--repetitions must be at least 1")
+            settings.extend_to = args.repetitions
         run_trace_sweep(settings)
         return 0
     base = QUICK if args.quick else FULL

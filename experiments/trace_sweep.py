@@ -4,7 +4,9 @@ Plan (:func:`plan_runs`): ``repetitions`` rounds; in round r every scenario runs
 configurations once, in an order rotated by r (interleaved), all with seed ``2000 + r`` (the
 gradient values and data of a pair are the same; pairs are (scenario, round)). The plan is
 written to ``plan.json`` first; ``--resume DIR`` reads it back and skips the runs whose
-``runs/<run>.json`` says ok, keeping the interleaving. A DLCP ring's run also writes its loss
+``runs/<run>.json`` says ok, keeping the interleaving; with more rounds than the plan has
+(``--resume DIR --repetitions N``), the plan is extended by rounds of the same order
+(:func:`extend_plan`), so a sweep can be made in parts. A DLCP ring's run also writes its loss
 masks, ``masks/<run>.txt.gz`` (:mod:`experiments.trace_masks`).
 
 Each run (:func:`run_trace_once`): the configuration's policy, a flow-hash seed per switch and
@@ -65,6 +67,18 @@ def plan_runs(sweep: dict[str, tuple[str, ...]], repetitions: int) -> list[Plann
     return runs
 
 
+def extend_plan(runs: list[PlannedRun], sweep: dict[str, tuple[str, ...]], repetitions: int) -> list[PlannedRun]:
+    """`runs` (a plan of `sweep`) followed by the runs of its further rounds up to `repetitions`:
+    the same as planning `repetitions` rounds at once, checked against the runs recorded."""
+    full = plan_runs(sweep, repetitions)
+    if repetitions < 1 + max((r.repetition for r in runs), default=-1):
+        raise ExperimentError(f"the sweep already has {1 + max(r.repetition for r in runs)} rounds; "
+                              f"--repetitions {repetitions} cannot shorten it")
+    if full[:len(runs)] != runs:
+        raise ExperimentError("the sweep's plan is not the interleaved plan of its settings; it cannot be extended")
+    return full
+
+
 @dataclass
 class TraceSettings:
     sweep: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(QUICK))
@@ -79,6 +93,8 @@ class TraceSettings:
     #: (STARVED; 1 never marks). Sweeps before the wait share (recorded runs without
     #: ``max_cpu_wait_share``) applied it to the summed figure, ``max_starvation``.
     starved_share: float = STARVED
+    #: with ``resume``: extend the plan to this many rounds (:func:`extend_plan`)
+    extend_to: int | None = None
 
 
 def _load() -> list[float]:
@@ -331,6 +347,11 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
         out = settings.resume
         meta = json.loads((out / "plan.json").read_text())
         runs = [PlannedRun(**r) for r in meta["runs"]]
+        if settings.extend_to is not None and settings.extend_to != meta["repetitions"]:
+            runs = extend_plan(runs, {k: tuple(v) for k, v in meta["sweep"].items()}, settings.extend_to)
+            meta.setdefault("extended", []).append({"at": _now(), "from": meta["repetitions"],
+                                                    "to": settings.extend_to})
+            meta["repetitions"], meta["runs"] = settings.extend_to, [asdict(r) for r in runs]
         settings.job = TraceJob(**meta["job"])
         settings.starved_share = float(meta.get("starved_share", STARVED))
         meta.setdefault("resumed", []).append({"at": _now(), "command": settings.command, "load": _load()})

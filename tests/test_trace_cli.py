@@ -31,3 +31,58 @@ def test_starved_share_is_an_option(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert _settings(monkeypatch, "--scenarios", "lossy-0.1", "--starved-share", "1").starved_share == 1.0
     assert cli.main(["experiment", "trace", "--starved-share", "0"]) != 0
     assert "--starved-share must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_resume_with_more_rounds_extends_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _settings(monkeypatch, "--resume", "/tmp/some-sweep", "--repetitions", "10")
+    assert str(s.resume) == "/tmp/some-sweep" and s.extend_to == 10
+    assert _settings(monkeypatch, "--resume", "/tmp/some-sweep").extend_to is None
+
+
+def test_extend_plan_appends_rounds_in_the_same_order() -> None:
+    from experiments.errors import ExperimentError
+
+    sweep = {"tcp": ("a", "b", "c", "d")}
+    eight = trace_sweep.plan_runs(sweep, 8)
+    ten = trace_sweep.extend_plan(eight, sweep, 10)
+    assert ten[:32] == eight and len(ten) == 40
+    # round 8 starts at configuration 8 mod 4 = a, round 9 at b; seeds 2008, 2009; indexes go on from 32
+    assert [(r.index, r.config, r.repetition, r.seed) for r in ten[32:]] == [
+        (32, "a", 8, 2008), (33, "b", 8, 2008), (34, "c", 8, 2008), (35, "d", 8, 2008),
+        (36, "b", 9, 2009), (37, "c", 9, 2009), (38, "d", 9, 2009), (39, "a", 9, 2009)]
+    assert ten[39].run_id == "039-tcp-a-r9"
+    with pytest.raises(ExperimentError, match="cannot shorten"):
+        trace_sweep.extend_plan(eight, sweep, 7)
+    with pytest.raises(ExperimentError, match="cannot be extended"):
+        trace_sweep.extend_plan(eight, {"tcp": ("a", "b", "c")}, 10)
+
+
+def test_resuming_an_extended_sweep_records_its_new_plan(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The plan on disk gains the new rounds before the fabric boots (an interrupted extension resumes)."""
+    import json
+    from dataclasses import asdict
+
+    import mininet_topos.launcher
+    from experiments.training import grad_values
+    from experiments.training.trace_worker import TraceJob
+
+    class Booted(Exception):
+        pass
+
+    def no_fabric(*args: Any, **kwargs: Any) -> None:
+        raise Booted
+
+    monkeypatch.setattr(mininet_topos.launcher, "Fabric", no_fabric)
+    monkeypatch.setattr(grad_values, "load_pool", lambda: None)
+    sweep = {"lossy-1": ("ddp-tcp", "dlcp")}
+    runs = trace_sweep.plan_runs(sweep, 2)
+    (tmp_path / "plan.json").write_text(json.dumps({"command": "x", "sweep": sweep, "repetitions": 2,
+                                                    "job": asdict(TraceJob(iterations=15)),
+                                                    "runs": [asdict(r) for r in runs]}))
+    settings = trace_sweep.TraceSettings(resume=tmp_path, extend_to=3, command="extend")
+    with pytest.raises(Booted):
+        trace_sweep.run_trace_sweep(settings, say=lambda msg: None)
+    meta = json.loads((tmp_path / "plan.json").read_text())
+    assert meta["repetitions"] == 3 and len(meta["runs"]) == 6
+    assert meta["runs"][4] == {"index": 4, "scenario": "lossy-1", "config": "ddp-tcp", "repetition": 2, "seed": 2002}
+    assert meta["extended"][0]["from"] == 2 and meta["extended"][0]["to"] == 3
