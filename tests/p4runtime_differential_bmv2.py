@@ -4,7 +4,10 @@ The same seeded P4Runtime updates (:class:`tests.p4runtime_differential.WriteMak
 gRPC to a ``p4switch run`` process (native datapath) and to ``simple_switch_grpc`` with p4c's
 build of the same program; every few updates the same frames enter both switches through veth
 pairs, and what leaves each port is compared (as multisets per port, so the order between
-ports does not matter). Compared: each update's status code, every batch's frames out, and at
+ports does not matter). A batch's frames all enter through one port (its first frame's), so
+both switches take them in the order sent, and BMv2 gets them one at a time
+(:func:`_send_in_turn`), so that queue depths are 0 on both switches and thresholds on them
+compare alike. Compared: each update's status code, every batch's frames out, and at
 the end every table's entries read back. Register writes (not in P4Runtime) and meters (their
 colours depend on each switch's clock) are left out.
 
@@ -202,12 +205,57 @@ def _collect(sides: tuple[GrpcSide, ...], quiet: float, limit: float) -> list[li
     return got
 
 
+def _key(frame: bytes) -> bytes:
+    """What a switch leaves alone of an IPv4 frame it forwards: total length, identification,
+    protocol and addresses (so an output is told to which input of a batch it belongs)."""
+    return frame[16:20] + frame[23:24] + frame[26:34]
+
+
+def _send_in_turn(ref: GrpcSide, other: GrpcSide, frames: list[tuple[bytes, int]], quiet: float,
+                  wait: float = 10.0) -> list[list[tuple[int, bytes]]]:
+    """The batch into `ref` at once, then into `other` one frame at a time: a frame `ref`
+    forwarded is awaited on `other` (at most `wait` s) before the next goes in.
+
+    Why: in dlcp.p4 the early-drop and ECN thresholds compare against queue depths (the
+    `queue_depth` register, which ingress raises by one and egress sets to deq_qdepth, and
+    enq_qdepth). p4switch runs a frame to completion before the next when its ports have no rate
+    (depths are always 0 there); BMv2 runs ingress and egress in separate threads, so a burst
+    finds a frame not yet through egress, and depth 1, 2, ... depending on its scheduling. In
+    turn, every forwarded frame has left BMv2 (egress done) before the next enters, so depths
+    are 0 there too; frames dropped in ingress change no depth and are not awaited.
+
+    The frames must all enter through one port: a switch polling several ports takes frames
+    that wait on them in its own port order, not in the order sent, and in dlcp.p4 the order
+    decides which member a round-robin ECMP group gives each frame (the `rr_position`
+    register; its draw happens before a missing member drops the frame)."""
+    if len({port for _, port in frames}) > 1:
+        raise ValueError(f"frames of one batch enter through one port, not {sorted({p for _, p in frames})}")
+    for frame, port in frames:
+        ref.wires.send(port, frame)
+    got = _collect((ref,), quiet, 30.0)[0]
+    forwarded = Counter(_key(frame) for _, frame in got)
+    out: list[tuple[int, bytes]] = []
+    for frame, port in frames:
+        key = _key(frame)
+        other.wires.send(port, frame)
+        want = forwarded.pop(key, 0)
+        deadline = time.monotonic() + wait
+        while sum(_key(f) == key for _, f in out) < want and time.monotonic() < deadline:
+            select.select(list(other.wires.socks.values()), [], [], 0.05)
+            out += other.wires.drain()
+    rest = _collect((ref, other), quiet / 3, 30.0)
+    return [got + rest[0], out + rest[1]]
+
+
 def run(ref: GrpcSide, other: GrpcSide, writes: int, seed: int, batch: int = 20, packets: int = 10,
-        quiet: float = 0.3, skip_delete: int | None = None, invalid: bool = False, progress: Any = None) -> Report:
+        quiet: float = 0.3, skip_delete: int | None = None, invalid: bool = False, progress: Any = None,
+        burst: bool = False) -> Report:
     """`writes` seeded updates to both switches, `packets` frames into both after every `batch`
     updates; with `skip_delete` = k, the k-th accepted DELETE is not sent to `other` (a
     planted difference); `invalid`: also the updates they are known to treat differently
-    (:class:`Maker`)."""
+    (:class:`Maker`); `burst`: each frame through its own port, into both switches at once
+    (queue depths and the order between ports then depend on each switch's scheduling: see
+    :func:`_send_in_turn`)."""
     maker = Maker(ref.client.p4info, seed, invalid)
     report = Report()
     deletes = 0
@@ -231,10 +279,14 @@ def run(ref: GrpcSide, other: GrpcSide, writes: int, seed: int, batch: int = 20,
             maker.accepted(update)
         if n % batch == batch - 1 or n == writes - 1:
             frames = [maker.packet() for _ in range(packets)]
-            for side in (ref, other):
-                for frame, port in frames:
-                    side.wires.send(port, frame)
-            outs = _collect((ref, other), quiet, 30.0)
+            if burst:
+                for side in (ref, other):
+                    for frame, port in frames:
+                        side.wires.send(port, frame)
+                outs = _collect((ref, other), quiet, 30.0)
+            else:
+                frames = [(frame, frames[0][1]) for frame, _ in frames]
+                outs = _send_in_turn(ref, other, frames, quiet)
             report.packets += len(frames)
             report.frames_out += len(outs[0])
             if Counter(outs[0]) != Counter(outs[1]):
@@ -255,6 +307,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--writes", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--invalid", action="store_true", help="also the updates known to differ (see Maker)")
+    parser.add_argument("--batch", type=int, default=20, help="updates between two batches of frames")
+    parser.add_argument("--packets", type=int, default=10, help="frames per batch")
+    parser.add_argument("--burst", action="store_true",
+                        help="frames through their own ports and into BMv2 at once (depths and order then differ)")
     args = parser.parse_args(argv)
     started = time.monotonic()
 
@@ -262,7 +318,8 @@ def main(argv: list[str]) -> int:
         print(f"{done} writes, {report.packets} packets, {report.frames_out} frames out, "
               f"{len(report.mismatches)} mismatches, {time.monotonic() - started:.0f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="gf-bmv2-diff-") as tmp, switches(args.program, Path(tmp)) as (ref, other):
-        report = run(ref, other, args.writes, args.seed, invalid=args.invalid, progress=progress)
+        report = run(ref, other, args.writes, args.seed, args.batch, args.packets, invalid=args.invalid,
+                     progress=progress, burst=args.burst)
     print(f"{args.program.name}: {report.writes} writes {dict(report.statuses)}, {report.packets} packets, "
           f"{report.frames_out} frames out, {len(report.mismatches)} mismatches")
     for line in report.mismatches[:20]:
