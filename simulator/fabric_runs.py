@@ -58,6 +58,24 @@ TRACE_CONFIGS: dict[str, Config] = {
 SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
 #: Queue depths (packets per priority): the CNN fabric's and the trace fabric's (trace_configs.py).
 CNN_QUEUE_PACKETS, TRACE_QUEUE_PACKETS = 32, 51
+#: Versions of the DLCP transport as the trace ranks ran it, by the time they took effect (UTC,
+#: from the project's history): commit 2602e95 made the ranks pass the port rate to their
+#: endpoint (pacing from the least RTT, an answer waking only its sender: cd2c647, e74d54d).
+#: Runs started after it move packets another way, so they are their own host-cost family and
+#: their own scenario rows.
+TRANSPORT_EPOCHS: tuple[tuple[str, str], ...] = (("2026-11-26 11:55:22", "port-rate"),)
+#: Kernel TCP's payload per segment, to count the segments a TCP rank's bytes took.
+TCP_SEGMENT_BYTES = 1448
+
+
+def transport_epoch(started: str) -> str:
+    """The transport version a run started at ``started`` (``YYYY-MM-DD HH:MM:SS``) used: the
+    label of the last :data:`TRANSPORT_EPOCHS` entry at or before it, ``""`` before the first."""
+    label = ""
+    for since, name in TRANSPORT_EPOCHS:
+        if started[:19] >= since:
+            label = name
+    return label
 
 
 @dataclass
@@ -82,6 +100,26 @@ class Run:
     ranks: int = 2  # of the (first) job: a ring's members, or a star's server and workers
     #: Packets the DLCP transport retransmitted per data packet it sent (None: kernel TCP, not counted).
     loss_rate: float | None = None
+    #: Packets a lossy link lost (``link_loss_drops``) per data packet the job sent, when the
+    #: scenario has a lossy link (None: none).
+    link_loss_rate: float | None = None
+    #: The kernel's ``rto_min`` the run set on its ranks' routes (None: Linux's 200 ms).
+    rto_min_s: float | None = None
+    started: str = ""
+    #: Median completion time of the scenario's request/response flow in this run (a small
+    #: request and an 8,000-byte answer across the fabric): the round trip the run's hosts and
+    #: switches gave a short exchange. None: not recorded.
+    rr_s: float | None = None
+
+    @property
+    def epoch(self) -> str:
+        """The DLCP transport's version for a trace-driven run (:func:`transport_epoch`), else ``""``."""
+        return transport_epoch(self.started) if self.job else ""
+
+    @property
+    def scenario_label(self) -> str:
+        """The scenario, with the transport version where it is not the first."""
+        return f"{self.scenario} ({self.epoch})" if self.epoch else self.scenario
 
     @property
     def kind(self) -> str:
@@ -100,11 +138,12 @@ class Run:
         """Runs whose hosts move packets the same way share one calibrated host cost: the
         job, and kernel TCP or the DLCP transport, whose rate control also answers ECN marks
         where a configuration has the switches mark (not the scheduler: per packet the
-        transport works alike for DDP's buckets and DLCP's layers)."""
+        transport works alike for DDP's buckets and DLCP's layers), and the DLCP transport's
+        version (:data:`TRANSPORT_EPOCHS`)."""
         spec = self.spec
         if spec.comm in ("gloo", "tcp"):
             return f"{self.kind}/tcp"
-        return f"{self.kind}/dlcp" + ("+ecn" if spec.ecn else "")
+        return f"{self.kind}/dlcp" + ("+ecn" if spec.ecn else "") + (f" ({self.epoch})" if self.epoch else "")
 
     @property
     def p50_s(self) -> float:
@@ -190,6 +229,17 @@ def load_runs(results: Path) -> list[Run]:
         sent = sum(int(t.get("packets") or 0) for t in totals)
         if sent:
             run.loss_rate = sum(int(t.get("retransmitted") or 0) for t in totals) / sent
+        run.started = str(record.get("started") or "")
+        fcts = [float(t) for flow in record.get("background") or [] if flow.get("protocol") == "rr"
+                for t in flow.get("fct_s") or []]
+        run.rr_s = statistics.median(fcts) if fcts else None
+        if record.get("rto_min_s"):
+            run.rto_min_s = float(record["rto_min_s"])
+        link = record.get("link_loss") or {}
+        if link.get("links"):
+            data = sent or sum(int(t.get("bytes") or 0) for t in totals) / TCP_SEGMENT_BYTES
+            dropped = int((record.get("switch") or {}).get("link_loss_drops") or 0)
+            run.link_loss_rate = dropped / data if data else None
         busiest = served or starved
         run.starvation = statistics.mean(busiest) if busiest else None
         if run.iterations:
@@ -197,4 +247,4 @@ def load_runs(results: Path) -> list[Run]:
     return runs
 
 
-__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "Config", "Run", "load_runs"]
+__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "transport_epoch"]

@@ -20,11 +20,17 @@ Each run is predicted from its scenario and what its record says of its conditio
   sweep predicted. A family no other sweep ran is left
   uncalibrated and out of the table's error.
 * **Tails**: packets are lost with the rate the run recorded (the DLCP transport counts its
-  retransmissions per packet sent), else the port model's (kernel TCP: Mathis). Every round
-  of retransmissions that still misses a packet of a reliable message costs a timeout (the
-  DLCP transport's 10 ms x k, or two round trips; TCP's 200 ms x k), but kernel TCP only
-  for its last three segments (earlier losses are repaired by fast retransmit); a
-  bounded-loss stage does not wait. p50 and p99 come from seeded draws.
+  retransmissions per packet sent; a lossy link's drops per data packet for kernel TCP),
+  else the port model's (kernel TCP: Mathis). Every round of retransmissions that still
+  misses a packet of a reliable message costs a timeout (the DLCP transport's 10 ms, or two
+  round trips; TCP's ``rto_min``, 200 ms unless the run set one), but kernel TCP only for
+  its last three segments (earlier losses are repaired by fast retransmit), and its first
+  round there costs Linux's tail loss probe (2 SRTT + 2 ms, then a round trip to repair;
+  SRTT from the run's recorded request/response time, else the port model's); a bounded-loss
+  stage does not wait. Timers run on the wall clock: the scaling rule stretches compute
+  (x k), not them. p50 and p99 come from seeded draws.
+* **Transport versions**: trace-driven runs are grouped, and DLCP families calibrated, per
+  version of the DLCP transport they ran (:data:`simulator.fabric_runs.TRANSPORT_EPOCHS`).
 """
 
 from __future__ import annotations
@@ -52,12 +58,18 @@ from simulator.validate_report import write_report
 #: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
 SCENARIOS: dict[str, tuple[str, str]] = {
     "tcp": ("tcp", "ring"), "udp": ("udp", "ring"), "incast": ("tcp", "star"), "multitenant": ("none", "ring"),
+    "lossy-0.1": ("none", "ring"), "lossy-1": ("none", "ring"),
 }
 #: Multitenant: per-flow hashing puts the two jobs on the same leaf uplink with this probability.
 COLLISION_P = 0.5
 LINUX_RTO_MIN_S, DLCP_MIN_RTO_S = 0.200, 0.010
 #: Segments at a TCP message's end whose loss no duplicate ACKs report (fast retransmit needs 3).
 TCP_DUPACKS = 3
+#: Linux's tail loss probe (RACK-TLP, RFC 8985; ``net.ipv4.tcp_early_retrans`` = 3 on the
+#: fabric's kernel): a tail left unanswered is probed after 2 SRTT + TCP_TIMEOUT_MIN (2 ms),
+#: and the probe's answer repairs it within one more round trip; only a lost repair waits
+#: for the retransmission timeout.
+TLP_SRTTS, TLP_MIN_S = 2.0, 0.002
 #: Retransmission rounds drawn at most per message.
 MAX_ROUNDS = 8
 DLCP_IN_FLIGHT = 4
@@ -135,6 +147,12 @@ def recovery_rounds(packets: int, p: float, comm: str, rng: np.random.Generator,
     return rounds
 
 
+def tail_repair_s(srtt_s: float, rto_s: float) -> float:
+    """What kernel TCP's first loss at a message's tail costs: the tail loss probe after
+    ``2 SRTT + 2 ms`` (never later than the timeout) and the round trip that repairs it."""
+    return min(TLP_SRTTS * srtt_s + TLP_MIN_S, rto_s) + srtt_s
+
+
 def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Sequence[float] | None = None,
                 baseline_available: float = 1.0, draws: int = DRAWS_PER_RUN, seed: int = 0) -> RunPrediction:
     """The model's iteration times for ``run`` with a host cost of ``cost_s`` per packet (module doc)."""
@@ -143,7 +161,6 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
     spec = run.spec
     background, collective = SCENARIOS[run.scenario]
     tcp = spec.comm in ("gloo", "tcp")
-    k = float(run.job["k"]) if run.job else 1.0
     if run.compute and job.compute_s > 0:  # a replay of the compute the run recorded
         f = statistics.median(run.compute) / job.compute_s
         job = replace(job, layers=tuple(replace(l, forward_s=l.forward_s * f, backward_s=l.backward_s * f)
@@ -173,19 +190,26 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         base = host + (base - job.compute_s).clip(min=0.0)
     result, link = results[0]
     port = link.port
-    rto = LINUX_RTO_MIN_S * k if tcp else max(DLCP_MIN_RTO_S * k, 2 * link.round_trip_s(_PROBE))
+    # Timers run on the wall clock: the scaling rule stretches the job's compute, not them.
+    rto = (run.rto_min_s or LINUX_RTO_MIN_S) if tcp else max(DLCP_MIN_RTO_S, 2 * link.round_trip_s(_PROBE))
+    srtt = run.rr_s if run.rr_s is not None else 2 * port.step_latency_s
+    first = tail_repair_s(srtt, rto) if tcp else rto
     share_reliable = 1.0 if spec.bound == 0 else 0.5  # the reduce stage does not wait
     recorded = run.loss_rate is not None and not tcp
     loss = run.loss_rate if recorded and run.loss_rate is not None else port.loss_rate
+    if tcp and run.link_loss_rate is not None:  # a lossy link's drops per data packet, as recorded
+        loss, recorded = max(loss, run.link_loss_rate), True
     extra = np.zeros(draws)
     if loss > 0:
         for rec in result.steady.transfers:
             n = max(1, round(link.packets(rec.transfer.nbytes) * share_reliable))
-            extra += rto * recovery_rounds(n, loss, spec.comm, rng, draws)
+            rounds = recovery_rounds(n, loss, spec.comm, rng, draws)
+            extra += np.where(rounds > 0, first + rto * (rounds - 1), 0.0)
     note = [f"s {1 - cpu:.2f}", f"host {cost_s * 1e6:,.0f} us/pkt" if cost_s else "host cost 0"]
     if loss > 0:
         source = "recorded" if recorded else "Mathis"
-        note.append(f"loss {loss:.2%}/pkt ({source}), timeout {rto * 1e3:.0f} ms")
+        probe = f", tail probe {first * 1e3:.0f} ms" if tcp else ""
+        note.append(f"loss {loss:.2%}/pkt ({source}){probe}, timeout {rto * 1e3:.0f} ms")
     return RunPrediction(base + extra, exposed, "; ".join(note))
 
 
@@ -280,7 +304,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                             ", ".join(f"{c:,}" for c in folds) or "- (one sweep)", f"{every * 1e6:,.0f}"])
     groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)
     for i, run in enumerate(runs):
-        groups[(run.kind, run.scenario, run.port_pps, run.config)].append(i)
+        groups[(run.kind, run.scenario_label, run.port_pps, run.config)].append(i)
     order = {c: n for n, c in enumerate(("gloo", "ddp-tcp", "ddp-tcp-qos", "ddp-tcp-rto", "p3-tcp", "reliable",
                                          "transport", "qos", "transport-qos", "priority", "dropping", "spraying",
                                          "dlcp", "commodity"))}
@@ -352,4 +376,4 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     return write_report(out, command, rows, rank_rows, points, errors, family_rows)
 
 
-__all__ = ["RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "validate"]
+__all__ = ["RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate"]

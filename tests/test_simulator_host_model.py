@@ -137,3 +137,56 @@ def test_bootstrap_resamples_whole_runs() -> None:
     assert set(boot) == {1.0, 2.0, 3.0}
     assert (boot == 2.0).mean() == pytest.approx(0.5, abs=0.03)
     assert set(bootstrap_p50([[1.0, 5.0, 2.0]], resamples=10)) == {2.0}
+
+
+def test_transport_versions_split_dlcp_families_by_start_time() -> None:
+    from simulator.fabric_runs import Run, transport_epoch
+
+    assert transport_epoch("2026-11-26 11:55:21 UTC") == ""  # a second before the port-rate change
+    assert transport_epoch("2026-11-26 11:55:22") == transport_epoch("2026-11-27 00:00:00 UTC") == "port-rate"
+    job = {"model": "resnet50", "precision": "fp32", "k": 8.0, "b": 13.0}
+    new = Run("s", "r", "tcp", "dlcp", 20000.0, 51, [1.0], job=job, started="2026-11-26 12:00:00 UTC")
+    old = Run("s", "r", "tcp", "dlcp", 20000.0, 51, [1.0], job=job, started="2026-11-26 09:00:00 UTC")
+    tcp = Run("s", "r", "tcp", "ddp-tcp", 20000.0, 51, [1.0], job=job, started="2026-11-26 12:00:00 UTC")
+    assert (new.family, old.family, tcp.family) == ("trace/dlcp+ecn (port-rate)", "trace/dlcp+ecn", "trace/tcp")
+    assert (new.scenario_label, old.scenario_label) == ("tcp (port-rate)", "tcp")
+    cnn = Run("s", "r", "tcp", "dlcp", 20000.0, 32, [1.0], started="2026-11-27 00:00:00 UTC")
+    assert cnn.family == "cnn/dlcp+ecn" and cnn.scenario_label == "tcp"  # the CNN's hook is not versioned
+
+
+def test_a_lossy_link_run_records_its_loss_per_data_packet(tmp_path: Path) -> None:
+    sweep = tmp_path / "trace-lossy"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "plan.json").write_text(json.dumps({"job": {"model": "resnet50", "precision": "fp32", "k": 8.0,
+                                                          "port_pps": 20000.0}, "scale": {"b": 13.0}}))
+    records = [{"iteration": i, "iteration_s": 1.0} for i in range(3)]
+    ranks = {str(r): {"role": "worker", "starvation": 0.5, "totals": {"bytes": 1448 * 1000, "packets": 0},
+                      "records": records} for r in range(2)}
+    (sweep / "runs" / "000-lossy-1-ddp-tcp-rto-r0.json").write_text(json.dumps(
+        {"scenario": "lossy-1", "config": "ddp-tcp-rto", "status": "ok", "started": "2026-11-26 12:15:00 UTC",
+         "rto_min_s": 0.008, "jobs": {"1": {"ranks": ranks}}, "switch": {"link_loss_drops": 30},
+         "link_loss": {"links": [["s1", "l2"]], "probability": 0.01},
+         "background": [{"protocol": "rr", "fct_s": [0.004, 0.001, 0.002]}]}))
+    (run,) = load_runs(tmp_path)
+    # TCP counts no packets: 2 ranks x 1,448,000 bytes = 2,000 segments of 1,448 B; 30 lost.
+    assert run.link_loss_rate == pytest.approx(30 / 2000)
+    assert run.rto_min_s == 0.008 and run.rr_s == 0.002 and run.loss_rate is None
+    assert run.epoch == "port-rate"
+
+
+def test_tcp_tail_loss_costs_a_probe_then_timeouts() -> None:
+    from simulator.fabric_runs import Run
+    from simulator.traces import Layer, ModelTrace
+    from simulator.validate import predict_run, tail_repair_s
+
+    assert tail_repair_s(0.010, 0.200) == pytest.approx(0.020 + 0.002 + 0.010)  # probe at 2 SRTT + 2 ms, repair
+    assert tail_repair_s(0.100, 0.200) == pytest.approx(0.200 + 0.100)  # never later than the timeout
+    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
+
+    def run(loss: float) -> Run:
+        return Run("s", "r", "lossy-1", "gloo", 1000.0, 32, [0.01], link_loss_rate=loss, rto_min_s=0.05, rr_s=0.01)
+
+    # Every segment lost: the message's one tail round costs the probe (32 ms), each of the
+    # 7 further rounds drawn (8 at most) a 50 ms timeout, not scaled by anything: 382 ms.
+    lossless, lost = predict_run(run(0.0), job, 0.0, draws=10), predict_run(run(1.0), job, 0.0, draws=10)
+    assert lost.draws - lossless.draws == pytest.approx(np.full(10, 0.032 + 7 * 0.050))
