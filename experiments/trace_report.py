@@ -143,6 +143,13 @@ def _fmt(x: Any, scale: float = 1.0, digits: int = 0) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:,.{digits}f}"
 
 
+def error_line(error: str, limit: int) -> str:
+    """A failed run's error on one line: its first line and, when it goes on (a rank's log), its last."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+    return text[:limit]
+
+
 def _wait(row: dict[str, Any]) -> str:
     """The CPU wait cell: the wait share, or the earlier summed figure marked as such."""
     if row.get("max_cpu_wait_share") is not None:
@@ -205,7 +212,7 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                   f"lossiest run into training with `gradfabric experiment accuracy --trace {out} --conditions none` "
                   "(experiments/README.md, the accuracy experiment).", ""]
     if failed:
-        lines += ["## Failed runs", ""] + [f"* {r['run_id']}: {r['error'].splitlines()[0][:200]}" for r in failed] + [""]
+        lines += ["## Failed runs", ""] + [f"* {r['run_id']}: {error_line(r['error'], 400)}" for r in failed] + [""]
     (out / "results.md").write_text("\n".join(lines))
     _plots(out, records, summary)
     return summary

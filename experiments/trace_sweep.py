@@ -427,9 +427,10 @@ def _default_out() -> Path:
 
 
 def _outcome(record: dict[str, Any]) -> str:
+    from experiments.trace_report import error_line, run_figures
+
     if record["status"] != "ok":
-        return f"FAILED: {record['error'].splitlines()[0][:300]}"
-    from experiments.trace_report import run_figures
+        return f"FAILED: {error_line(record['error'], 400)}"
 
     m = run_figures(record)
     return (f"ok in {record['seconds']:.0f} s: iteration p50 {m['p50_s'] * 1e3:.0f} ms, p99 {m['p99_s'] * 1e3:.0f} ms, "

@@ -136,3 +136,14 @@ def test_report_shows_the_wait_share_or_the_summed_figure_as_such(tmp_path: Path
     assert ("| 0.40 / 0.07 |" in text) == new
     assert ("| 0.40 / 0.80 (summed) |" in text) == (not new)
     assert ("(summed): runs recorded before the wait share" in text) == (not new)
+
+
+def test_a_failed_runs_error_keeps_the_ranks_last_words() -> None:
+    from experiments.trace_report import error_line
+
+    error = ("ExperimentError: job 1 rank 1 exited with 2; its log /tmp/x/job1-rank1.log ends with:\n"
+             "trace_worker rank 1: layer 46 of iteration 0 did not arrive within 60 s\n")
+    assert error_line(error, 400) == ("ExperimentError: job 1 rank 1 exited with 2; its log /tmp/x/job1-rank1.log "
+                                      "ends with: ... trace_worker rank 1: layer 46 of iteration 0 did not arrive "
+                                      "within 60 s")
+    assert error_line("OSError: boom", 400) == "OSError: boom" and len(error_line(error, 20)) == 20
