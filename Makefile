@@ -40,7 +40,7 @@ help:
 	@echo "make run     set up what is missing, then boot the default fabric (TOPO=$(TOPO) TARGET=$(TARGET) PCAP=1 ARGS=...)"
 	@echo "make test    set up what is missing, then run the test suite"
 	@echo "make bench   run the benchmarks (figures as ratios against a baseline of the same run)"
-	@echo "make fuzz-bmv2  differential fuzzer p4switch vs BMv2 with FUZZ_PACKETS (default 3000) per program, then FUZZ_WRITES (10^5) P4Runtime writes to both over gRPC"
+	@echo "make fuzz-bmv2  differential fuzzer p4switch vs BMv2 with FUZZ_PACKETS (default 3000) per program, then FUZZ_WRITES (10^5) P4Runtime writes to both over gRPC, for the router and for dlcp.p4"
 	@echo "make soak    10^5 fuzzed P4Runtime RPCs, 10^6 malformed frames, 10^5 control-plane writes native vs Python (SANITIZE=1: native under ASan/UBSan)"
 	@echo "make p4      compile p4src/ with the embedded front end into build/ (and p4c, from \$$GRADFABRIC_P4REF/bin or PATH, into build/bmv2/)"
 	@echo "make stop    stop the fabric: every switch process, namespace and interface it made"
@@ -101,6 +101,7 @@ FUZZ_WRITES ?= 100000
 fuzz-bmv2: install
 	@GRADFABRIC_FUZZ_PACKETS=$(FUZZ_PACKETS) $(PY) -m pytest -s -p no:cacheprovider tests/test_bmv2_fuzz.py
 	@$(PY) -m tests.p4runtime_differential_bmv2 --writes $(FUZZ_WRITES)
+	@$(PY) -m tests.p4runtime_differential_bmv2 --program p4src/dlcp.p4 --writes $(FUZZ_WRITES)
 
 # SANITIZE=1: the native runtime built with AddressSanitizer and UBSan (its own cache entry),
 # libasan preloaded into Python; the native tests, then the control-plane differential and the
