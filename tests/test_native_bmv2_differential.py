@@ -2,8 +2,8 @@
 over gRPC to a running p4switch (native datapath) and to simple_switch_grpc, the same frames
 into both through veth pairs; statuses, frames out and final entries compared
 (tests/p4runtime_differential_bmv2.py; 10^5 writes: ``python -m
-tests.p4runtime_differential_bmv2``). A planted difference, one DELETE not sent to BMv2, is
-caught."""
+tests.p4runtime_differential_bmv2 [--program p4src/dlcp.p4]``), for the IPv4 router and for
+the DLCP program. A planted difference, one DELETE not sent to BMv2, is caught."""
 
 from __future__ import annotations
 
