@@ -48,6 +48,7 @@ class Wires:
     def __init__(self, lab: netns.Lab, side: str) -> None:
         self.switch_ends: list[str] = []
         self.socks: dict[int, socket.socket] = {}
+        self.outer: dict[int, str] = {}
         for port in PORTS:
             inner, outer = lab.name(f"{side}a", port), lab.name(f"{side}b", port)
             netns.sh("ip", "link", "add", inner, "type", "veth", "peer", "name", outer)
@@ -60,13 +61,15 @@ class Wires:
             sock.bind((outer, 0))
             sock.setblocking(False)
             self.socks[port] = sock
+            self.outer[port] = outer
             self.switch_ends.append(inner)
 
     def send(self, port: int, frame: bytes) -> None:
         self.socks[port].send(frame)
 
     def drain(self) -> list[tuple[int, bytes]]:
-        """The frames the switch sent since the last call (not the ones sent here)."""
+        """The frames the switch sent since the last call (not the ones sent here, nor what a
+        socket took from other interfaces before it was bound to its own)."""
         got = []
         for port, sock in self.socks.items():
             while True:
@@ -74,7 +77,7 @@ class Wires:
                     data, addr = sock.recvfrom(65536)
                 except BlockingIOError:
                     break
-                if addr[2] != PACKET_OUTGOING:
+                if addr[2] != PACKET_OUTGOING and addr[0] == self.outer[port]:
                     got.append((port, data))
         return got
 
