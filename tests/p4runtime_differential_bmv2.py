@@ -6,7 +6,7 @@ build of the same program; every few updates the same frames enter both switches
 pairs, and what leaves each port is compared (as multisets per port, so the order between
 ports does not matter). A batch's frames all enter through one port (its first frame's), so
 both switches take them in the order sent, and BMv2 gets them one at a time
-(:func:`_send_in_turn`), so that queue depths are 0 on both switches and thresholds on them
+(:func:`send_in_turn`), so that queue depths are 0 on both switches and thresholds on them
 compare alike. Compared: each update's status code, every batch's frames out, and at
 the end every table's entries read back. Register writes (not in P4Runtime) and meters (their
 colours depend on each switch's clock) are left out.
@@ -214,7 +214,7 @@ def _key(frame: bytes) -> bytes:
     return frame[16:20] + frame[23:24] + frame[26:34]
 
 
-def _send_in_turn(ref: GrpcSide, other: GrpcSide, frames: list[tuple[bytes, int]], quiet: float,
+def send_in_turn(ref: GrpcSide, other: GrpcSide, frames: list[tuple[bytes, int]], quiet: float,
                   wait: float = 10.0) -> list[list[tuple[int, bytes]]]:
     """The batch into `ref` at once, then into `other` one frame at a time: a frame `ref`
     forwarded is awaited on `other` (at most `wait` s) before the next goes in.
@@ -258,7 +258,7 @@ def run(ref: GrpcSide, other: GrpcSide, writes: int, seed: int, batch: int = 20,
     planted difference); `invalid`: also the updates they are known to treat differently
     (:class:`Maker`); `burst`: each frame through its own port, into both switches at once
     (queue depths and the order between ports then depend on each switch's scheduling: see
-    :func:`_send_in_turn`)."""
+    :func:`send_in_turn`)."""
     maker = Maker(ref.client.p4info, seed, invalid)
     report = Report()
     deletes = 0
@@ -289,7 +289,7 @@ def run(ref: GrpcSide, other: GrpcSide, writes: int, seed: int, batch: int = 20,
                 outs = _collect((ref, other), quiet, 30.0)
             else:
                 frames = [(frame, frames[0][1]) for frame, _ in frames]
-                outs = _send_in_turn(ref, other, frames, quiet)
+                outs = send_in_turn(ref, other, frames, quiet)
             report.packets += len(frames)
             report.frames_out += len(outs[0])
             if Counter(outs[0]) != Counter(outs[1]):
