@@ -11,6 +11,9 @@ cost per packet and by the CPU the run's processes got.
   CPU, which the trace-driven runs record per rank (``/proc/<pid>/task/*/schedstat``; the
   most starved rank of the job). Runs that do not record it take ``s = max(0, 1 - cores /
   load)`` from the machine's load average (``load`` runnable tasks sharing ``cores``).
+* **The packet path** (:func:`path_available`): a packet is handled by the rank and by the
+  software switches and the kernel, which get the machine's share per task; the path moves
+  at the slower, ``min(1 - s, cores / load)``.
 * **Ceiling**: the busiest host moves at most ``(1 - s) / c`` packets a second; a message of
   ``n`` packets on it holds the link at least ``n c / (1 - s)``
   (:class:`simulator.fabric_model.CollectiveLink`, ``host_pps``).
@@ -50,6 +53,14 @@ def available(starvation: float | None, load: float | None, cores: int = CORES) 
     if load is not None:
         return max(MIN_AVAILABLE, 1.0 - starvation_from_load(load, cores))
     return 1.0
+
+
+def path_available(starvation: float | None, load: float | None, cores: int = CORES) -> float:
+    """CPU share of the slower of the two kinds of process a packet passes through: the rank
+    (its recorded starvation) and the software switches and the kernel's packet work, which
+    get the machine's share per runnable task (``cores / load``). Without a load: the rank's."""
+    rank = available(starvation, load, cores)
+    return rank if load is None else min(rank, available(None, load, cores))
 
 
 def host_pps(cost_s: float, cpu_available: float) -> float:
@@ -93,4 +104,5 @@ def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Seq
     return out
 
 
-__all__ = ["CORES", "COST_GRID", "available", "best_cost", "cross_validated", "host_pps", "starvation_from_load"]
+__all__ = ["CORES", "COST_GRID", "available", "best_cost", "cross_validated", "host_pps", "path_available",
+           "starvation_from_load"]

@@ -14,7 +14,8 @@ Each run is predicted from its scenario and what its record says of its conditio
 * **The fabric** (:mod:`simulator.fabric_model`): port rate and queue depth, the background
   and collective of the scenario, whether the job's queue is above the background's.
 * **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c`` with the
-  run's recorded CPU starvation ``s`` (or one from its load) and a cost per packet ``c`` of
+  run's recorded CPU starvation ``s`` (or one from its load; the machine's share per task
+  ``cores / load`` when that is less: the switches handle every packet too) and a cost per packet ``c`` of
   its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: the cost with
   the smallest median p50 error over the family's runs in the other sweeps, never on the
   sweep predicted. A family no other sweep ran is left
@@ -51,7 +52,7 @@ from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
 from simulator.fabric_runs import Run, load_runs
-from simulator.host_model import COST_GRID, available, best_cost, cross_validated, host_pps
+from simulator.host_model import COST_GRID, available, best_cost, cross_validated, host_pps, path_available
 from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import write_report
 
@@ -166,7 +167,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         job = replace(job, layers=tuple(replace(l, forward_s=l.forward_s * f, backward_s=l.backward_s * f)
                                         for l in job.layers),
                       backward_tail_s=job.backward_tail_s * f, optimizer_s=job.optimizer_s * f)
-    cpu = available(run.starvation, run.load)
+    cpu = path_available(run.starvation, run.load)
     shares = [1.0]
     if run.scenario == "multitenant" and not spec.spraying:
         shares = [1.0, 0.5]  # apart, or on the same uplink
@@ -222,7 +223,7 @@ def host_baseline(folder: Path) -> dict[str, tuple[list[float], float]]:
         for key in keys:
             times, cpus = found.setdefault(key, ([], []))
             times.extend(run.iterations)
-            cpus.append(available(run.starvation, run.load))
+            cpus.append(path_available(run.starvation, run.load))
     return {key: (times, statistics.mean(cpus)) for key, (times, cpus) in found.items()}
 
 

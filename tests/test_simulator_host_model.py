@@ -190,3 +190,14 @@ def test_tcp_tail_loss_costs_a_probe_then_timeouts() -> None:
     # 7 further rounds drawn (8 at most) a 50 ms timeout, not scaled by anything: 382 ms.
     lossless, lost = predict_run(run(0.0), job, 0.0, draws=10), predict_run(run(1.0), job, 0.0, draws=10)
     assert lost.draws - lossless.draws == pytest.approx(np.full(10, 0.032 + 7 * 0.050))
+
+
+def test_the_packet_path_moves_at_its_slower_process() -> None:
+    from simulator.host_model import path_available
+
+    # The rank waited 60% of its runnable time (0.4 left); 5 tasks on 2 cores leave 0.4 each.
+    assert path_available(0.6, 5.0) == pytest.approx(0.4)
+    assert path_available(0.5, 8.0) == pytest.approx(0.25)  # the switches' 2/8 is less than the rank's 0.5
+    assert path_available(0.9, 2.5) == pytest.approx(0.1)  # the rank's 0.1 is less than 2/2.5
+    assert path_available(0.3, None) == pytest.approx(0.7)  # no load recorded: the rank's
+    assert path_available(None, 1.0) == 1.0  # fewer tasks than cores
