@@ -110,6 +110,8 @@ class Run:
     #: request and an 8,000-byte answer across the fabric): the round trip the run's hosts and
     #: switches gave a short exchange. None: not recorded.
     rr_s: float | None = None
+    #: The background's long flows' recorded goodput, in 1,448-byte data packets a second.
+    background_pps: float = 0.0
 
     @property
     def epoch(self) -> str:
@@ -233,6 +235,8 @@ def load_runs(results: Path) -> list[Run]:
         fcts = [float(t) for flow in record.get("background") or [] if flow.get("protocol") == "rr"
                 for t in flow.get("fct_s") or []]
         run.rr_s = statistics.median(fcts) if fcts else None
+        run.background_pps = sum(float(flow.get("goodput_mbps") or 0.0) * 1e6 / 8 / TCP_SEGMENT_BYTES
+                                 for flow in record.get("background") or [] if flow.get("protocol") in ("tcp", "udp"))
         if record.get("rto_min_s"):
             run.rto_min_s = float(record["rto_min_s"])
         link = record.get("link_loss") or {}

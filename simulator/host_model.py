@@ -14,6 +14,10 @@ cost per packet and by the CPU the run's processes got.
 * **The packet path** (:func:`path_available`): a packet is handled by the rank and by the
   software switches and the kernel, which get the machine's share per task; the path moves
   at the slower, ``min(1 - s, cores / load)``.
+* **Background through the switches**: the software switches forward the background's
+  packets with the same CPU, first-come first-served before any egress queue's priority;
+  the background's recorded goodput (data packets of 1,448 bytes a second) is taken off the
+  ceiling, leaving the job at least half of it (max-min).
 * **Ceiling**: the busiest host moves at most ``(1 - s) / c`` packets a second; a message of
   ``n`` packets on it holds the link at least ``n c / (1 - s)``
   (:class:`simulator.fabric_model.CollectiveLink`, ``host_pps``).
@@ -63,11 +67,17 @@ def path_available(starvation: float | None, load: float | None, cores: int = CO
     return rank if load is None else min(rank, available(None, load, cores))
 
 
-def host_pps(cost_s: float, cpu_available: float) -> float:
-    """Packets a second the busiest host moves: ``(1 - s) / c`` (infinite for ``c = 0``)."""
-    if cost_s < 0 or not 0 < cpu_available <= 1:
-        raise SimulatorError(f"bad host cost {cost_s} s per packet or CPU share {cpu_available}")
-    return math.inf if cost_s == 0 else cpu_available / cost_s
+def host_pps(cost_s: float, cpu_available: float, background_pps: float = 0.0) -> float:
+    """Packets a second the busiest host moves: ``(1 - s) / c`` (infinite for ``c = 0``), less
+    the background's packets, which the same software switches handle first-come first-served
+    ahead of any queue priority; max-min sharing leaves the job at least half."""
+    if cost_s < 0 or not 0 < cpu_available <= 1 or background_pps < 0:
+        raise SimulatorError(f"bad host cost {cost_s} s per packet, CPU share {cpu_available} or background "
+                             f"{background_pps} packets/s")
+    if cost_s == 0:
+        return math.inf
+    capacity = cpu_available / cost_s
+    return max(capacity - background_pps, capacity / 2)
 
 
 #: Costs per packet a calibration tries: 0, then 1 us to 10 ms in steps of 10^(1/15) (17%).

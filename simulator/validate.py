@@ -178,7 +178,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
                           job_above_background=spec.above_background,
                           payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
         port = replace(port, share=port.share * share)
-        link = CollectiveLink(port, run.ranks, collective, host_pps(cost_s, cpu))
+        link = CollectiveLink(port, run.ranks, collective, host_pps(cost_s, cpu, run.background_pps))
         result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
                           forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
                           optimizer_s=job.optimizer_s)

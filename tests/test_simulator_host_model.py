@@ -201,3 +201,26 @@ def test_the_packet_path_moves_at_its_slower_process() -> None:
     assert path_available(0.9, 2.5) == pytest.approx(0.1)  # the rank's 0.1 is less than 2/2.5
     assert path_available(0.3, None) == pytest.approx(0.7)  # no load recorded: the rank's
     assert path_available(None, 1.0) == 1.0  # fewer tasks than cores
+
+
+def test_the_background_takes_its_packets_off_the_switches_budget() -> None:
+    # 50 us a packet at 0.5 of a CPU: 10,000 packets/s; 3,000 of the background's leave 7,000.
+    assert host_pps(50e-6, 0.5, 3000.0) == pytest.approx(7000.0)
+    assert host_pps(50e-6, 0.5, 9000.0) == pytest.approx(5000.0)  # max-min: the job keeps half
+    assert host_pps(0.0, 0.5, 9000.0) == float("inf")
+    with pytest.raises(SimulatorError, match="background"):
+        host_pps(50e-6, 0.5, -1.0)
+
+
+def test_a_run_records_its_background_goodput_in_packets(tmp_path: Path) -> None:
+    sweep = tmp_path / "cnn-1"
+    (sweep / "runs").mkdir(parents=True)
+    records = [{"iteration": i, "iteration_s": 0.1} for i in range(2)]
+    (sweep / "runs" / "000-tcp-gloo-r0.json").write_text(json.dumps(
+        {"scenario": "tcp", "config": "gloo", "status": "ok", "port_pps": 20000.0,
+         "jobs": {"1": {"ranks": {"0": {"records": records}}}},
+         "background": [{"protocol": "tcp", "goodput_mbps": 11.584}, {"protocol": "tcp", "goodput_mbps": 5.792},
+                        {"protocol": "rr", "goodput_mbps": 0.5, "fct_s": [0.01]}]}))
+    (run,) = load_runs(tmp_path)
+    # 11.584 Mbit/s = 1,448,000 B/s = 1,000 segments of 1,448 B a second; 5.792: 500. rr is not a long flow.
+    assert run.background_pps == pytest.approx(1500.0) and run.rr_s == 0.01
