@@ -54,3 +54,17 @@ def test_device_feature_agrees_with_ethtool() -> None:
             assert netdev.device_feature("lo", name) is shown[name], name
     assert netdev.device_feature("lo", "no-such-feature") is None
     assert netdev.device_feature("no-such-device0") is None
+
+
+def test_gso_can_be_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from hosts import fastpath
+
+    nat = fastpath.native()
+    if nat is None:
+        pytest.skip("the C data path cannot be built here")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        assert fastpath.BatchSender(nat, sock).gso_ok
+        monkeypatch.setenv("GRADFABRIC_UDP_GSO", "0")
+        assert not fastpath.BatchSender(nat, sock).gso_ok
