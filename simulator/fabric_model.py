@@ -24,7 +24,10 @@ at half a port). Per port: ``port_pps`` full frames per second, a queue of
 
 **Hosts**: the busiest host handles (sends or receives) at most ``host_pps`` packets a
 second (:mod:`simulator.host_model`); a message holds the link for its bytes at the port's
-rate or its packets at the host's, whichever is longer.
+rate *plus* its packets at the host's. The two add up rather than overlap: the transports
+move a message in windows far smaller than it, and on the CPU-starved emulation host each
+window's handling at both ends waits for a CPU while the port is idle, and the port's
+transmission while the hosts are (a pipelined host would make it the longer of the two).
 
 **Multitenant**: two rings cross the spines and share the leaves' two uplinks; hashed per
 flow, the jobs land on the same uplink with probability 1/2 (half the port each), else on
@@ -120,11 +123,11 @@ class CollectiveLink:
         return 2 * (self.ranks - 1) * nbytes  # the server's port: every worker's push, then every pull
 
     def seconds(self, transfer: Transfer) -> float:
-        """The port's time for the bytes, or the host's for the packets if that is longer."""
+        """The port's time for the bytes plus the host's for the packets (module doc)."""
         wire = self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
         if math.isinf(self.host_pps):
             return wire
-        return max(wire, self.host_packets(transfer.nbytes) / self.host_pps)
+        return wire + self.host_packets(transfer.nbytes) / self.host_pps
 
     def round_trip_s(self, transfer: Transfer) -> float:
         return self.steps() * self.port.step_latency_s

@@ -19,7 +19,7 @@ cost per packet and by the CPU the run's processes got.
   the background's recorded goodput (data packets of 1,448 bytes a second) is taken off the
   ceiling, leaving the job at least half of it (max-min).
 * **Ceiling**: the busiest host moves at most ``(1 - s) / c`` packets a second; a message of
-  ``n`` packets on it holds the link at least ``n c / (1 - s)``
+  ``n`` packets on it holds the link ``n c / (1 - s)`` on top of its time on the wire
   (:class:`simulator.fabric_model.CollectiveLink`, ``host_pps``).
 * **CPU-bound compute** (a CNN replayed from loopback runs) is stretched by
   ``(1 - s_baseline) / (1 - s)``; a trace-driven job's compute is a timed sleep and is not.

@@ -28,19 +28,19 @@ def test_cpu_available_from_starvation_or_load() -> None:
         available(1.5, None)
 
 
-def test_host_ceiling_holds_the_link_when_slower_than_the_port() -> None:
+def test_host_time_adds_to_the_port_time() -> None:
     port = port_model(port_pps=1000, queue_packets=32, background="none", job_above_background=True)
     transfer = Transfer(segments=(Segment(0, 0, 3610),), nbytes=14440)  # ten 1,444-byte packets
     # Ring of two: 14,440 bytes through the busiest port at 1,444,000 B/s = 10 ms; two steps
-    # of five packets = 10 packets sent and 10 received, at 1,000 a second = 20 ms.
+    # of five packets = 10 packets sent and 10 received, at 1,000 a second = 20 ms more.
     assert CollectiveLink(port, 2).seconds(transfer) == pytest.approx(0.010)
-    assert CollectiveLink(port, 2, host_pps=1000.0).seconds(transfer) == pytest.approx(0.020)
-    assert CollectiveLink(port, 2, host_pps=4000.0).seconds(transfer) == pytest.approx(0.010)
+    assert CollectiveLink(port, 2, host_pps=1000.0).seconds(transfer) == pytest.approx(0.030)
+    assert CollectiveLink(port, 2, host_pps=4000.0).seconds(transfer) == pytest.approx(0.015)
     # A star of a server and 2 workers: the server's port carries 2 pushes and 2 pulls of 10
-    # packets (40 ms at the port), which are also all the server handles: 40 at 500/s = 80 ms.
+    # packets (40 ms at the port), which are also all the server handles: 40 at 500/s = 80 ms more.
     star = CollectiveLink(port, 3, "star", host_pps=500.0)
     assert star.host_packets(14440) == 40
-    assert star.seconds(transfer) == pytest.approx(0.080)
+    assert star.seconds(transfer) == pytest.approx(0.120)
 
 
 def test_best_cost_has_the_smallest_median_error() -> None:
