@@ -206,3 +206,30 @@ def test_an_expected_message_is_rebuilt_in_the_callers_array() -> None:
     lost[4 * 360:5 * 360] = True
     np.testing.assert_array_equal(out[~lost], values[~lost])
     assert np.all(out[lost] == 0)  # lost values are 0 there too, not what the array held
+
+
+def test_a_message_reusing_a_completed_ones_maps_starts_empty() -> None:
+    """The receiver reuses the have/seqs maps of completed messages: a later message of the
+    same length must still see only its own packets (probe answer, zero-fill)."""
+    r = Reassembler(job_id=1, bounds=BOUNDS)
+    src = ("127.0.0.1", 1)
+    first = packetize(tensor(10_000, 1), kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2,
+                      iteration=0, count=360)
+    assert sum(len(r.handle(first.packet(i), src)[1]) for i in range(len(first))) == 1
+    values = tensor(10_000, 2)
+    second = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2, iteration=1, count=360)
+    for i in range(len(second)):
+        if i != 6:  # one of 28 packets lost (within the 5 % bound)
+            assert r.handle(second.packet(i), src)[1] == []
+    probe = pack_header(Header(msg_type=MsgType.PROBE, flags=Flags.LAST, job_id=1, worker_id=4, tensor_id=2,
+                               iteration=1, offset=0, tensor_len=10_000, count=1, mag_class=0, prio_hint=7,
+                               seq=len(second)))
+    replies, delivered = r.handle(probe + bytes(8), src)
+    held = np.ones(len(second), bool)
+    held[6] = False
+    assert replies[0][28:] == np.packbits(held, bitorder="little").tobytes()
+    assert len(delivered) == 1 and delivered[0].received == 10_000 - 360
+    lost = np.zeros(10_000, bool)
+    lost[6 * 360:7 * 360] = True
+    assert np.all(delivered[0].values[lost] == 0)
+    np.testing.assert_array_equal(delivered[0].values[~lost], values[~lost])
