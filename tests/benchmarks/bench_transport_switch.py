@@ -10,7 +10,8 @@ The three namespace hosts of :mod:`tests.benchmarks.bench_transport_fabric` on o
 * the packets per second one DLCP sender moves through the same switch (bound 0, 1 MB
   messages, four in flight), counted as the packets of the messages it completed, with UDP
   GSO (the hosts' veths do not offer UDP segmentation, so the kernel splits each datagram
-  before the veth) and with one datagram per packet (``GRADFABRIC_UDP_GSO=0``);
+  before the veth) and with one datagram per packet (``GRADFABRIC_UDP_GSO=0``), alternating,
+  medians of ``ROUNDS``;
 * the CPU time per packet of the DLCP sender and of the receiving endpoint while sending.
 
 Needs root and iproute2; takes the namespace lock (``/tmp/gradfabric-netns.lock``).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from tests.benchmarks import bench_transport_fabric as tf
 from tests.benchmarks.figure import Figure
 
 SECONDS = 6.0
+ROUNDS = 2
 #: UDP payload of a DLCP data packet: 28-byte header and 361 float32 values.
 PAYLOAD = 28 + 361 * 4
 
@@ -53,20 +56,23 @@ def _measure() -> list[Figure]:
         print("  UDP through the switch (blaster) ...", flush=True)
         udp = _forwarded_pps(blaster, sender, receiver, _udp_frame(sender, receiver, gateway, 19601, bytes(PAYLOAD)))
         print(f"    offered {udp.offered_pps:,.0f}/s, forwarded {udp.received_pps:,.0f}/s", flush=True)
-        dlcp = {}
-        for label, env in (("no GSO", "0"), ("GSO", "1")):
-            print(f"  one DLCP stream, bound 0, {label} ...", flush=True)
-            os.environ["GRADFABRIC_UDP_GSO"] = env
-            try:
-                run = tf._dlcp_run(hosts, [("sender", 1, "stream")], bound=0.0, seconds=SECONDS)[0]
-            finally:
-                os.environ.pop("GRADFABRIC_UDP_GSO", None)
-            sent = max(1, run["packets"] + run["retransmitted"])
-            dlcp[label] = (run["packets"] / run["seconds"], run["cpu_s"] / sent * 1e9,
-                           run["receiver_cpu_s"] / sent * 1e9)
-            print(f"    DLCP {dlcp[label][0]:,.0f} packets/s, {run['retransmitted']} resent, CPU per packet: "
-                  f"sender {dlcp[label][1]:,.0f} ns, receiver {dlcp[label][2]:,.0f} ns (user + system, all "
-                  f"threads, while sending)", flush=True)
+        runs: dict[str, list[tuple[float, float, float]]] = {"no GSO": [], "GSO": []}
+        for round_ in range(ROUNDS):  # alternating, so load from elsewhere weighs on both
+            for label, env in (("no GSO", "0"), ("GSO", "1")):
+                print(f"  one DLCP stream, bound 0, {label}, round {round_ + 1} ...", flush=True)
+                os.environ["GRADFABRIC_UDP_GSO"] = env
+                try:
+                    run = tf._dlcp_run(hosts, [("sender", 1, "stream")], bound=0.0, seconds=SECONDS)[0]
+                finally:
+                    os.environ.pop("GRADFABRIC_UDP_GSO", None)
+                sent = max(1, run["packets"] + run["retransmitted"])
+                runs[label].append((run["packets"] / run["seconds"], run["cpu_s"] / sent * 1e9,
+                                    run["receiver_cpu_s"] / sent * 1e9))
+                pps, snd, rcv = runs[label][-1]
+                print(f"    DLCP {pps:,.0f} packets/s, {run['retransmitted']} resent, CPU per packet: "
+                      f"sender {snd:,.0f} ns, receiver {rcv:,.0f} ns (user + system, all threads, while "
+                      f"sending)", flush=True)
+        dlcp = {label: tuple(statistics.median(r[k] for r in rs) for k in range(3)) for label, rs in runs.items()}
     best = dlcp["GSO"]
     return [Figure("DLCP packets/s through one switch, 1 stream, bound 0 (sender UDP GSO)", best[0],
                    "UDP frames of the same size forwarded (blaster)", udp.received_pps, "packets/s"),
