@@ -381,6 +381,7 @@ class Report:
     frames_out: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
     mismatches: list[str] = field(default_factory=list)
+    left_out: Counter[str] = field(default_factory=Counter)  # updates not written, by reason
 
     def note(self, text: str) -> None:
         if len(self.mismatches) < 1000:
