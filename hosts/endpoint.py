@@ -61,6 +61,7 @@ ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
 _TOS_INT = struct.Struct("i")
+_CE_BYTES = bytes(1 if t & ECN_CE == ECN_CE else 0 for t in range(256))  # TOS byte -> 1 when CE
 _log = logging.getLogger("hosts.endpoint")
 
 
@@ -393,7 +394,7 @@ class Endpoint:
                     heard(source, now, bytes(data[:HEADER_LEN]))
                     if j - i > 1:
                         self._last_peer_rx = now
-                        ce = int(np.count_nonzero((tos[i:j] & ECN_CE) == ECN_CE))
+                        ce = tos[i:j].tobytes().translate(_CE_BYTES).count(1)  # no numpy call per run
                         delivered += reassembler.handle_run(rx, i, j, source, ce)
                     elif len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
                         self._on_bitmap(data, source, now)

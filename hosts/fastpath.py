@@ -315,6 +315,7 @@ class BatchReceiver:
                    p(self.src_ip, "uint32_t[]"), p(self.src_port, "uint16_t[]"), p(self.tos), p(self.res, "int64_t[]"),
                    p(self.bad))
         self.view = memoryview(self.buf)
+        self._sources: dict[tuple[int, int], tuple[str, int]] = {}  # (ip, port) as received -> address
 
     def recv(self) -> int:
         """Packets of the next batch (0: nothing queued); OSError on a socket error."""
@@ -341,8 +342,14 @@ class BatchReceiver:
         return int(self.nat.lib.gfh_runs(c[0], c[1], c[2], c[3], c[4], i, n))
 
     def source(self, i: int) -> tuple[str, int]:
-        return (socket.inet_ntoa(int(self.src_ip[i]).to_bytes(4, "little")),
-                int.from_bytes(int(self.src_port[i]).to_bytes(2, "little"), "big"))
+        raw = (int(self.src_ip[i]), int(self.src_port[i]))
+        hit = self._sources.get(raw)
+        if hit is None:
+            if len(self._sources) > 4096:
+                self._sources.clear()
+            hit = self._sources[raw] = (socket.inet_ntoa(raw[0].to_bytes(4, "little")),
+                                        int.from_bytes(raw[1].to_bytes(2, "little"), "big"))
+        return hit
 
     def packet(self, i: int) -> memoryview:
         o = int(self.off[i])
