@@ -112,6 +112,8 @@ class Run:
     rr_s: float | None = None
     #: The background's long flows' recorded goodput, in 1,448-byte data packets a second.
     background_pps: float = 0.0
+    #: Jobs of the run (multitenant: two alike, through the same leaf switches).
+    tenants: int = 1
 
     @property
     def epoch(self) -> str:
@@ -217,6 +219,7 @@ def load_runs(results: Path) -> list[Run]:
         starved, served = [], []
         jobs = list((record.get("jobs") or {}).values())
         run.ranks = max(2, len(jobs[0].get("ranks") or {})) if jobs else 2
+        run.tenants = max(1, len(jobs))
         for j in jobs:
             for rank in (j.get("ranks") or {}).values():
                 if rank.get("starvation") is not None:

@@ -15,7 +15,9 @@ Each run is predicted from its scenario and what its record says of its conditio
   and collective of the scenario, whether the job's queue is above the background's.
 * **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c`` with the
   run's recorded CPU starvation ``s`` (or one from its load; the machine's share per task
-  ``cores / load`` when that is less: the switches handle every packet too) and a cost per packet ``c`` of
+  ``cores / load`` when that is less: the switches handle every packet too; less the
+  background's recorded packets, shared equally by a multitenant run's jobs), added to each
+  message's time on the wire, and a cost per packet ``c`` of
   its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: the cost with
   the smallest median p50 error over the family's runs in the other sweeps, never on the
   sweep predicted. A family no other sweep ran is left
@@ -178,7 +180,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
                           job_above_background=spec.above_background,
                           payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
         port = replace(port, share=port.share * share)
-        link = CollectiveLink(port, run.ranks, collective, host_pps(cost_s, cpu, run.background_pps))
+        link = CollectiveLink(port, run.ranks, collective, host_pps(cost_s, cpu, run.background_pps) / run.tenants)
         result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
                           forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
                           optimizer_s=job.optimizer_s)
