@@ -40,7 +40,7 @@ def test_p4switch_and_bmv2_agree_on_the_dlcp_program(tmp_path: Path) -> None:
     with switches(DLCP, tmp_path) as (p4switch, bmv2):
         report = run(p4switch, bmv2, writes=400, seed=2)
     print(f"{report.writes} writes {dict(report.statuses)}, {report.packets} packets, "
-          f"{report.frames_out} frames out")
+          f"{report.frames_out} frames out, left out {dict(report.left_out)}")
     assert report.statuses[0] > 150 and report.frames_out > 40, "the run exercises entries and forwarding"
     assert not report.mismatches, "\n".join(report.mismatches)
 
