@@ -37,7 +37,7 @@ def test_tiling_repeats_the_scenario_over_groups_of_six() -> None:
     assert [j.hosts for j in tiled.jobs] == [("h1", "h4", "h5", "h6"), ("h7", "h10", "h11", "h12")]
     assert [j.job_id for j in tiled.jobs] == [1, 2]
     assert [(f.src, f.dst) for f in tiled.background] == [("h2", "h1"), ("h3", "h1"), ("h8", "h7"), ("h9", "h7")]
-    with pytest.raises(PacketSimulationError, match="six hosts"):
+    with pytest.raises(PacketSimulationError, match="needs 6 hosts"):
         sim.tiled(sim.scenario("tcp"), ["h1", "h2"])
 
 

@@ -81,6 +81,9 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
                    help="do not build ns-3's precompiled header when it is missing (a cached one is still "
                         "used; GRADFABRIC_NS3_PCH=0 turns it off)")
     p.set_defaults(handler=_packet)
+    from simulator.packet.trace_cli import add_trace_command
+
+    add_trace_command(simsub)
 
 
 def _topology(spec: str, yaml_default: Path):  # type: ignore[no-untyped-def]

@@ -43,6 +43,7 @@ class Network:
     addresses: dict[str, int]  # host -> IPv4 address as an integer
     queues: dict[tuple[str, str], Any] = field(default_factory=dict)  # (switch, neighbour) -> queue disc
     routing: dict[str, Any] = field(default_factory=dict)
+    devices: dict[tuple[str, str], Any] = field(default_factory=dict)  # (node, neighbour) -> its device
 
     def address(self, host: str) -> int:
         try:
@@ -101,7 +102,8 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
         ip_of[(link.a, link.b)] = interfaces.GetAddress(0).Get()
         ip_of[(link.b, link.a)] = interfaces.GetAddress(1).Get()
         address.NewNetwork()
-    net = Network(topology, nodes, {h: ip_of[(h, _neighbour(topology, h))] for h in topology.hosts})
+    net = Network(topology, nodes, {h: ip_of[(h, _neighbour(topology, h))] for h in topology.hosts},
+                  devices=device_of)
     port = topology.port
     for (me, other), dev in device_of.items():
         if me in switches:

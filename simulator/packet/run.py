@@ -24,7 +24,7 @@ from typing import Any
 from simulator.packet.jobs import JobRun, JobSpec
 from simulator.packet.network import HostCosts, Network, build
 from simulator.packet.runtime import PacketSimulationError, load
-from simulator.packet.scenarios import QUEUE_THRESHOLD, Configuration, Scenario
+from simulator.packet.scenarios import Configuration, Scenario
 from simulator.packet.topology import Topology
 from simulator.packet.workload import Workload
 
@@ -57,6 +57,17 @@ class RunSettings:
     #: Long TCP flows as fast as TCP goes (0, ns-3's BulkSend) or offered at this rate (OnOff over TCP).
     background_tcp_mbps: float = 0.0
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
+    #: ns-3 TCP's send and receive buffers (ns-3's default 131,072; Linux autotunes up to MiBs).
+    tcp_buffer_bytes: int = 131_072
+    #: Segments per delayed ACK (ns-3's default 2). With 2, ns-3 3.44's TCP stalls for good once
+    #: both data and ACKs are lost (1% each way: a long transfer crawls at one segment per RTO
+    #: after ~5 MB); with 1 it does not (scripts in simulator/packet/README.md).
+    tcp_delack_count: int = 2
+    #: The switch class of the jobs' TCP (0: with the background; the trace sweeps' tcp-class: 5).
+    tcp_priority: int = 0
+    #: Switch-to-switch links that lose packets in both directions, and with which probability.
+    lossy_links: tuple[tuple[str, str], ...] = ()
+    link_loss: float = 0.0
     progress: Callable[[str], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -99,12 +110,13 @@ class _Transport:
     def pipe(self, src: str, dst: str) -> Any:
         if (src, dst) not in self.pipes:
             port = 20000 + len(self.pipes)
-            p = self.gf.TcpPipe(self.net.nodes[src], self.net.nodes[dst], self.net.address(dst), port, 0, 0.0)
+            tos = (self.settings.tcp_priority & 7) << 5
+            p = self.gf.TcpPipe(self.net.nodes[src], self.net.nodes[dst], self.net.address(dst), port, tos, 0.0)
             p.onReceived = self.tcp_received
             self.pipes[(src, dst)] = p
         return self.pipes[(src, dst)]
 
-    def prepare(self, job: JobSpec, gloo: bool) -> None:
+    def prepare(self, job: Any, gloo: bool) -> None:
         """Open what the job's collective uses before it starts (connections take round trips)."""
         n = len(job.hosts)
         pairs = [(job.hosts[r], job.hosts[(r + 1) % n]) for r in range(n)] if job.collective == "ring" else \
@@ -116,13 +128,16 @@ class _Transport:
                 self.endpoint(src)
                 self.endpoint(dst)
 
-    def send(self, src: str, dst: str, msg: int, values: int, priority: int, urgency: int, bound: float) -> None:
+    def send(self, src: str, dst: str, msg: int, values: int, priority: int, urgency: int, bound: float,
+             eligible: float | None = None) -> None:
+        """One message; ``eligible`` (default ``bound``) of its packets drop-eligible."""
         packets = -(-values // VALUES_PER_PACKET)
         self.sizes[msg] = (values, packets)
         if src in self.gloo_hosts:
             self.pipe(src, dst).Send(msg, values * 4)
         else:
-            self.endpoint(src).Send(msg, self.net.address(dst), values, priority, urgency, bound, bound)
+            self.endpoint(src).Send(msg, self.net.address(dst), values, priority, urgency,
+                                    bound if eligible is None else eligible, bound)
 
     def _delivered(self, msg: int, lost: int) -> None:
         entry = self.messages.pop(msg, None)
@@ -133,17 +148,39 @@ class _Transport:
         job.delivered(iteration, b, step, src, dst, values, lost, packets)
 
 
-def _topology_for(topology: Topology, config: Configuration) -> Topology:
+def _topology_for(topology: Topology, config: Any) -> Topology:
+    """Dropping and ECN at half a queue, as the experiment's policies (the CNN fabric's 32: 16)."""
     port = topology.port
+    threshold = max(1, port.queue_packets // 2)
     if config.dropping:
-        port = replace(port, drop_threshold=QUEUE_THRESHOLD)
+        port = replace(port, drop_threshold=threshold)
     if config.ecn:
-        port = replace(port, ecn_threshold=QUEUE_THRESHOLD)
+        port = replace(port, ecn_threshold=threshold)
     return replace(topology, port=port)
 
 
-def run(topology: Topology, scenario: Scenario, config: Configuration, settings: RunSettings) -> dict[str, Any]:
-    """Simulate ``scenario`` under ``config`` on ``topology`` (module doc); returns the record."""
+#: Builds one scenario job's runner: (job, transport, schedule, now, messages) -> a JobRun-like object.
+JobFactory = Callable[[Any, "_Transport", Callable[[float, Callable[[], None]], None], Callable[[], float],
+                       dict[int, Any]], Any]
+
+
+def _add_link_loss(ns: Any, net: Network, links: tuple[tuple[str, str], ...], probability: float) -> None:
+    """Both ends of each named link drop received packets with ``probability`` (ns-3's RateErrorModel)."""
+    for a, b in links:
+        if (a, b) not in net.devices:
+            raise PacketSimulationError(f"{net.topology.name} has no link {a}-{b} to make lossy")
+        for me, other in ((a, b), (b, a)):
+            model = ns.CreateObject[ns.RateErrorModel]()
+            model.SetUnit(ns.RateErrorModel.ERROR_UNIT_PACKET)
+            model.SetRate(probability)
+            net.devices[(me, other)].SetAttribute("ReceiveErrorModel", ns.PointerValue(model))
+            _KEEP.append(model)
+
+
+def run(topology: Topology, scenario: Scenario, config: Configuration, settings: RunSettings,
+        make_job: JobFactory | None = None) -> dict[str, Any]:
+    """Simulate ``scenario`` under ``config`` on ``topology`` (module doc); returns the record.
+    ``make_job`` builds each job's runner (default: :class:`JobRun` of ``settings.workload``)."""
     ns, gf = load()
     missing = sorted(scenario.hosts - set(topology.hosts))
     if missing:
@@ -154,11 +191,16 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(settings.rto_min_s)))
     ns.Config.SetDefault("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TcpNewReno.GetTypeId()))
     ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(1448))
+    ns.Config.SetDefault("ns3::TcpSocket::SndBufSize", ns.UintegerValue(settings.tcp_buffer_bytes))
+    ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(settings.tcp_buffer_bytes))
+    ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(settings.tcp_delack_count))
     ns.RngSeedManager.SetSeed(max(1, settings.seed))
     net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT,
                 costs=settings.costs)
-    gloo = config.comm == "gloo"
+    gloo = config.comm in ("gloo", "tcp")
     gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
+    if settings.lossy_links and settings.link_loss > 0:
+        _add_link_loss(ns, net, settings.lossy_links, settings.link_loss)
     transport = _Transport(net, replace(settings, spraying=config.spraying), gloo_hosts)
     pending: dict[int, Callable[[], None]] = {}
     tokens = itertools.count(1)
@@ -175,13 +217,18 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
         gf.ScheduleToken(delay_s, token)
 
     jobs: list[JobRun] = []
+    _KEEP.append(transport)
     for j in scenario.jobs:
-        spec = JobSpec(j.job_id, j.hosts, "ring" if gloo else j.collective, settings.workload, settings.iterations,
-                       grad_bound=config.grad_bound, priorities=config.queues, ordering=settings.ordering,
-                       in_flight=1 if gloo else settings.in_flight, start_s=settings.job_start_s, seed=settings.seed)
-        transport.prepare(spec, gloo)
-        _KEEP.append(transport)
-        job = JobRun(spec, transport, schedule, gf.NowSeconds, transport.messages)
+        if make_job is not None:
+            job = make_job(j, transport, schedule, gf.NowSeconds, transport.messages)
+            transport.prepare(job.spec, gloo)
+        else:
+            spec = JobSpec(j.job_id, j.hosts, "ring" if gloo else j.collective, settings.workload,
+                           settings.iterations, grad_bound=config.grad_bound, priorities=config.queues,
+                           ordering=settings.ordering, in_flight=1 if gloo else settings.in_flight,
+                           start_s=settings.job_start_s, seed=settings.seed)
+            transport.prepare(spec, gloo)
+            job = JobRun(spec, transport, schedule, gf.NowSeconds, transport.messages)
         job.start()
         jobs.append(job)
     background = _start_background(ns, gf, net, scenario, settings, schedule)
@@ -194,8 +241,8 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
         sim_t += step
         ns.Simulator.Stop(ns.Seconds(step))
         ns.Simulator.Run()
-        done = sum(min(r.iteration, settings.iterations) for j in jobs for r in j.ranks)
-        total = settings.iterations * sum(j.n for j in jobs)
+        done = sum(min(r.iteration, j.spec.iterations) for j in jobs for r in j.ranks)
+        total = sum(j.spec.iterations * j.n for j in jobs)
         say(f"    t = {sim_t:.2f} s simulated, {time.monotonic() - wall0:.0f} s wall, {done}/{total} rank-iterations")
     end_s = gf.NowSeconds()
     seconds = end_s - settings.job_start_s
@@ -218,7 +265,8 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "switches": len(topology.switches), "simulated_s": round(end_s, 4),
                             "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
                             "workload": settings.workload.note, "ordering": settings.ordering,
-                            "rto_min_s": settings.rto_min_s, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
+                            "rto_min_s": settings.rto_min_s, "tcp_buffer_bytes": settings.tcp_buffer_bytes,
+                            "tcp_delack_count": settings.tcp_delack_count, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
                             "pacing": {"burst_s": settings.pacing_burst_s, "max_pps": settings.pacing_max_pps,
                                        "whole_burst": settings.pacing_whole_burst}, **settings.extra}
     ns.Simulator.Destroy()

@@ -110,15 +110,16 @@ def configuration(name: str) -> Configuration:
     return CONFIGURATIONS[name]
 
 
-def tiled(sc: Scenario, hosts: list[str]) -> Scenario:
-    """``sc`` repeated over consecutive groups of six of ``hosts`` (module doc)."""
-    copies = len(hosts) // 6
+def tiled(sc: Scenario, hosts: list[str], group: int = 6) -> Scenario:
+    """``sc`` repeated over consecutive groups of ``group`` of ``hosts`` (module doc; the trace
+    fabric's scenarios name eight hosts)."""
+    copies = len(hosts) // group
     if copies < 1:
-        raise PacketSimulationError(f"scenario {sc.name} needs six hosts, the topology has {len(hosts)}")
+        raise PacketSimulationError(f"scenario {sc.name} needs {group} hosts, the topology has {len(hosts)}")
     jobs: list[Job] = []
     flows: list[Flow] = []
     for c in range(copies):
-        name = {f"h{i + 1}": hosts[6 * c + i] for i in range(6)}
+        name = {f"h{i + 1}": hosts[group * c + i] for i in range(group)}
         for job in sc.jobs:
             jobs.append(replace(job, job_id=len(jobs) + 1, hosts=tuple(name[h] for h in job.hosts)))
         flows.extend(replace(f, src=name[f.src], dst=name[f.dst]) for f in sc.background)

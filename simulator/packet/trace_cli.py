@@ -1,0 +1,177 @@
+"""`gradfabric sim packet-trace`: the trace-driven experiment's scenarios on ns-3.
+
+The job is the one a fabric sweep recorded (``--like DIR``: its model, precision, scaling and
+iterations, read by :mod:`simulator.fabric_runs`); each run writes ``runs/<run>.json`` in the
+fabric's raw-run format with the job as ``trace_job``, so ``sim validate`` and the packet
+validation read ns-3's folder as a trace sweep; ``--compare`` (default: ``--like``) writes
+``validation.md``/``.csv``/``.png`` in ``sim validate``'s form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+#: The trace runs' TCP ACKs every segment (RunSettings.tcp_delack_count: ns-3's delayed ACKs
+#: stall under the lossy link). Its buffers stay ns-3's 128 KiB: with 4 MiB, a BulkSend flow's
+#: 512-byte writes slow the simulation about tenfold.
+TCP_DELACK_COUNT = 1
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_trace_command(simsub: argparse._SubParsersAction) -> None:
+    p = simsub.add_parser("packet-trace", help="the trace-driven experiment's scenarios on ns-3 (needs the ns3 extra)")
+    p.add_argument("--like", type=Path, required=True,
+                   help="a fabric trace sweep (runs/*.json, plan.json): the job to simulate")
+    p.add_argument("--topo", default="experiment",
+                   help="experiment (leafspine8_training.yaml), a topology YAML, or leafspine:L,S,H")
+    p.add_argument("--scenarios", type=_names, default=["tcp"], help="comma-separated (tcp, multitenant, lossy-0.1, lossy-1)")
+    p.add_argument("--configs", type=_names, default=["ddp-tcp", "ddp-tcp-qos", "p3-tcp", "dlcp"],
+                   help="comma-separated trace configurations (ddp-tcp, ddp-tcp-qos, ddp-tcp-rto, p3-tcp, transport, "
+                        "transport-qos, priority, dropping, spraying, dlcp)")
+    p.add_argument("--tile", action="store_true", help="repeat each scenario over every group of eight hosts")
+    p.add_argument("--repetitions", type=int, default=1, help="runs per configuration (seed + r)")
+    p.add_argument("--iterations", type=int, default=None, help="iterations per run (default: the sweep's)")
+    p.add_argument("--deliver-latency-us", type=float, default=0.0,
+                   help="the emulated fabric's hosts: each packet delivered to a host arrives this much later")
+    p.add_argument("--warmup-ms", type=float, default=1000.0, help="background alone before the job starts")
+    p.add_argument("--seed", type=int, default=2000, help="seed of the first repetition")
+    p.add_argument("--compare", type=Path, action="append", default=None,
+                   help="fabric sweep folder(s) for the validation table (default: --like)")
+    p.add_argument("--out", type=Path, default=None, help="folder for runs/, results.md/.json and validation.*")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(handler=_packet_trace)
+
+
+def recorded_job(folder: Path) -> dict[str, Any]:
+    """The trace job of a fabric sweep (its first ok run's, through the simulator's reader)."""
+    from simulator.fabric_runs import load_runs
+    from simulator.packet.runtime import PacketSimulationError
+
+    for run in load_runs(folder):
+        if run.job:
+            return dict(run.job)
+    raise PacketSimulationError(f"{folder}: no trace-driven run (a record with a job's model)")
+
+
+def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, Any], *, iterations: int, seed: int,
+              tile: bool = False, deliver_latency_s: float = 0.0, warmup_s: float = 1.0,
+              progress: Any = None) -> dict[str, Any]:
+    """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids)."""
+    from simulator.packet.network import HostCosts
+    from simulator.packet.run import RunSettings, run
+    from simulator.packet.scenarios import tiled
+    from simulator.packet.trace_jobs import TraceJobRun, TraceJobSpec
+    from simulator.packet.trace_scenarios import make_scheduler, scale_b, scaled_job, trace_configuration, trace_scenario
+    from simulator.packet.workload import cnn_workload
+
+    ts, config = trace_scenario(scenario_name), trace_configuration(config_name)
+    scenario = tiled(ts.scenario, topo.hosts, group=8) if tile else ts.scenario
+    lossy = ts.lossy_links
+    if tile and lossy:  # every copy's spine link towards its second leaf: s1 to the leaves of h5's
+        lossy = tuple(sorted({("s1", _leaf_of(topo, j.hosts[1])) for j in scenario.jobs}))
+    trace, b, k = scaled_job(job), scale_b(job), float(job["k"])
+    factory = make_scheduler(config, b)
+    settings = RunSettings(cnn_workload(), iterations=iterations, seed=seed, job_start_s=warmup_s,
+                           rto_min_s=config.rto_min_s(k), costs=HostCosts(deliver_latency_s=deliver_latency_s),
+                           tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
+                           link_loss=ts.link_loss, progress=progress, tcp_delack_count=TCP_DELACK_COUNT,
+                           extra={"job": f"{trace.name} {trace.precision}, {len(trace.layers)} layers, "
+                                         f"{trace.numel:,} values, b = {b:.2f}, k = {k:g}",
+                                  "scheduler": config.scheduler, "overlap": config.overlap})
+
+    def make_job(j: Any, transport: Any, schedule: Any, now: Any, messages: Any) -> TraceJobRun:
+        spec = TraceJobSpec(j.job_id, j.hosts, trace, factory, config.overlap, iterations,
+                            grad_bound=config.grad_bound, queues=config.queues, start_s=warmup_s)
+        return TraceJobRun(spec, transport, schedule, now, messages)
+
+    record = run(topo, scenario, config, settings, make_job=make_job)  # type: ignore[arg-type]
+    record["trace_job"] = {**job, "iterations": iterations, "comm": config.comm, "scheduler": config.scheduler,
+                           "overlap": config.overlap, "b": b}
+    record["rto_min_s"] = config.rto_min_s(k)
+    record["link_loss"] = {"links": [list(x) for x in lossy], "probability": ts.link_loss}
+    return record
+
+
+def _leaf_of(topo: Any, host: str) -> str:
+    for link in topo.links:
+        if host in (link.a, link.b):
+            return link.b if link.a == host else link.a
+    raise ValueError(host)
+
+
+def _packet_trace(args: argparse.Namespace) -> int:
+    from simulator.packet.cli import _topology
+    from simulator.packet.report import comparison_markdown, run_figures, summarise
+    from simulator.packet.report import load_runs as load_records
+    from simulator.packet.runtime import load
+    from simulator.packet.trace_scenarios import TOPOLOGY8
+
+    say = (lambda _m: None) if args.quiet else (lambda m: print(m, flush=True))
+    topo = _topology(args.topo, TOPOLOGY8)
+    job = recorded_job(args.like)
+    iterations = args.iterations or int(job.get("iterations") or 15)
+    t0 = time.monotonic()
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    say(f"loading ns-3 (job {job.get('model')} {job.get('precision')} of {args.like}; topology {topo.name}: "
+        f"{len(topo.hosts)} hosts)")
+    load(build_pch=True, say=say)
+    out = args.out
+    if out is not None:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    total = len(args.scenarios) * args.repetitions * len(args.configs)
+    index = 0
+    for name in args.scenarios:
+        for r in range(args.repetitions):
+            for j in range(len(args.configs)):
+                config = args.configs[(r + j) % len(args.configs)]
+                run_id = f"{index:03d}-{name}-{config}-r{r}"
+                say(f"[{index + 1}/{total}] {run_id}")
+                record: dict[str, Any] = {"index": index, "scenario": name, "config": config, "repetition": r,
+                                          "seed": args.seed + r, "run_id": run_id}
+                record.update(run_trace(topo, name, config, job, iterations=iterations, seed=args.seed + r,
+                                        tile=args.tile, deliver_latency_s=args.deliver_latency_us * 1e-6,
+                                        warmup_s=args.warmup_ms * 1e-3, progress=None if args.quiet else say))
+                record["status"] = "ok"
+                runs.append(record)
+                fig = run_figures(record)
+                say(f"      iteration p50 {fig['iteration_p50_s'] * 1e3:.1f} ms, p99 {fig['iteration_p99_s'] * 1e3:.1f} ms,"
+                    f" {fig['magnitude_drops']:.0f} eligible drops, wall {record['simulation']['wall_s']:.1f} s")
+                if out is not None:
+                    (out / "runs" / f"{run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+                index += 1
+    compare = args.compare or [args.like]
+    table = comparison_markdown(summarise(runs), summarise(load_records(compare)))
+    print(table, end="")
+    if out is not None:
+        command = "gradfabric sim packet-trace " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+        minutes = (time.monotonic() - t0) / 60
+        head = (f"# Packet simulation (ns-3) of the trace-driven experiment\n\nMade by `{command}` on "
+                f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, {minutes:.1f} min wall. Topology {topo.name} "
+                f"({len(topo.hosts)} hosts); job {runs[0]['simulation']['job'] if runs else '-'}, {iterations} "
+                f"iterations; delivery latency {args.deliver_latency_us:g} us.\n\n")
+        (out / "results.md").write_text(head + table)
+        meta = {"command": command, "started": started, "load_at_start": load_at_start,
+                "load_at_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
+                "site": f"ns-3 3.44, {topo.name}", "elapsed_s": round(time.monotonic() - t0, 1), "job": job,
+                "repetitions": args.repetitions, "sweep": {s: list(args.configs) for s in args.scenarios}}
+        (out / "results.json").write_text(json.dumps({"meta": meta, "hosts": len(topo.hosts)}, indent=1) + "\n")
+        if not args.tile:
+            from simulator.packet.validation import write as write_validation
+
+            write_validation(out, command, compare, [("ns-3", out)])
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
