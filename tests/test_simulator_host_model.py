@@ -238,3 +238,21 @@ def test_two_tenants_share_the_switches_budget() -> None:
     one = predict_run(Run("s", "r", "multitenant", "spraying", 1000.0, 32, [0.01]), job, 1e-3, draws=10)
     two = predict_run(Run("s", "r", "multitenant", "spraying", 1000.0, 32, [0.01], tenants=2), job, 1e-3, draws=10)
     assert two.draws - one.draws == pytest.approx(np.full(10, 0.004))
+
+
+def test_timers_are_not_stretched_by_the_scaling_rule() -> None:
+    from simulator.fabric_runs import Run
+    from simulator.traces import Layer, ModelTrace
+    from simulator.validate import predict_run
+
+    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))  # one DDP bucket, one message
+    spec = {"model": "m", "precision": "fp32", "k": 8.0, "b": 1.0}
+
+    def run(loss: float) -> Run:
+        return Run("s", "r", "lossy-1", "ddp-tcp", 1000.0, 51, [0.01], job=spec, link_loss_rate=loss,
+                   rto_min_s=0.05, rr_s=0.01)
+
+    # k = 8 stretches compute, not the kernel's clocks: the probe (2 x 10 + 2 + 10 ms) and 7
+    # timeouts of 50 ms, as at k = 1 (8 x that if the timers were scaled).
+    lost = predict_run(run(1.0), job, 0.0, draws=10).draws - predict_run(run(0.0), job, 0.0, draws=10).draws
+    assert lost == pytest.approx(np.full(10, 0.032 + 7 * 0.050))
