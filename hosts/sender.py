@@ -250,6 +250,7 @@ class MessageSender:
         self.chunks: list[_Chunk] = []
         self.complete = False
         self.last_answered = False  # a last-flagged probe of this round was answered
+        self.held_probe_sent = -1.0  # when the latest probe left whose answer showed the receiver holding data
         self.finals = 0
         self.confirms = 0
         self.confirm_missing = 0
@@ -403,8 +404,15 @@ class MessageSender:
         lo, hi = chunk.first, chunk.first + chunk.nbits
         newly = 0  # packets this answer shows arrived for the first time (late ones included)
         if wait.empty:
-            self.received[:] = False  # the receiver holds nothing of the message
+            # Answers may come out of order (sprayed paths, a probe re-sent after its RTO): an empty
+            # one to a probe sent before another whose answer showed data is stale, and a
+            # completed message is never empty. Taken as news, it wiped what the sender knew, and
+            # it then reported as zero-filled values the receiver held.
+            if not self.complete and sent_at is not None and sent_at > self.held_probe_sent:
+                self.received[:] = False  # the receiver holds nothing of the message (it gave it up)
         elif wait.bits is not None:
+            if sent_at is not None and (wait.complete or wait.bits.any()):
+                self.held_probe_sent = max(self.held_probe_sent, sent_at)
             newly = int((wait.bits & ~self.received[lo:hi] & self.sent_once[lo:hi]).sum())
             self.received[lo:hi] |= wait.bits
         if wait.complete:
