@@ -233,7 +233,8 @@ def _plots(out: Path, records: list[dict[str, Any]], summary: dict[str, Any]) ->
                 a.step(t, np.arange(1, len(t) + 1) / len(t), where="post", label=cfg)
         a.set_xlabel("iteration time (ms)")
         a.set_ylabel("CDF")
-        a.legend(fontsize=8)
+        if a.lines:  # no legend when every run of the scenario failed
+            a.legend(fontsize=8)
         names = [c for c in rows if rows[c]["speedup_p50"]["median"] is not None]
         meds = [rows[c]["speedup_p50"]["median"] for c in names]
         errs = [[m - (rows[c]["speedup_p50"]["low"] or m) for c, m in zip(names, meds)],

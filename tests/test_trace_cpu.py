@@ -147,3 +147,20 @@ def test_a_failed_runs_error_keeps_the_ranks_last_words() -> None:
                                       "ends with: ... trace_worker rank 1: layer 46 of iteration 0 did not arrive "
                                       "within 60 s")
     assert error_line("OSError: boom", 400) == "OSError: boom" and len(error_line(error, 20)) == 20
+
+
+def test_a_failed_rank_leaves_its_endpoint_state_and_stacks(capfd: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from experiments.training.trace_worker import _dump_state
+
+    window = SimpleNamespace(cwnd=30.5, flight_cap=122.2)
+    reassembler = SimpleNamespace(_open={"key-49": SimpleNamespace(received=72904, values=np.zeros(80846))},
+                                  stats="ReceiverStats(completed=215)")
+    _dump_state(SimpleNamespace(window=window, in_flight=0, _room_waiters={}, _waits={}, reassembler=reassembler))
+    err = capfd.readouterr().err
+    assert "cwnd 30.5, flight cap 122.2, in flight 0, senders waiting for room 0, chunks awaiting answers 0" in err
+    assert "incomplete: key-49: 72904 of 80846 values" in err and "ReceiverStats(completed=215)" in err
+    assert "test_a_failed_rank_leaves_its_endpoint_state_and_stacks" in err  # this thread's stack

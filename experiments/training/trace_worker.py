@@ -427,6 +427,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
     if len(workers) < 1 or (not ps and world < 2):
         raise ExperimentError(f"a {job.collective} job needs more ranks than {world}")
     closers: list[Any] = []
+    endpoint: Any = None
     masks: Any = None
     server: Any = None
     collective: Any = None
@@ -512,9 +513,27 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                "totals": {**{k: sum(t[k] for t in totals) for k in TOTALED}, **received(closers),
                           **({"masks_inexact": masks.inexact} if masks is not None else {})},
                **_cpu_figures(cpu0, wall0, sched0, threads0)})
+    except Exception:
+        _dump_state(endpoint)
+        raise
     finally:
         for c in closers:
             c.close()
+
+
+def _dump_state(endpoint: Any) -> None:
+    """A failed rank leaves in its log (stderr) its DLCP endpoint's window and every thread's stack."""
+    if endpoint is not None:
+        w = endpoint.window
+        print(f"endpoint at failure: cwnd {w.cwnd:.1f}, flight cap {w.flight_cap:.1f}, in flight "
+              f"{endpoint.in_flight}, senders waiting for room {len(getattr(endpoint, '_room_waiters', {}))}, "
+              f"chunks awaiting answers {len(getattr(endpoint, '_waits', {}))}", file=sys.stderr)
+        r = endpoint.reassembler
+        for key, asm in list(getattr(r, "_open", {}).items())[:20]:  # messages still incomplete here
+            print(f"  incomplete: {key}: {asm.received} of {asm.values.size} values", file=sys.stderr)
+        print(f"  receiver: {r.stats}", file=sys.stderr)
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
 
 
