@@ -38,6 +38,9 @@ from simulator.packet.runtime import PacketSimulationError
 #: ResNet-50's layers as the experiment's policy rules cut them in thirds (trace_configs.NUM_LAYERS).
 POLICY_LAYERS = 54
 OVERLAPS = ("ddp", "layerwise")
+#: ns-3's time step: a wake-up closer than this is now (ns-3 would round it to no delay, and
+#: the rank would wait for itself at the same instant forever).
+TICK_S = 1e-9
 
 
 def switch_priority(queues: str, tensor_id: int) -> int:
@@ -153,7 +156,7 @@ class TraceJobRun:
         while rank.position < len(self.order):
             idx = self.order[rank.position]
             if rank.iteration > 0 and idx not in previous:
-                if rank.clock > now:  # check when this layer's forward would start
+                if rank.clock > now + TICK_S:  # check when this layer's forward would start
                     self.schedule(rank.clock - now, lambda: self._forward(rank))
                 else:
                     rank.waiting_since = now
@@ -198,7 +201,7 @@ class TraceJobRun:
                 self._maybe_end(rank)
                 return
             until = decision.until
-            if until is not None and until > now and not (now < rank.poll_at <= until):
+            if until is not None and until > now + TICK_S and not (now < rank.poll_at <= until):
                 rank.poll_at = until
                 self.schedule(until - now, lambda: self._drive(rank))
             return
