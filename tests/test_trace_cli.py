@@ -86,3 +86,30 @@ def test_resuming_an_extended_sweep_records_its_new_plan(monkeypatch: pytest.Mon
     assert meta["repetitions"] == 3 and len(meta["runs"]) == 6
     assert meta["runs"][4] == {"index": 4, "scenario": "lossy-1", "config": "ddp-tcp", "repetition": 2, "seed": 2002}
     assert meta["extended"][0]["from"] == 2 and meta["extended"][0]["to"] == 3
+
+
+def test_readme_commands_for_the_remaining_scenarios_plan_what_it_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """experiments/README.md's commands for the remaining scenarios: each a sweep of one scenario,
+    four configurations, 8 rounds (32 runs), --starved-share 1, its own folder."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "experiments" / "README.md").read_text()
+    section = text.split("#### The remaining scenarios at the same setting", 1)[1]
+    block = section.split("```", 2)[1].replace("\\\n", " ")
+    commands = [shlex.split(line.split("#")[0]) for line in block.splitlines() if "gradfabric" in line]
+    sweeps = [c for c in commands if "--scenarios" in c]
+    assert sorted(c[c.index("--scenarios") + 1] for c in sweeps) == ["hotspot", "incast", "lossy-0.1", "multitenant"]
+    outs = set()
+    for argv in sweeps:
+        args = argv[argv.index("gradfabric") + 3:]  # after "gradfabric experiment trace"
+        s = _settings(monkeypatch, *args)
+        runs = trace_sweep.plan_runs(s.sweep, s.repetitions)
+        assert len(s.sweep) == 1 and len(next(iter(s.sweep.values()))) == 4 and len(runs) == 32
+        assert s.starved_share == 1.0 and s.job.iterations == 15
+        outs.add(str(s.out))
+    assert len(outs) == 4
+    assert "Each is 32 runs (8 pairs per configuration)" in re.sub(r"\s+", " ", section)
+    extend = [c for c in commands if "--repetitions" in c and "--resume" in c]
+    assert extend and _settings(monkeypatch, *extend[0][extend[0].index("gradfabric") + 3:]).extend_to == 10
