@@ -77,7 +77,7 @@ class ReceiverStats:
 class Assembly:
     """A message being rebuilt."""
 
-    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs", "unset")
+    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
                  out: np.ndarray | None = None, maps: tuple[bytearray, bytearray] | None = None) -> None:
@@ -85,18 +85,17 @@ class Assembly:
         `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs` (zeroed here)."""
         self.key = key
         fits = initial is not None and initial.size == tensor_len
-        # Values that never arrive are set (0) at completion, only when some are missing: no
-        # zeroing pass over every message (unset: the array holds garbage where nothing arrived).
-        self.unset = not fits
         if out is not None and out.size == tensor_len and out.dtype == _F32 and out.flags.c_contiguous:
             self.values = out.reshape(-1)
             if fits:
                 self.values[:] = np.asarray(initial, dtype=_F32).reshape(-1)
+            else:
+                self.values.fill(0)
         elif fits:
             assert initial is not None
             self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
         else:
-            self.values = np.empty(tensor_len, dtype=_F32)
+            self.values = np.zeros(tensor_len, dtype=_F32)
         self.raw = memoryview(self.values).cast("B")  # the values' bytes, for plain copies
         if maps is not None and len(maps[0]) == len(maps[1]) == tensor_len:
             for m in maps:
@@ -409,8 +408,6 @@ class Reassembler:
             self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top), bitorder="little")
         while len(self._done) > self.done_memory:
             self._done_bits.pop(self._done.popitem(last=False)[0], None)
-        if asm.unset and asm.received < asm.values.size:
-            asm.values[np.frombuffer(asm.have, np.uint8) == 0] = 0
         self.stats.completed += 1
         # The maps are the reassembler's own: reused by a later message of the same length, which
         # spares the allocation's page faults and zeroing pass (a third of the receiver's CPU on
