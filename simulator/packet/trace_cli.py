@@ -45,6 +45,8 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=None, help="iterations per run (default: the sweep's)")
     p.add_argument("--deliver-latency-us", type=float, default=0.0,
                    help="the emulated fabric's hosts: each packet delivered to a host arrives this much later")
+    p.add_argument("--background-tcp-mbps", type=float, default=0.0,
+                   help="offer each long TCP flow at this rate instead of as fast as ns-3's TCP goes (0)")
     p.add_argument("--warmup-ms", type=float, default=1000.0, help="background alone before the job starts")
     p.add_argument("--seed", type=int, default=2000, help="seed of the first repetition")
     p.add_argument("--compare", type=Path, action="append", default=None,
@@ -67,7 +69,7 @@ def recorded_job(folder: Path) -> dict[str, Any]:
 
 def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, Any], *, iterations: int, seed: int,
               tile: bool = False, deliver_latency_s: float = 0.0, warmup_s: float = 1.0,
-              progress: Any = None) -> dict[str, Any]:
+              background_tcp_mbps: float = 0.0, progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids)."""
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
@@ -87,6 +89,7 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
                            rto_min_s=config.rto_min_s(k), costs=HostCosts(deliver_latency_s=deliver_latency_s),
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
                            link_loss=ts.link_loss, progress=progress, tcp_delack_count=TCP_DELACK_COUNT,
+                           background_tcp_mbps=background_tcp_mbps,
                            extra={"job": f"{trace.name} {trace.precision}, {len(trace.layers)} layers, "
                                          f"{trace.numel:,} values, b = {b:.2f}, k = {k:g}",
                                   "scheduler": config.scheduler, "overlap": config.overlap})
@@ -144,7 +147,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                           "seed": args.seed + r, "run_id": run_id}
                 record.update(run_trace(topo, name, config, job, iterations=iterations, seed=args.seed + r,
                                         tile=args.tile, deliver_latency_s=args.deliver_latency_us * 1e-6,
-                                        warmup_s=args.warmup_ms * 1e-3, progress=None if args.quiet else say))
+                                        warmup_s=args.warmup_ms * 1e-3,
+                                        background_tcp_mbps=args.background_tcp_mbps, progress=None if args.quiet else say))
                 record["status"] = "ok"
                 runs.append(record)
                 fig = run_figures(record)
@@ -162,7 +166,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
         head = (f"# Packet simulation (ns-3) of the trace-driven experiment\n\nMade by `{command}` on "
                 f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, {minutes:.1f} min wall. Topology {topo.name} "
                 f"({len(topo.hosts)} hosts); job {runs[0]['simulation']['job'] if runs else '-'}, {iterations} "
-                f"iterations; delivery latency {args.deliver_latency_us:g} us.\n\n")
+                f"iterations; delivery latency {args.deliver_latency_us:g} us; long TCP flows "
+                f"{f'offered at {args.background_tcp_mbps:g} Mbit/s' if args.background_tcp_mbps else 'greedy'}.\n\n")
         (out / "results.md").write_text(head + table)
         meta = {"command": command, "started": started, "load_at_start": load_at_start,
                 "load_at_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
