@@ -87,25 +87,9 @@ def add_packet_command(simsub: argparse._SubParsersAction) -> None:
 
 
 def _topology(spec: str, yaml_default: Path):  # type: ignore[no-untyped-def]
-    from simulator.packet.runtime import PacketSimulationError
-    from simulator.packet.topology import Port, fattree, from_yaml, leafspine
+    from simulator.packet.topology import from_spec
 
-    base = from_yaml(yaml_default).port
-    if spec == "experiment":
-        return from_yaml(yaml_default)
-    if spec.startswith("leafspine:"):
-        try:
-            leaves, spines, per = (int(x) for x in spec.split(":", 1)[1].split(","))
-        except ValueError:
-            raise PacketSimulationError(f"--topo {spec!r}: expected leafspine:LEAVES,SPINES,HOSTS_PER_LEAF") from None
-        return leafspine(leaves, spines, per, base)
-    if spec.startswith("fattree:"):
-        try:
-            k = int(spec.split(":", 1)[1])
-        except ValueError:
-            raise PacketSimulationError(f"--topo {spec!r}: expected fattree:K") from None
-        return fattree(k, Port(base.rate_bps, base.priorities, base.queue_packets))
-    return from_yaml(Path(spec))
+    return from_spec(spec, yaml_default)
 
 
 def _workload(args: argparse.Namespace, port_bps: float):  # type: ignore[no-untyped-def]

@@ -178,3 +178,24 @@ def fattree(k: int, port: Port, delay_s: float = 0.0) -> Topology:
     topo = Topology(f"fattree-k{k}", hosts, switches, links, port)
     topo.validate()
     return topo
+
+
+def from_spec(spec: str, yaml_default: Path) -> Topology:
+    """A topology from the command line: ``experiment`` (``yaml_default``), a YAML file,
+    ``leafspine:L,S,H`` or ``fattree:K`` (their ports as ``yaml_default``'s)."""
+    base = from_yaml(yaml_default).port
+    if spec == "experiment":
+        return from_yaml(yaml_default)
+    if spec.startswith("leafspine:"):
+        try:
+            leaves, spines, per = (int(x) for x in spec.split(":", 1)[1].split(","))
+        except ValueError:
+            raise SimulatorError(f"--topo {spec!r}: expected leafspine:LEAVES,SPINES,HOSTS_PER_LEAF") from None
+        return leafspine(leaves, spines, per, base)
+    if spec.startswith("fattree:"):
+        try:
+            k = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise SimulatorError(f"--topo {spec!r}: expected fattree:K") from None
+        return fattree(k, Port(base.rate_bps, base.priorities, base.queue_packets))
+    return from_yaml(Path(spec))

@@ -115,14 +115,14 @@ def _leaf_of(topo: Any, host: str) -> str:
 
 
 def _packet_trace(args: argparse.Namespace) -> int:
-    from simulator.packet.cli import _topology
     from simulator.packet.report import comparison_markdown, run_figures, summarise
     from simulator.packet.report import load_runs as load_records
     from simulator.packet.runtime import load
+    from simulator.packet.topology import from_spec
     from simulator.packet.trace_scenarios import TOPOLOGY8
 
     say = (lambda _m: None) if args.quiet else (lambda m: print(m, flush=True))
-    topo = _topology(args.topo, TOPOLOGY8)
+    topo = from_spec(args.topo, TOPOLOGY8)
     job = recorded_job(args.like)
     iterations = args.iterations or int(job.get("iterations") or 15)
     t0 = time.monotonic()
