@@ -9,7 +9,8 @@ sprayed, congested fabric can be added: `overtake` lets each control packet (pro
 the last that many data packets before it, which follow right behind it (as when the probe
 took a shorter path); `control_delay` holds control packets back for that many seconds; and
 `mark_ce(header)` chooses data packets to forward with IP ECN = CE, as a congested switch
-marks them.
+marks them; `late(header)` holds a data packet back that many seconds (0: not at all), as a
+long queue on another path does.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Relay:
 
     def __init__(self, target: Address, verdict: Verdict | None = None, hold: int = 1,
                  listen: Address = ("127.0.0.1", 0), record: bool = True, *, overtake: int = 0,
-                 control_delay: float = 0.0, mark_ce: Callable[[Header], bool] | None = None) -> None:
+                 control_delay: float = 0.0, mark_ce: Callable[[Header], bool] | None = None,
+                 late: Callable[[Header], float] | None = None) -> None:
         self.target = target
         self.verdict = verdict or (lambda header, data: 1)
         self.hold = max(1, hold)
@@ -57,6 +59,8 @@ class Relay:
         self.overtake = max(0, overtake)
         self.control_delay = control_delay
         self.mark_ce = mark_ce
+        self.late = late
+        self._late: list[tuple[float, bytes]] = []  # data held back and when they are due
         self._lagging: deque[bytes] = deque()  # the last data packets, for a probe to overtake
         self._delayed: deque[tuple[float, bytes]] = deque()  # control packets and when they are due
         self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -98,9 +102,15 @@ class Relay:
         front, back = self._front.fileno(), self._back.fileno()
         while not self._stop.is_set():
             wait_ms = 50
-            if self._delayed:
-                wait_ms = max(0, min(50, int((self._delayed[0][0] - time.monotonic()) * 1000) + 1))
+            due = ([self._delayed[0][0]] if self._delayed else []) + [t for t, _ in self._late]
+            if due:
+                wait_ms = max(0, min(50, int((min(due) - time.monotonic()) * 1000) + 1))
             events = poller.poll(wait_ms)
+            if self._late:
+                now = time.monotonic()
+                for item in [x for x in self._late if x[0] <= now]:
+                    self._late.remove(item)
+                    self._send_data(item[1])
             while self._delayed and self._delayed[0][0] <= time.monotonic():
                 self._send_control(self._delayed.popleft()[1])
             if not events and self._held:
@@ -135,6 +145,11 @@ class Relay:
                 return
         if copies <= 0:
             self.stats.dropped += 1
+            return
+        delay = self.late(header) if self.late is not None and len(data) >= HEADER_LEN else 0.0
+        if delay > 0:
+            self.stats.forwarded += 1
+            self._late.extend([(time.monotonic() + delay, data)] * copies)
             return
         self.stats.forwarded += 1
         self.stats.duplicated += copies - 1

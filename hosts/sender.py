@@ -14,7 +14,8 @@ Once the loss shown by answered chunks is sure to exceed the bound, the packets 
 missing are confirmed after ``reorder_grace`` (a probe over them) and resent right away,
 ahead of the rest of the message, as TCP resends on SACK information without waiting for
 the end of the window. When every chunk is answered and the message is not complete: within the bound, a
-last-flagged probe over the message asks the receiver to complete it; over the bound, the
+last-flagged probe over the message asks the receiver to complete it (a part of a tensor the
+receiver cannot complete yet resends what it misses, so that every tensor completes); over the bound, the
 missing packets are first confirmed (on a sprayed fabric a probe may overtake data still
 queued on another path: wait ``reorder_grace``, probe again, repeat while the bitmaps
 improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo
@@ -71,27 +72,22 @@ class SenderHost(Protocol):
     aborted: str | None
 
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None: ...
-
     def _send_control(self, data: bytes, dest: Address) -> None: ...
-
     def _next_nonce(self) -> int: ...
-
     def _rtt(self, peer: Address) -> RttEstimator: ...
-
     def _rtt_sample(self, peer: Address, seconds: float) -> None: ...
-
     def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None: ...
-
     def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None: ...
-
     def _wait_room(self, wake: threading.Condition, prio: int) -> None: ...
-
     def _room_freed(self) -> None: ...
-
     def _room_wait_done(self, wake: threading.Condition) -> None: ...
+
 
 #: Most packets in one chunk (one probe per chunk).
 MAX_CHUNK = 1024
+#: Last-flagged probes a message within its bound sends, each after a reorder allowance,
+#: before it resends what it misses (the receiver did not complete it: its tensor lacks data).
+FINALS = 2
 
 
 @dataclass
@@ -249,7 +245,6 @@ class MessageSender:
         self.pending = Pending(np.arange(self.n, dtype=np.int64))
         self.chunks: list[_Chunk] = []
         self.complete = False
-        self.last_answered = False  # a last-flagged probe of this round was answered
         self.held_probe_sent = -1.0  # when the latest probe left whose answer showed the receiver holding data
         self.finals = 0
         self.confirms = 0
@@ -417,8 +412,6 @@ class MessageSender:
             self.received[lo:hi] |= wait.bits
         if wait.complete:
             self.complete = True
-        if chunk.last:
-            self.last_answered = True
         missing = chunk.packets[~self.received[chunk.packets]]
         lost = int(self.counts[missing].sum())
         self.round_lost += lost
@@ -511,21 +504,21 @@ class MessageSender:
         self.rounds = max(self.rounds, 1)
 
     def _decide(self) -> bool:
-        """Every chunk is answered and the message is not complete: True when done."""
+        """Every chunk is answered and the message is not complete: True when done. It ends
+        only complete or (a part) held whole after a last-flagged answer; within the bound it
+        asks `FINALS` times, each after a reorder allowance, then resends (hosts/README.md)."""
         missing = int(self.counts[~self.received].sum())
         if within_bound(missing, self.elements, self.bound):
-            if self.is_part and self.last_answered and (missing == 0 or self.finals > 0):
-                # a later part (or the late data) completes the tensor; a part still missing
-                # packets first gives them the reorder allowance (below), else a last probe that
-                # overtook its data ends every part while the receiver lacks it (seen in a PS
-                # incast on the sprayed fabric: 72,904 of 80,846 values held, never completed)
+            if self.finals and not missing:
                 return True
-            if self.finals >= 3:
-                return True  # the receiver keeps what it has; nothing more to ask
-            if self.finals == 0:  # late is not lost: the data still on its way gets its time first
+            if self.finals >= FINALS:
+                self._new_round(cut=False)
+                return False
+            if missing:
                 wait = self.last_sent + self._reorder_allowance() - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+                self.last_sent = time.monotonic()  # the next ask gives the data another allowance
             self.finals += 1
             self._probe_missing(np.arange(self.n))
             return False
@@ -535,11 +528,17 @@ class MessageSender:
             time.sleep(self.ep.reorder_grace)
             self._probe_missing(np.flatnonzero(~self.received))
             return False
-        if not self.cut_this_round:
+        self._new_round(cut=not self.cut_this_round)
+        return False
+
+    def _new_round(self, cut: bool) -> None:
+        """Resend every packet the receiver lacks (`cut`: halve the window first)."""
+        if cut:
             with self.ep._cond:
                 self.ep.window.on_congestion()
         self.rounds += 1
         if self.ep.max_rounds is not None and self.rounds > self.ep.max_rounds:
+            missing = int(self.counts[~self.received].sum())
             raise TransportError(f"{_name(self.key)} to {self.dest[0]}:{self.dest[1]} still misses {missing} of "
                                  f"{self.elements} elements after {self.ep.max_rounds} retransmission rounds")
         missing_idx = np.flatnonzero(~self.received)
@@ -547,9 +546,8 @@ class MessageSender:
         self.pending.push_back(missing_idx)
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
-        self.cut_this_round = self.last_answered = False
+        self.cut_this_round = False
         self.tentative = None
-        return False
 
     def _reorder_allowance(self) -> float:
         """How long data sent may still be on its way behind a probe that overtook it: the

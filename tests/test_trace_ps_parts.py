@@ -2,10 +2,9 @@
 scheduler's partitions). On the sprayed fabric an incast stalled: the server held 72,904 of a
 layer's 80,846 values (within the bound) and every part's sender had ended, so no last probe
 came to complete it. The first test: a layer in parts completes through probes that overtake
-data and a loss within the bound (it passes with the old rule too: the relay cannot hold one
-part's data back behind another's probe). The second tests the rule that changed: a part
-still missing packets gives them its reorder allowance and a final probe before it ends
-(fails with the old rule)."""
+data and a loss within the bound. The second tests the rule that ends a part (tests/test_hosts_parts.py
+tests it through the relay): a part ends only held whole or with the tensor complete, and
+resends what it misses after its final probes."""
 
 from __future__ import annotations
 
@@ -33,52 +32,57 @@ def test_a_layer_sent_in_parts_completes_when_the_last_probe_overtakes_its_data(
     with Endpoint(worker_id=1, bounds=BOUNDS, count=COUNT) as sender, \
             Endpoint(worker_id=2, bounds=BOUNDS, count=COUNT) as receiver, \
             Relay(receiver.address, _lose_first_part_packets, overtake=2) as relay:
-        for start in (0, half):  # as a worker pushes a layer's partitions
-            sender.send(relay.address, values[start:start + half], tensor_id=7, iteration=1, start=start,
-                        tensor_len=ELEMENTS)
-        got = receiver.receive(timeout=10)  # the old rule: TransportError, the layer never completed
+        reports = [sender.send(relay.address, values[start:start + half], tensor_id=7, iteration=1, start=start,
+                               tensor_len=ELEMENTS) for start in (0, half)]  # as a worker pushes partitions
+        got = receiver.receive(timeout=10)  # the rule before b9d014c: TransportError, never completed
     assert relay.stats.overtaken >= 2
     assert got.key.tensor_id == 7 and got.values.size == ELEMENTS
-    # what the receiver holds: everything but the two packets the relay dropped, zero-filled
-    lost = np.zeros(ELEMENTS, dtype=bool)
     dropped = [h for h in relay.stats.seen if h.msg_type <= MsgType.PARAMETER and h.seq in LOST
                and not h.flags & Flags.RETRANSMIT]
     assert len(dropped) == 2
-    for h in dropped:
-        lost[h.offset:h.offset + h.count] = True
-    assert got.received == ELEMENTS - lost.sum()
-    np.testing.assert_array_equal(got.values[~lost], values[~lost])
-    assert not got.values[lost].any()
+    # The first part ends before the second is sent: its last-flagged probes cannot complete
+    # the tensor, so it resends its two lost packets (and only them); the receiver holds all.
+    assert [r.retransmitted for r in reports] == [2, 0]
+    assert [r.missing for r in reports] == [0, 0]
+    assert got.received == ELEMENTS
+    np.testing.assert_array_equal(got.values, values)
 
 
-def test_a_part_missing_packets_waits_for_them_before_trusting_a_later_part() -> None:
-    """The rule itself (hosts.sender.MessageSender._decide): a part whose last probe was
-    answered with its last two packets missing (within its bound; on a sprayed fabric they may
-    still be on their way) does not end at once: it waits its reorder allowance and asks again
-    with a last-flagged probe; after that answer it may end. A part the receiver holds whole
-    ends at once. The old rule ended the first case at once."""
+def test_a_part_ends_only_held_whole_or_complete_and_resends_after_its_final_probes() -> None:
+    """The rule itself (hosts.sender.MessageSender._decide): a part whose answers show its
+    last two packets missing (within its bound; on a sprayed fabric they may still be on their
+    way) asks with a last-flagged probe after its reorder allowance, `FINALS` times; when no
+    answer said the tensor is complete, it resends the two packets (no window cut) instead of
+    ending, so the tensor cannot stay open for ever. A part the receiver holds whole ends once
+    a last-flagged probe was answered. The rule of b9d014c ended the first after one probe."""
     from hosts.messages import MessageKey
     from hosts.packetize import packetize
-    from hosts.sender import MessageSender
+    from hosts.sender import FINALS, MessageSender
 
     values = np.ones(ELEMENTS // 2, dtype=np.float32)
     with Endpoint(worker_id=1, bounds=BOUNDS, count=COUNT, reorder_grace=0.01) as ep:
         key = MessageKey(ep.job_id, 1, 1, 7, MsgType.GRADIENT)
         batch = packetize(values, kind=MsgType.GRADIENT, job_id=ep.job_id, worker_id=1, tensor_id=7, iteration=1,
                           count=COUNT, start=0, tensor_len=ELEMENTS)
-        part = MessageSender(ep, ("127.0.0.1", 9), batch, key, seq_base=0, tensor_len=ELEMENTS,
-                             bound=BOUNDS[MsgType.GRADIENT], elements=values.size, is_part=True, prio=0)
-        assert part.n == 50
-        part.pending.clear()
-        part.received[:-2] = True  # 720 values missing, within the part's bound of 900
-        part.last_answered = True
-        assert part._decide() is False and part.finals == 1 and part.chunks[-1].last
-        part._release_all()  # the final probe was answered
-        part.last_answered = True  # the final probe's answer: the two packets are really lost
-        assert part._decide() is True
-        whole = MessageSender(ep, ("127.0.0.1", 9), batch, key, seq_base=0, tensor_len=ELEMENTS,
-                              bound=BOUNDS[MsgType.GRADIENT], elements=values.size, is_part=True, prio=0)
+
+        def part() -> MessageSender:
+            return MessageSender(ep, ("127.0.0.1", 9), batch, key, seq_base=0, tensor_len=ELEMENTS,
+                                 bound=BOUNDS[MsgType.GRADIENT], elements=values.size, is_part=True, prio=0)
+
+        lacking = part()
+        assert lacking.n == 50 and FINALS == 2
+        lacking.pending.clear()
+        lacking.received[:-2] = True  # 720 values missing, within the part's bound of 900
+        cwnd = ep.window.cwnd
+        for asked in range(1, FINALS + 1):
+            assert lacking._decide() is False and lacking.finals == asked and lacking.chunks[-1].last
+            lacking._release_all()  # the final probe was answered: not complete
+        assert lacking._decide() is False  # resends instead of ending
+        assert sorted(lacking.pending.pop(len(lacking.pending)).tolist()) == [48, 49]
+        assert lacking.rounds == 1 and lacking.finals == 0 and ep.window.cwnd == cwnd
+        whole = part()
         whole.pending.clear()
         whole.received[:] = True
-        whole.last_answered = True
-        assert whole._decide() is True and whole.finals == 0
+        assert whole._decide() is False and whole.finals == 1 and whole.chunks[-1].last
+        whole._release_all()
+        assert whole._decide() is True
