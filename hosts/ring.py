@@ -146,10 +146,10 @@ class RingAllReduce:
                         report.lost_elements += got.values.size - got.received
                         report.received_elements += got.values.size
                         buf[b[recv_c]:b[recv_c + 1]] += got.values
+                        if average and step == self.size - 2:  # this rank's chunk is complete: its
+                            buf[b[recv_c]:b[recv_c + 1]] /= self.size  # mean is what the gather sends
         finally:
             report.sends = [f.result() for f in sends]
-        if average:
-            buf /= self.size
         if self.endpoint.bounds.get(MsgType.PARAMETER, 0.0) > 0:  # lost values then keep these
             self.previous[(tensor_id, part)] = buf.copy()
         report.seconds = time.perf_counter() - started

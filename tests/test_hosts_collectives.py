@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from hosts.endpoint import Endpoint
 from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
@@ -124,7 +125,9 @@ def test_ring_handles_tensors_smaller_than_the_ring() -> None:
             e.close()
 
 
-def test_ring_all_gather_loss_keeps_the_previous_result() -> None:
+@pytest.mark.parametrize("average", [False, True])
+def test_ring_all_gather_loss_keeps_the_previous_result(average: bool) -> None:
+    # With average=True a lost value keeps the previous mean as it was (divided once).
     bounds = {MsgType.GRADIENT: 0.01, MsgType.PARAMETER: 0.05}
     endpoints = [Endpoint(worker_id=r, bounds=bounds) for r in range(3)]
     steps = 2 * (3 - 1)
@@ -143,13 +146,14 @@ def test_ring_all_gather_loss_keeps_the_previous_result() -> None:
             data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
             with ThreadPoolExecutor(3) as pool:
                 first = [f.result(timeout=30)[0] for f in
-                         [pool.submit(rings[r].allreduce, data[r], iteration=0) for r in range(3)]]
+                         [pool.submit(rings[r].allreduce, data[r], iteration=0, average=average) for r in range(3)]]
                 second = [f.result(timeout=30) for f in
-                          [pool.submit(rings[r].allreduce, data[r] * 2, iteration=1) for r in range(3)]]
+                          [pool.submit(rings[r].allreduce, data[r] * 2, iteration=1, average=average)
+                           for r in range(3)]]
         assert relay.stats.dropped == 1
         # the lost packet's size (a packet may be cut so that the drop-eligible values fill the budget)
         size = next(h.count for h in relay.stats.seen if lose_one_gather_packet(h, b"") == 0)
-        exact = np.sum(data, axis=0, dtype=np.float64) * 2
+        exact = np.sum(data, axis=0, dtype=np.float64) * 2 / (3 if average else 1)
         np.testing.assert_allclose(second[0][0], exact, rtol=1e-5, atol=1e-5)
         values, report = second[1]
         # The lost packet was of the all-gather stage: counted there, not as gradient loss.
