@@ -90,3 +90,19 @@ def test_parts_at_once_with_held_back_data_and_loss_complete_and_report_exactly(
     b = reports[1]
     assert b.missing <= 0.05 * HALF  # B's loss over its bound was resent down to the bound
     assert relay.stats.overtaken > 0
+
+
+def test_a_whole_message_the_receiver_does_not_complete_within_the_bound_is_resent() -> None:
+    """The same rule for a message that is not a part: after `FINALS` last-flagged answers
+    that do not complete it, the sender resends what it misses instead of ending (the old
+    rule ended after three, leaving the message open at the receiver)."""
+    values = _values()
+    with Endpoint(worker_id=1, bounds=SENDER_BOUNDS, count=COUNT) as sender, \
+            Endpoint(worker_id=2, bounds={MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}, count=COUNT) as receiver, \
+            Relay(receiver.address, _lose_first) as relay:
+        report = sender.send(relay.address, values, tensor_id=4, iteration=2)
+        got = receiver.receive(timeout=30)
+    assert got.received == ELEMENTS
+    np.testing.assert_array_equal(got.values, values)
+    assert report.missing == 0 and report.unconfirmed == 0 and report.retransmitted == len(LOST)
+    assert relay.stats.dropped == len(LOST)
