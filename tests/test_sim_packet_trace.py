@@ -177,3 +177,14 @@ def test_trace_job_over_ns3_tcp_through_a_lossy_link() -> None:
     # tcp_delack_count=2, ns-3's default, an iteration of this run takes longer).
     assert len(times) == 3 and all(0.0065 + 0.8e6 * 8 / 1e8 < t < 2.0 for t in times)
     assert record["simulation"]["tcp_delack_count"] == 1
+
+
+@pytest.mark.parametrize(("hosts", "iterations", "message"), [
+    (("h1",), 3, r"job 1: needs two or more distinct hosts \(got \('h1',\)\)"),
+    (("h1", "h1"), 3, "job 1: needs two or more distinct hosts"),
+    (("h1", "h2"), 0, r"job 1: iterations must be positive \(got 0\)"),
+])
+def test_a_bad_trace_job_is_refused_with_what_is_wrong(hosts: tuple[str, ...], iterations: int, message: str) -> None:
+    c = sim.trace_configuration("ddp-tcp")
+    with pytest.raises(PacketSimulationError, match=message):
+        TraceJobSpec(1, hosts, TWO, sim.make_scheduler(c, 1.0), c.overlap, iterations)

@@ -119,7 +119,7 @@ def _baseline(folder: Path) -> dict[str, list[float]]:
 
 
 def _packet(args: argparse.Namespace) -> int:
-    from simulator.packet.report import comparison_markdown, load_runs, run_figures, summarise
+    from simulator.packet.report import comparison_markdown, keep_run, load_runs, summarise
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
     from simulator.packet.runtime import PacketSimulationError, load
@@ -169,13 +169,7 @@ def _packet(args: argparse.Namespace) -> int:
                 record: dict[str, Any] = {"index": index, "scenario": sc.name, "config": config.name,
                                           "repetition": r, "seed": args.seed + r, "run_id": run_id}
                 record.update(run(topo, sc, config, settings))
-                record["status"] = "ok"
-                runs.append(record)
-                fig = run_figures(record)
-                say(f"      iteration p50 {fig['iteration_p50_s'] * 1e3:.1f} ms, p99 {fig['iteration_p99_s'] * 1e3:.1f} ms, "
-                    f"{fig['magnitude_drops']:.0f} eligible drops, wall {record['simulation']['wall_s']:.1f} s")
-                if out is not None:
-                    (out / "runs" / f"{run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+                keep_run(record, runs, out, say)
                 index += 1
     simulated = summarise(runs)
     fabric = summarise(load_runs(args.compare)) if args.compare else None

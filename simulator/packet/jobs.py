@@ -42,6 +42,14 @@ class Transport(Protocol):
     def send(self, src: str, dst: str, msg: int, values: int, priority: int, urgency: int, bound: float) -> None: ...
 
 
+def check_ranks(job_id: int, hosts: tuple[str, ...], iterations: int) -> None:
+    """A job's ranks and length as every job kind needs them (PacketSimulationError otherwise)."""
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
+        raise PacketSimulationError(f"job {job_id}: needs two or more distinct hosts (got {hosts})")
+    if iterations < 1:
+        raise PacketSimulationError(f"job {job_id}: iterations must be positive (got {iterations})")
+
+
 @dataclass
 class JobSpec:
     job_id: int
@@ -61,10 +69,9 @@ class JobSpec:
             raise PacketSimulationError(f"job {self.job_id}: collective {self.collective!r} is not ring or star")
         if self.ordering not in ORDERINGS:
             raise PacketSimulationError(f"job {self.job_id}: ordering {self.ordering!r} is not one of {ORDERINGS}")
-        if len(self.hosts) < 2 or len(set(self.hosts)) != len(self.hosts):
-            raise PacketSimulationError(f"job {self.job_id}: needs two or more distinct hosts (got {self.hosts})")
-        if self.iterations < 1 or self.in_flight < 1:
-            raise PacketSimulationError(f"job {self.job_id}: iterations and in_flight must be positive")
+        check_ranks(self.job_id, self.hosts, self.iterations)
+        if self.in_flight < 1:
+            raise PacketSimulationError(f"job {self.job_id}: in_flight must be positive (got {self.in_flight})")
 
 
 @dataclass

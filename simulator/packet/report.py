@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ def run_figures(record: dict[str, Any]) -> dict[str, float]:
             "magnitude_drops": float(record.get("switch", {}).get("magnitude_drops", 0)),
             "gradient_loss": lost / reduced if reduced else 0.0,
             "wall_s": float(record.get("simulation", {}).get("wall_s", float("nan")))}
+
+
+def keep_run(record: dict[str, Any], runs: list[dict[str, Any]], out: Path | None, say: Callable[[str], None]) -> None:
+    """A finished run: marked ok, added to `runs`, its figures said, its record written to
+    ``out/runs/<run_id>.json`` when there is an `out`."""
+    record["status"] = "ok"
+    runs.append(record)
+    fig = run_figures(record)
+    say(f"      iteration p50 {fig['iteration_p50_s'] * 1e3:.1f} ms, p99 {fig['iteration_p99_s'] * 1e3:.1f} ms, "
+        f"{fig['magnitude_drops']:.0f} eligible drops, wall {record['simulation']['wall_s']:.1f} s")
+    if out is not None:
+        (out / "runs" / f"{record['run_id']}.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 def load_runs(folders: list[Path]) -> list[dict[str, Any]]:

@@ -115,7 +115,7 @@ def _leaf_of(topo: Any, host: str) -> str:
 
 
 def _packet_trace(args: argparse.Namespace) -> int:
-    from simulator.packet.report import comparison_markdown, run_figures, summarise
+    from simulator.packet.report import comparison_markdown, keep_run, summarise
     from simulator.packet.report import load_runs as load_records
     from simulator.packet.runtime import load
     from simulator.packet.topology import from_spec
@@ -149,13 +149,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         tile=args.tile, deliver_latency_s=args.deliver_latency_us * 1e-6,
                                         warmup_s=args.warmup_ms * 1e-3,
                                         background_tcp_mbps=args.background_tcp_mbps, progress=None if args.quiet else say))
-                record["status"] = "ok"
-                runs.append(record)
-                fig = run_figures(record)
-                say(f"      iteration p50 {fig['iteration_p50_s'] * 1e3:.1f} ms, p99 {fig['iteration_p99_s'] * 1e3:.1f} ms,"
-                    f" {fig['magnitude_drops']:.0f} eligible drops, wall {record['simulation']['wall_s']:.1f} s")
-                if out is not None:
-                    (out / "runs" / f"{run_id}.json").write_text(json.dumps(record, indent=1) + "\n")
+                keep_run(record, runs, out, say)
                 index += 1
     compare = args.compare or [args.like]
     table = comparison_markdown(summarise(runs), summarise(load_records(compare)))

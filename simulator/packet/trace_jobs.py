@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradfabric.traces import Layer, ModelTrace
-from simulator.packet.jobs import Transport
+from simulator.packet.jobs import Transport, check_ranks
 from simulator.packet.runtime import PacketSimulationError
 
 #: ResNet-50's layers as the experiment's policy rules cut them in thirds (trace_configs.NUM_LAYERS).
@@ -67,10 +67,7 @@ class TraceJobSpec:
     def __post_init__(self) -> None:
         if self.overlap not in OVERLAPS:
             raise PacketSimulationError(f"job {self.job_id}: overlap {self.overlap!r} is not one of {OVERLAPS}")
-        if len(self.hosts) < 2 or len(set(self.hosts)) != len(self.hosts):
-            raise PacketSimulationError(f"job {self.job_id}: needs two or more distinct hosts (got {self.hosts})")
-        if self.iterations < 1:
-            raise PacketSimulationError(f"job {self.job_id}: iterations must be positive")
+        check_ranks(self.job_id, self.hosts, self.iterations)
 
 
 @dataclass
