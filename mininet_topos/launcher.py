@@ -72,9 +72,23 @@ class LaunchOptions:
 
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports on loopback that nothing listens on right now.
+
+    Every socket stays bound until all are chosen: ports taken one after another
+    can repeat, since the kernel may hand a just-closed port out again.
+    """
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 class Fabric:
@@ -193,9 +207,11 @@ class Fabric:
     def switch_configs(self) -> dict[str, SwitchConfig]:
         opts = self.options
         configs = {}
+        bmv2 = opts.target == "bmv2"
+        ports = iter(free_ports(len(self.spec.switches) * (2 if bmv2 else 1)))
         for sw in self.spec.switches:
             configs[sw.name] = SwitchConfig(
-                name=sw.name, device_id=sw.device_id, grpc_port=free_port(),
+                name=sw.name, device_id=sw.device_id, grpc_port=next(ports),
                 # BMv2's --log-file X writes X.txt.
                 log_file=opts.logs_dir / f"{sw.name}.{'txt' if opts.target == 'bmv2' else 'log'}",
                 p4runtime_log=opts.logs_dir / f"{sw.name}-p4runtime.log",
@@ -205,7 +221,7 @@ class Fabric:
                 rate_scope=sw.params.rate_scope,
                 log_level=opts.log_level,
                 pcap_dir=opts.pcaps_dir if opts.pcap else None,
-                thrift_port=free_port() if opts.target == "bmv2" else 0,
+                thrift_port=next(ports) if bmv2 else 0,
             )
         return configs
 

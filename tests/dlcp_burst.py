@@ -42,6 +42,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import RawPcapReader, wrpcap
 
+from mininet_topos.launcher import free_port
 from gradfabric.paths import P4SRC
 from tests.test_dlcp_pipeline import (
     DST_IP,
@@ -378,12 +379,6 @@ def cli_commands(scenario: Scenario) -> list[str]:
     return lines
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_bmv2(scenario: Scenario, json_path: Path, work: Path) -> BurstResult:
     """The burst through simple_switch in file mode (see the module doc). The file reader waits
     a fixed time before injecting; when the CLI has not finished by then (a loaded machine),
@@ -405,7 +400,7 @@ def _run_bmv2_once(scenario: Scenario, json_path: Path, work: Path, wait_s: int)
     for port in ports:
         if port != IN_PORT:
             wrpcap(str(work / f"p{port}_in.pcap"), [])
-    thrift = _free_port()
+    thrift = free_port()
     args = [str(require_tool("simple_switch")), "--use-files", str(wait_s), "--thrift-port", str(thrift),
             "--device-id", "1"]
     for port in ports:

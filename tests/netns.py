@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from mininet_topos.launcher import free_ports
+
 PREFIX = "gft"
 
 
@@ -116,11 +118,17 @@ def route_through_gateways(hosts: dict[str, Host], descriptions: list[dict], sub
                       "dev", host.iface, "nud", "permanent")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on loopback that nothing listens on right now, never one this process got before
+    (ports chosen one after another can repeat; two switches of one test would then clash)."""
+    while True:
+        port = free_ports(1)[0]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def accepts_connections(host: str, port: int) -> bool:

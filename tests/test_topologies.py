@@ -564,3 +564,34 @@ def test_run_and_stop_commands_check_their_input_before_touching_anything(
     assert cli.main(["stop"]) == 0
     assert "no fabric recorded, nothing to stop" in capsys.readouterr().out
     assert not (tmp_path / "build").exists()
+
+
+def test_switches_get_distinct_ports_even_when_the_kernel_reuses_a_closed_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel may hand a just-closed port out again: ports are chosen while all are held."""
+    from mininet_topos import launcher
+
+    bound: set[int] = set()
+
+    class LowestFreePort:
+        """Binds port 0 to the lowest port no open socket holds (as a reusing kernel may)."""
+        def __init__(self, *_args: object) -> None:
+            self.port = 0
+
+        def bind(self, _addr: tuple[str, int]) -> None:
+            self.port = next(p for p in range(40000, 41000) if p not in bound)
+            bound.add(self.port)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+        def close(self) -> None:
+            bound.discard(self.port)
+
+    monkeypatch.setattr(launcher.socket, "socket", LowestFreePort)
+    fabric = launcher.Fabric(launcher.LaunchOptions(topo="fattree", target="bmv2", workdir=tmp_path))
+    configs = fabric.switch_configs()
+    ports = [c.grpc_port for c in configs.values()] + [c.thrift_port for c in configs.values()]
+    assert len(configs) == 20
+    assert sorted(ports) == list(range(40000, 40040))
+    assert not bound

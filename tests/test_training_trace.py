@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mininet_topos.launcher import free_ports
 from experiments.errors import ExperimentError
 from experiments.scaling import ScaleRule
 from experiments.training.trace_worker import SHARED_TRACES, TraceJob, forward_order, scaled_model
@@ -52,18 +52,8 @@ def test_scaled_trace_follows_ready_order_and_forward_use() -> None:
     assert sum(l.backward_s for l in trace.layers) == pytest.approx(float(mine[-1][6]) * 1e-6 * 8, rel=1e-6)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _run_job(world: int, *args: str) -> list[list[dict]]:
-    peers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(world))
+    peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(world))
     procs = [subprocess.Popen([sys.executable, "-m", "experiments.training.trace_worker", "--rank", str(r),
                                "--peers", peers, "--iterations", "3", "--timeout-s", "60", "--k", "1", *args],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
