@@ -8,6 +8,7 @@ process and removes every interface the fabric made. What it made is recorded in
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import socket
 import sys
@@ -78,17 +79,41 @@ def free_port() -> int:
 def free_ports(count: int) -> list[int]:
     """`count` distinct TCP ports on loopback that nothing listens on right now.
 
-    Every socket stays bound until all are chosen: ports taken one after another
-    can repeat, since the kernel may hand a just-closed port out again.
+    Ports come from below the kernel's ephemeral range, so no outgoing connection can take
+    one before its switch binds it, and every socket stays bound until all are chosen (ports
+    taken one after another can repeat).
     """
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    low = _ephemeral_low()
+    rng = random.Random()
+    socks: list[socket.socket] = []
     try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
+        for _ in range(count):
+            for _attempt in range(200):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    sock.bind(("127.0.0.1", rng.randrange(_FIRST_PORT, low) if low > _FIRST_PORT + count else 0))
+                except OSError:
+                    sock.close()
+                    continue
+                socks.append(sock)
+                break
+            else:
+                raise FabricError(f"no free TCP port on 127.0.0.1 below {low} after 200 tries")
         return [int(sock.getsockname()[1]) for sock in socks]
     finally:
         for sock in socks:
             sock.close()
+
+
+_FIRST_PORT = 20000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 class Fabric:

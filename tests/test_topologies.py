@@ -566,20 +566,23 @@ def test_run_and_stop_commands_check_their_input_before_touching_anything(
     assert not (tmp_path / "build").exists()
 
 
-def test_switches_get_distinct_ports_even_when_the_kernel_reuses_a_closed_one(
+def test_switches_get_distinct_ports_outside_the_ephemeral_range_even_when_draws_repeat(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel may hand a just-closed port out again: ports are chosen while all are held."""
+    """Ports are chosen while all are held (draws that repeat move on) and below the range
+    outgoing connections take theirs from."""
     from mininet_topos import launcher
 
     bound: set[int] = set()
 
-    class LowestFreePort:
-        """Binds port 0 to the lowest port no open socket holds (as a reusing kernel may)."""
+    class FakeSocket:
+        """Refuses a port an open socket holds, as the kernel does."""
         def __init__(self, *_args: object) -> None:
             self.port = 0
 
-        def bind(self, _addr: tuple[str, int]) -> None:
-            self.port = next(p for p in range(40000, 41000) if p not in bound)
+        def bind(self, addr: tuple[str, int]) -> None:
+            if addr[1] in bound:
+                raise OSError(98, "Address already in use")
+            self.port = addr[1]
             bound.add(self.port)
 
         def getsockname(self) -> tuple[str, int]:
@@ -588,10 +591,22 @@ def test_switches_get_distinct_ports_even_when_the_kernel_reuses_a_closed_one(
         def close(self) -> None:
             bound.discard(self.port)
 
-    monkeypatch.setattr(launcher.socket, "socket", LowestFreePort)
+    class RepeatingDraws:
+        """Every port drawn twice: 25000, 25000, 25001, 25001, ..."""
+        def __init__(self) -> None:
+            self.n = 0
+
+        def randrange(self, low: int, high: int) -> int:
+            assert high <= 32768
+            self.n += 1
+            return 25000 + (self.n - 1) // 2
+
+    monkeypatch.setattr(launcher.socket, "socket", FakeSocket)
+    monkeypatch.setattr(launcher.random, "Random", RepeatingDraws)
+    monkeypatch.setattr(launcher, "_ephemeral_low", lambda: 32768)
     fabric = launcher.Fabric(launcher.LaunchOptions(topo="fattree", target="bmv2", workdir=tmp_path))
     configs = fabric.switch_configs()
     ports = [c.grpc_port for c in configs.values()] + [c.thrift_port for c in configs.values()]
     assert len(configs) == 20
-    assert sorted(ports) == list(range(40000, 40040))
+    assert sorted(ports) == list(range(25000, 25040))
     assert not bound
