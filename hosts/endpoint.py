@@ -48,7 +48,8 @@ from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
 from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
 from hosts.receiver import Address, Reassembler
-from hosts.sender import ChunkWait, MessageSender, SendReport
+from hosts.send_state import ChunkWait, SendReport
+from hosts.sender import MessageSender
 from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, MsgType
 
 __all__ = ["Endpoint", "SendReport", "SOCKET_BUFFER", "set_buffer"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from hosts.endpoint import Endpoint
 from hosts.relay import Relay
-from hosts.sender import SendReport
+from hosts.send_state import SendReport
 from hosts.wire import Flags, Header, MsgType
 from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
 
