@@ -221,9 +221,10 @@ def run_sweep(settings: SweepSettings, say: Callable[[str], None] | None = None)
         else:
             from mininet_topos.launcher import Fabric, LaunchOptions
             from mininet_topos.programming import program_fabric
+            from mininet_topos.runner import teardown_on_signals
 
             options = LaunchOptions(topo=settings.topo, workdir=work, prefix=NODE_PREFIX, policy=None, progress=say)
-            with Fabric(options) as fabric:
+            with teardown_on_signals(), Fabric(options) as fabric:  # SIGTERM/SIGHUP: fabric removed
                 program_fabric(fabric.description_path, None)
                 _sweep(FabricSite(fabric), runs, settings, out, work, meta, results, began, say, write_report)
     failed = sum(1 for r in results if r["status"] != "ok")

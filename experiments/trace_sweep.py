@@ -383,9 +383,10 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
         work = Path(tmp)
         from mininet_topos.launcher import Fabric, LaunchOptions
         from mininet_topos.programming import program_fabric
+        from mininet_topos.runner import teardown_on_signals
 
         options = LaunchOptions(topo=settings.topo, workdir=work, prefix=NODE_PREFIX, policy=None, progress=say)
-        with Fabric(options) as fabric:
+        with teardown_on_signals(), Fabric(options) as fabric:  # SIGTERM/SIGHUP: fabric removed
             program_fabric(fabric.description_path, None)
             site = TraceSite(fabric)
             for n, run in enumerate(todo):
