@@ -85,10 +85,13 @@ class Rate:
     offered_pps: float  # what the sender's socket accepted
 
 
-def _forwarded_pps(blaster: Path, sender: netns.Host, receiver: netns.Host, frame: bytes) -> Rate:
-    """Packets/s arriving at ``receiver`` while ``sender`` sends ``frame`` flat out."""
+def _forwarded_pps(blaster: Path, sender: netns.Host, receiver: netns.Host, frame: bytes,
+                   rate_pps: float = 0.0) -> Rate:
+    """Packets/s arriving at ``receiver`` while ``sender`` sends ``frame`` flat out (or at
+    ``rate_pps``)."""
     before = _rx_packets(receiver)
-    out = netns.in_ns(sender.ns, str(blaster), sender.iface, frame.hex(), str(SEND_SECONDS),
+    rate = [str(rate_pps)] if rate_pps > 0 else []
+    out = netns.in_ns(sender.ns, str(blaster), sender.iface, frame.hex(), str(SEND_SECONDS), *rate,
                       timeout=SEND_SECONDS + 30).stdout
     time.sleep(0.3)  # let the queues drain
     return Rate((_rx_packets(receiver) - before) / SEND_SECONDS, int(out.strip()) / SEND_SECONDS)
