@@ -175,6 +175,10 @@ def write_trace_report(out: Path) -> dict[str, Any]:
     lines = [f"# Trace-driven sweep ({meta['job']['model']} {meta['job']['precision']}, "
              f"{meta['job']['iterations']} iterations per run)", "",
              f"Command: `{meta['command']}`", "",
+             *[f"Extended from {e['from']} to {e['to']} rounds at {e['at']}: `gradfabric experiment trace "
+               f"--resume DIR --repetitions {e['to']}`, the added rounds in the same interleaved order." for e in
+               meta.get("extended", [])],
+             *([""] if meta.get("extended") else []),
              f"Scaling: b = {meta['scale']['b']:.2f}, k = {meta['scale']['k']:g} (real {meta['scale']['real_gbps']:g} "
              f"Gbit/s over an emulated {meta['scale']['emulated_mbps']:.0f} Mbit/s port: ratio "
              f"{meta['scale']['capacity_ratio']:.1f}). Load (1 min) at start {meta.get('load_at_start')}, at end "

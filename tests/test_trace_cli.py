@@ -3,6 +3,7 @@ replaced: it needs root and a fabric)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +114,25 @@ def test_readme_commands_for_the_remaining_scenarios_plan_what_it_says(monkeypat
     assert "Each is 32 runs (8 pairs per configuration)" in re.sub(r"\s+", " ", section)
     extend = [c for c in commands if "--repetitions" in c and "--resume" in c]
     assert extend and _settings(monkeypatch, *extend[0][extend[0].index("gradfabric") + 3:]).extend_to == 10
+
+
+def test_report_of_an_extended_sweep_names_the_extension(tmp_path: Any) -> None:
+    """results.md keeps the first command and says how the sweep was extended."""
+    import json
+    import shutil
+
+    from experiments.trace_report import write_trace_report
+
+    folder = tmp_path / "sweep"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "experiments/results/training/trace-tcp-20261126", folder)
+    meta = json.loads((folder / "plan.json").read_text())
+    assert "extended" not in meta
+    write_trace_report(folder)
+    assert "Extended from" not in (folder / "results.md").read_text()
+    meta["extended"] = [{"at": "2026-11-26 18:00:00 UTC", "from": 8, "to": 10}]
+    (folder / "plan.json").write_text(json.dumps(meta))
+    write_trace_report(folder)
+    text = (folder / "results.md").read_text()
+    assert text.index(f"Command: `{meta['command']}`") < text.index(
+        "Extended from 8 to 10 rounds at 2026-11-26 18:00:00 UTC: `gradfabric experiment trace --resume DIR "
+        "--repetitions 10`")
