@@ -41,18 +41,23 @@ class IterationTotals:
         self.bytes += int(getattr(report, "bytes", 0))
         self.gather_lost += int(getattr(report, "gather_lost", 0))
         for s in report.sends:
-            self.packets += s.packets
-            self.retransmitted += s.retransmitted
-            self.bytes += s.payload_bytes
-            self.eligible += s.eligible
-            self.eligible_elements += s.eligible_elements
-            self.missing += s.missing
-            self.unconfirmed += s.unconfirmed
-            self.reordered += s.reordered
-            for c, n in s.lost_by_class.items():
-                self.missing_by_class[c] = self.missing_by_class.get(c, 0) + n
+            self.add_send(s)
         if report.lost_elements:
             self.lost_by_tensor[tensor_id] = self.lost_by_tensor.get(tensor_id, 0) + report.lost_elements
+
+    def add_send(self, s: Any) -> None:
+        """One message sent (a :class:`hosts.send_state.SendReport`): a ring step or a push to a
+        parameter server, whose ``missing`` is what the server zero-filled of it."""
+        self.packets += s.packets
+        self.retransmitted += s.retransmitted
+        self.bytes += s.payload_bytes
+        self.eligible += s.eligible
+        self.eligible_elements += s.eligible_elements
+        self.missing += s.missing
+        self.unconfirmed += s.unconfirmed
+        self.reordered += s.reordered
+        for c, n in s.lost_by_class.items():
+            self.missing_by_class[c] = self.missing_by_class.get(c, 0) + n
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
