@@ -32,7 +32,8 @@ transmission while the hosts are (a pipelined host would make it the longer of t
 **Multitenant**: two rings cross the spines and share the leaves' two uplinks; hashed per
 flow, the jobs land on the same uplink with probability 1/2 (half the port each), else on
 different ones; sprayed per packet they pool both (the whole port each). No background
-shares the host ports.
+shares the host ports. **Hotspot** is modelled alike: its bulk job (the same configuration
+without compute, a ring h2-h6) crosses the same uplinks.
 
 A collective's step costs ``(hops + queued packets) / port_pps`` of latency and its bytes
 at the job's share of the port. A ring of ``N`` ranks: ``2(N-1)`` steps of ``M/N`` bytes. A

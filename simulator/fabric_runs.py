@@ -60,10 +60,12 @@ SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
 CNN_QUEUE_PACKETS, TRACE_QUEUE_PACKETS = 32, 51
 #: Versions of the DLCP transport as the trace ranks ran it, by the time they took effect (UTC,
 #: from the project's history): commit 2602e95 made the ranks pass the port rate to their
-#: endpoint (pacing from the least RTT, an answer waking only its sender: cd2c647, e74d54d).
-#: Runs started after it move packets another way, so they are their own host-cost family and
-#: their own scenario rows.
-TRANSPORT_EPOCHS: tuple[tuple[str, str], ...] = (("2026-11-26 11:55:22", "port-rate"),)
+#: endpoint (pacing from the least RTT, an answer waking only its sender: cd2c647, e74d54d);
+#: commit b076da8 sent UDP with GSO towards the fabric's veths (the sender's CPU per packet
+#: 40-44% less through a switch, hosts/README.md), before a4d1aaa made a tensor sent in parts
+#: always complete. Runs started after each move packets another way, so they are their own
+#: host-cost family and their own scenario rows.
+TRANSPORT_EPOCHS: tuple[tuple[str, str], ...] = (("2026-11-26 11:55:22", "port-rate"), ("2026-11-26 14:05:08", "gso"))
 #: Kernel TCP's payload per segment, to count the segments a TCP rank's bytes took.
 TCP_SEGMENT_BYTES = 1448
 
@@ -91,8 +93,9 @@ class Run:
     iterations: list[float]
     exposed: list[float] = field(default_factory=list)
     compute: list[float] = field(default_factory=list)
-    #: Share of its runnable time the busiest host's rank waited for a CPU (a star's server; a
-    #: ring's ranks are alike: their mean), None when not recorded.
+    #: Share of its runnable time the busiest host's rank waited for a CPU, summed over its
+    #: threads (the earlier figure, which overstates for many threads; a star's server; a ring's
+    #: ranks are alike: their mean), None when not recorded.
     starvation: float | None = None
     #: The machine's 1-minute load average, mean of before and after the run (None: not recorded).
     load: float | None = None
@@ -112,8 +115,19 @@ class Run:
     rr_s: float | None = None
     #: The background's long flows' recorded goodput, in 1,448-byte data packets a second.
     background_pps: float = 0.0
-    #: Jobs of the run (multitenant: two alike, through the same leaf switches).
+    #: Jobs of the run, measured or not (multitenant: two alike; hotspot: the job and a bulk
+    #: job of the same configuration that only sends), all through the same leaf switches.
     tenants: int = 1
+    #: The busiest host's rank as recorded since the per-process figures (commit c828d8c):
+    #: CPU use as a share of a core and CPU wait as a share of wall time (a star's server; a
+    #: ring's ranks: their means). None: not recorded.
+    cpu_use: float | None = None
+    cpu_wait: float | None = None
+    #: The software switches' (CPU use, CPU wait) as shares of wall time, by switch; empty: not recorded.
+    switch_cpu: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: A star's server's CPU per packet over a worker's (:func:`server_cost`); None: not a star
+    #: or not recorded.
+    server_cost: float | None = None
 
     @property
     def epoch(self) -> str:
@@ -195,6 +209,32 @@ def _mean_load(run: dict[str, Any]) -> float | None:
     return sum(loads) / len(loads) if loads else None
 
 
+def _process_figures(jobs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """The busiest host's rank's recorded CPU use and CPU wait share (a star's server, else
+    the mean over the jobs' ranks); (None, None) when a rank lacks either."""
+    ranks = [r for j in jobs for r in (j.get("ranks") or {}).values()]
+    servers = [r for r in ranks if r.get("role") == "server"]
+    busiest = servers or ranks
+    if not busiest or any(r.get("cpu_share") is None or r.get("cpu_wait_share") is None for r in busiest):
+        return None, None
+    return (statistics.mean(float(r["cpu_share"]) for r in busiest),
+            statistics.mean(float(r["cpu_wait_share"]) for r in busiest))
+
+
+def server_cost(jobs: list[dict[str, Any]]) -> float | None:
+    """A star's server's CPU per packet over its workers' mean, from their recorded CPU use
+    over the same run: the server handles every worker's push and pull, ``W`` times the
+    packets of one worker, so the ratio is ``use(server) / mean use(worker) / W``. None for a
+    ring or when a rank's use is not recorded."""
+    ranks = list((jobs[0].get("ranks") or {}).values()) if jobs else []
+    servers = [r for r in ranks if r.get("role") == "server"]
+    workers = [r for r in ranks if r.get("role") != "server"]
+    if len(servers) != 1 or not workers or any(r.get("cpu_share") is None for r in ranks):
+        return None
+    worker = statistics.mean(float(r["cpu_share"]) for r in workers)
+    return float(servers[0]["cpu_share"]) / worker / len(workers) if worker > 0 else None
+
+
 def load_runs(results: Path) -> list[Run]:
     """Every ok run under ``results`` (a sweep folder or a folder of them)."""
     files = sorted(results.rglob("runs/*.json"))
@@ -219,7 +259,9 @@ def load_runs(results: Path) -> list[Run]:
         starved, served = [], []
         jobs = list((record.get("jobs") or {}).values())
         run.ranks = max(2, len(jobs[0].get("ranks") or {})) if jobs else 2
-        run.tenants = max(1, len(jobs))
+        bulk = {str(name).split()[0] for name in ((record.get("switch") or {}).get("other_cpu") or {})
+                if str(name).startswith("job")}  # "job2 rank0": the hotspot's bulk job's ranks
+        run.tenants = max(1, len(jobs) + len(bulk))
         for j in jobs:
             for rank in (j.get("ranks") or {}).values():
                 if rank.get("starvation") is not None:
@@ -249,9 +291,16 @@ def load_runs(results: Path) -> list[Run]:
             run.link_loss_rate = dropped / data if data else None
         busiest = served or starved
         run.starvation = statistics.mean(busiest) if busiest else None
+        run.cpu_use, run.cpu_wait = _process_figures(jobs)
+        run.server_cost = server_cost(jobs)
+        switch = record.get("switch") or {}
+        uses, waits = switch.get("switch_cpu") or {}, switch.get("switch_cpu_wait") or {}
+        run.switch_cpu = {name: (float(uses[name]), float(waits[name])) for name in sorted(uses)
+                          if uses[name] is not None and waits.get(name) is not None}
         if run.iterations:
             runs.append(run)
     return runs
 
 
-__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "transport_epoch"]
+__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "server_cost",
+           "transport_epoch"]

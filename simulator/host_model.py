@@ -14,6 +14,13 @@ cost per packet and by the CPU the run's processes got.
 * **The packet path** (:func:`path_available`): a packet is handled by the rank and by the
   software switches and the kernel, which get the machine's share per task; the path moves
   at the slower, ``min(1 - s, cores / load)``.
+* **Recorded per process** (runs since commit c828d8c; :func:`run_available`, measure
+  ``recorded``): a process that used ``u`` of a core and waited for one ``w`` of the wall
+  time (its longest-waiting thread) got ``u / (u + w)`` of the CPU while it wanted one, so
+  its packets take ``(u + w) / u`` times their CPU time. The rank is the busiest host's;
+  the switches are pooled (uses and waits summed, so the busy ones weigh); the path moves
+  at the slower. Runs without the record take both from the load, ``cores / load``
+  (:data:`CPU_MEASURES` lists the variants ``sim validate --cpu`` offers).
 * **Background through the switches**: the software switches forward the background's
   packets with the same CPU, first-come first-served before any egress queue's priority;
   the background's recorded goodput (data packets of 1,448 bytes a second) is taken off the
@@ -30,11 +37,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from simulator.errors import SimulatorError
+from simulator.fabric_runs import Run
 
 #: CPUs of the machine the committed runs were made on (every sweep's meta records 2).
 CORES = 2
@@ -66,6 +74,47 @@ def path_available(starvation: float | None, load: float | None, cores: int = CO
     get the machine's share per runnable task (``cores / load``). Without a load: the rank's."""
     rank = available(starvation, load, cores)
     return rank if load is None else min(rank, available(None, load, cores))
+
+
+#: How :func:`run_available` takes a run's CPU share (``sim validate --cpu``): per process
+#: where recorded, else from the load (``recorded``), else the rank's summed figure and the
+#: load (``recorded-summed``); the wait share of wall time as the share lacked, ``1 - w``, rank
+#: and most-waiting switch, else as ``recorded`` (``wall``); the model before the record, the
+#: rank's summed figure and the load for every run (``before``).
+CPU_MEASURES = ("recorded", "recorded-summed", "wall", "before")
+
+
+def process_available(use: float | None, wait: float | None) -> float | None:
+    """CPU share a process got while it wanted one: ``use / (use + wait)`` (use as a share of
+    a core, wait as a share of wall time); None when not recorded or never runnable."""
+    if use is None or wait is None:
+        return None
+    if use < 0 or wait < 0:
+        raise SimulatorError(f"CPU use {use} and wait {wait} must not be negative")
+    return max(MIN_AVAILABLE, use / (use + wait)) if use + wait > 0 else None
+
+
+def switches_available(switch_cpu: Mapping[str, tuple[float, float]]) -> float | None:
+    """The software switches' CPU share, pooled: their uses over their uses and waits summed."""
+    return process_available(sum(u for u, _ in switch_cpu.values()), sum(w for _, w in switch_cpu.values())) \
+        if switch_cpu else None
+
+
+def run_available(run: Run, measure: str = "recorded", cores: int = CORES) -> tuple[float, str]:
+    """The CPU share the packet path of ``run`` got by ``measure`` (:data:`CPU_MEASURES`) and
+    what it came from: ``per process``, ``summed`` (the rank's summed figure and the load) or ``load``."""
+    if measure not in CPU_MEASURES:
+        raise SimulatorError(f"unknown CPU measure {measure!r}; choose from {', '.join(CPU_MEASURES)}")
+    rank, switches = process_available(run.cpu_use, run.cpu_wait), switches_available(run.switch_cpu)
+    if measure in ("recorded", "recorded-summed") and rank is not None and switches is not None:
+        return min(rank, switches), "per process"
+    if measure == "wall" and run.cpu_wait is not None and run.switch_cpu:
+        worst = max(w for _, w in run.switch_cpu.values())
+        return max(MIN_AVAILABLE, 1.0 - max(run.cpu_wait, worst)), "per process"
+    if measure in ("recorded", "wall"):
+        return available(None, run.load, cores), "load" if run.load is not None else "-"
+    source = "summed" if run.starvation is not None else "load" if run.load is not None else "-"
+    return path_available(run.starvation, run.load, cores), source
 
 
 def host_pps(cost_s: float, cpu_available: float, background_pps: float = 0.0) -> float:
@@ -115,5 +164,5 @@ def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Seq
     return out
 
 
-__all__ = ["CORES", "COST_GRID", "available", "best_cost", "cross_validated", "host_pps", "path_available",
-           "starvation_from_load"]
+__all__ = ["CORES", "COST_GRID", "CPU_MEASURES", "available", "best_cost", "cross_validated", "host_pps",
+           "path_available", "process_available", "run_available", "starvation_from_load", "switches_available"]

@@ -13,10 +13,12 @@ Each run is predicted from its scenario and what its record says of its conditio
   configuration (the hosts' own time without the fabric).
 * **The fabric** (:mod:`simulator.fabric_model`): port rate and queue depth, the background
   and collective of the scenario, whether the job's queue is above the background's.
-* **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c`` with the
-  run's recorded CPU starvation ``s`` (or one from its load; the machine's share per task
-  ``cores / load`` when that is less: the switches handle every packet too; less the
-  background's recorded packets, shared equally by a multitenant run's jobs), added to each
+* **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c``, ``1 - s``
+  the CPU share of the slower of the busiest host's rank and the switches, as the run
+  records it per process (use over use and wait), else from its load (``cores / load``);
+  less the background's recorded packets, shared equally by the jobs that cross the same
+  switches (multitenant's two, hotspot's job and bulk job); a star's DLCP server handles its
+  packets at its recorded CPU per packet relative to a worker's; added to each
   message's time on the wire, and a cost per packet ``c`` of
   its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: the cost with
   the smallest median p50 error over the family's runs in the other sweeps, never on the
@@ -54,15 +56,21 @@ from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
 from simulator.fabric_runs import Run, load_runs
-from simulator.host_model import COST_GRID, available, best_cost, cross_validated, host_pps, path_available
+from simulator.host_model import COST_GRID, CPU_MEASURES, best_cost, cross_validated, host_pps, run_available
 from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import write_report
 
 #: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
 SCENARIOS: dict[str, tuple[str, str]] = {
     "tcp": ("tcp", "ring"), "udp": ("udp", "ring"), "incast": ("tcp", "star"), "multitenant": ("none", "ring"),
-    "lossy-0.1": ("none", "ring"), "lossy-1": ("none", "ring"),
+    "lossy-0.1": ("none", "ring"), "lossy-1": ("none", "ring"), "hotspot": ("none", "ring"),
 }
+#: Model terms ``sim validate --without`` can leave out, to measure what each adds: a star's
+#: DLCP server's recorded CPU per packet relative to a worker's, and the background's packets
+#: off the switches' budget.
+TERMS = ("server-cost", "background")
+#: Scenarios whose second job (multitenant's, hotspot's bulk sender) crosses the same leaf uplinks.
+SHARED_UPLINKS = ("multitenant", "hotspot")
 #: Multitenant: per-flow hashing puts the two jobs on the same leaf uplink with this probability.
 COLLISION_P = 0.5
 LINUX_RTO_MIN_S, DLCP_MIN_RTO_S = 0.200, 0.010
@@ -157,8 +165,13 @@ def tail_repair_s(srtt_s: float, rto_s: float) -> float:
 
 
 def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Sequence[float] | None = None,
-                baseline_available: float = 1.0, draws: int = DRAWS_PER_RUN, seed: int = 0) -> RunPrediction:
-    """The model's iteration times for ``run`` with a host cost of ``cost_s`` per packet (module doc)."""
+                baseline_available: float = 1.0, draws: int = DRAWS_PER_RUN, seed: int = 0,
+                cpu_measure: str = "recorded", without: frozenset[str] = frozenset()) -> RunPrediction:
+    """The model's iteration times for ``run`` with a host cost of ``cost_s`` per packet (module
+    doc), its CPU share taken by ``cpu_measure`` (:data:`simulator.host_model.CPU_MEASURES`),
+    the :data:`TERMS` named in ``without`` left out."""
+    if not without <= set(TERMS):
+        raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
     if run.scenario not in SCENARIOS:
         raise SimulatorError(f"scenario {run.scenario!r} is not modelled (known: {', '.join(SCENARIOS)})")
     spec = run.spec
@@ -169,9 +182,9 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         job = replace(job, layers=tuple(replace(l, forward_s=l.forward_s * f, backward_s=l.backward_s * f)
                                         for l in job.layers),
                       backward_tail_s=job.backward_tail_s * f, optimizer_s=job.optimizer_s * f)
-    cpu = path_available(run.starvation, run.load)
+    cpu = run_available(run, cpu_measure)[0]
     shares = [1.0]
-    if run.scenario == "multitenant" and not spec.spraying:
+    if run.scenario in SHARED_UPLINKS and not spec.spraying:
         shares = [1.0, 0.5]  # apart, or on the same uplink
     rng = np.random.default_rng(seed)
     results = []
@@ -180,7 +193,12 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
                           job_above_background=spec.above_background,
                           payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
         port = replace(port, share=port.share * share)
-        link = CollectiveLink(port, run.ranks, collective, host_pps(cost_s, cpu, run.background_pps) / run.tenants)
+        pps = host_pps(cost_s, cpu, 0.0 if "background" in without else run.background_pps) / run.tenants
+        if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
+            # The server's packets at its own recorded CPU per packet (the DLCP transport's
+            # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).
+            pps /= run.server_cost
+        link = CollectiveLink(port, run.ranks, collective, pps)
         result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
                           forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
                           optimizer_s=job.optimizer_s)
@@ -216,7 +234,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
     return RunPrediction(base + extra, exposed, "; ".join(note))
 
 
-def host_baseline(folder: Path) -> dict[str, tuple[list[float], float]]:
+def host_baseline(folder: Path, cpu_measure: str = "recorded") -> dict[str, tuple[list[float], float]]:
     """Iteration times of runs without the fabric (``--loopback``) per configuration and per
     communication (``comm:gloo``, ``comm:dlcp``), with the CPU share those runs got."""
     found: dict[str, tuple[list[float], list[float]]] = {}
@@ -225,7 +243,7 @@ def host_baseline(folder: Path) -> dict[str, tuple[list[float], float]]:
         for key in keys:
             times, cpus = found.setdefault(key, ([], []))
             times.extend(run.iterations)
-            cpus.append(path_available(run.starvation, run.load))
+            cpus.append(run_available(run, cpu_measure)[0])
     return {key: (times, statistics.mean(cpus)) for key, (times, cpus) in found.items()}
 
 
@@ -271,14 +289,20 @@ def _ranking(values: dict[str, float]) -> list[str]:
 
 
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
-             baseline: Path | None = None, *, progress: bool = True) -> str:
+             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "recorded",
+             without: frozenset[str] = frozenset()) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
-    ``.png`` under ``out`` and return the Markdown."""
+    ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
+    taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out."""
     import sys
 
+    if not without <= set(TERMS):
+        raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
+    if cpu_measure not in CPU_MEASURES:
+        raise SimulatorError(f"unknown CPU measure {cpu_measure!r}; choose from {', '.join(CPU_MEASURES)}")
     runs = load_runs(results)
     cnn = load_trace(job_trace) if job_trace is not None else None
-    hosts = host_baseline(baseline) if baseline is not None else {}
+    hosts = host_baseline(baseline, cpu_measure) if baseline is not None else {}
     cache: dict[tuple[str, ...], ModelTrace] = {}
     inputs: dict[int, _Inputs] = {}
     reasons: dict[int, str] = {}
@@ -292,7 +316,9 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
             inp = inputs[i] = _inputs(run, cnn, traces, hosts, cache)
             curves.append([float(np.median(predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
                                                        baseline_available=inp.baseline_available,
-                                                       draws=CALIBRATION_DRAWS).draws)) for cost in COST_GRID])
+                                                       draws=CALIBRATION_DRAWS, cpu_measure=cpu_measure,
+                                                       without=without).draws))
+                           for cost in COST_GRID])
             calibration.append((run.sweep, run.family, run.p50_s))
         except SimulatorError as exc:
             reasons[i] = str(exc)
@@ -322,10 +348,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         measured = [t for r in members for t in r.iterations]
         m50, m99 = float(np.percentile(measured, 50)), float(np.percentile(measured, 99))
         exposed = [t for r in members for t in r.exposed]
-        starved = [1 - available(r.starvation, r.load) for r in members]
-        source = "" if members[0].starvation is not None else " (load)" if members[0].load is not None else None
+        cpu = [run_available(r, cpu_measure) for r in members]
+        sources = sorted({source for _, source in cpu})
+        starved = statistics.median(1 - a for a, _ in cpu)
         base = [kind, scenario, f"{pps:,.0f}", config, str(len({r.sweep for r in members})), str(len(members)),
-                "-" if source is None else f"{statistics.median(starved):.2f}{source}", f"{m50 * 1e3:,.1f}"]
+                "-" if sources == ["-"] else f"{starved:.2f} ({', '.join(sources)})", f"{m50 * 1e3:,.1f}"]
         mexp = f"{statistics.median(exposed) * 1e3:,.1f}" if exposed else "-"
         draws, plain, preds, notes, cal = [], [], [], [], []
         try:
@@ -338,9 +365,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                 cost, n = costs[(run.sweep, run.family)]
                 inp = inputs[i]
                 pred = predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
-                                   baseline_available=inp.baseline_available, seed=i)
+                                   baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
+                                   without=without)
                 zero = predict_run(run, inp.job, 0.0, host_iterations=inp.host_iterations,
-                                   baseline_available=inp.baseline_available, seed=i)
+                                   baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
+                                   without=without)
                 draws.append(pred.draws)
                 plain.append(zero.draws)
                 preds.append(pred)
@@ -379,4 +408,4 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     return write_report(out, command, rows, rank_rows, points, errors, family_rows)
 
 
-__all__ = ["RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate"]
+__all__ = ["TERMS", "RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate"]

@@ -143,7 +143,8 @@ def test_transport_versions_split_dlcp_families_by_start_time() -> None:
     from simulator.fabric_runs import Run, transport_epoch
 
     assert transport_epoch("2026-11-26 11:55:21 UTC") == ""  # a second before the port-rate change
-    assert transport_epoch("2026-11-26 11:55:22") == transport_epoch("2026-11-27 00:00:00 UTC") == "port-rate"
+    assert transport_epoch("2026-11-26 11:55:22") == transport_epoch("2026-11-26 14:05:07 UTC") == "port-rate"
+    assert transport_epoch("2026-11-26 14:05:08 UTC") == transport_epoch("2026-11-27 00:00:00 UTC") == "gso"
     job = {"model": "resnet50", "precision": "fp32", "k": 8.0, "b": 13.0}
     new = Run("s", "r", "tcp", "dlcp", 20000.0, 51, [1.0], job=job, started="2026-11-26 12:00:00 UTC")
     old = Run("s", "r", "tcp", "dlcp", 20000.0, 51, [1.0], job=job, started="2026-11-26 09:00:00 UTC")

@@ -41,7 +41,7 @@ def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.Captur
     runs = tmp_path / "runs"
     _run(runs / "a", 0, "tcp", "qos", [0.010, 0.012])
     _run(runs / "b", 0, "tcp", "qos", [0.011])  # the other sweep: its fit (host cost 0) predicts sweep a
-    _run(runs / "a", 1, "hotspot", "qos", [0.020])
+    _run(runs / "a", 1, "storm", "qos", [0.020])  # a scenario the model does not know
     _run(runs / "a", 2, "tcp", "gloo", [0.030])  # gloo ran in sweep a only: no calibration
     out = tmp_path / "out"
     assert main(["sim", "validate", str(runs), "--job-trace", str(job), "--out", str(out)]) == 0
@@ -54,7 +54,7 @@ def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.Captur
     assert qos["p50 measured (ms)"] == "11.0" and qos["p50 predicted (ms)"] == "11.0"
     assert qos["p99 predicted (ms)"] == "11.0" and qos["p50 error"] == "+0%"
     assert qos["host cost (us/pkt, calibrated on other sweeps)"] == "0 (on 1+ runs)"
-    assert rows[("hotspot", "qos")]["p50 error"] == "out of reach"
+    assert rows[("storm", "qos")]["p50 error"] == "out of reach"
     assert "uncalibrated" in rows[("tcp", "gloo")]["notes"]
     assert (out / "validation.png").stat().st_size > 0
     assert "Median absolute error of the predicted iteration p50: **0%** over 1" in (out / "validation.md").read_text()
