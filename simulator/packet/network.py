@@ -6,7 +6,8 @@ depth, early drop of drop-eligible packets, ECN marks) in front of a one-packet 
 queue, so the queue disc, not the device, holds the backlog. Hosts keep a FIFO of
 ``host_queue_packets`` in their device. Every node routes with gradfabric's ``EcmpRouting``:
 the equal-cost next hops of :meth:`Topology.next_hops`, a per-flow hash with the switch's
-own seed, or per-packet random choice for DLCP packets when spraying.
+own seed, or per-packet random choice for DLCP packets when spraying. Every host gets the
+ranks' CPU costs (:mod:`simulator.packet.host_cpu`; only the jobs' transports pay them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.packet.host_cpu import HostCpu
 from simulator.packet.runtime import PacketSimulationError, load
 from simulator.packet.topology import Topology
 
@@ -51,6 +53,13 @@ class Network:
         except KeyError:
             raise PacketSimulationError(f"{host!r} is not a host of {self.topology.name}") from None
 
+    def host_cpu_busy(self, hosts: list[str]) -> dict[str, float]:
+        """Seconds of work the sending and receiving servers of ``hosts`` took, summed."""
+        _, gf = load()
+        ids = [int(self.nodes[h].GetId()) for h in hosts]
+        return {"tx_busy_s": sum(float(gf.HostCpuBusy(i, True)) for i in ids),
+                "rx_busy_s": sum(float(gf.HostCpuBusy(i, False)) for i in ids)}
+
     def queue_totals(self) -> dict[str, int]:
         """Summed switch-port counters: overflow drops, early drops, ECN marks, packets queued."""
         total = {"overflow_drops": 0, "early_drops": 0, "ecn_marks": 0, "enqueued": 0, "max_depth": 0}
@@ -67,10 +76,11 @@ class Network:
 
 
 def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: int = 0,
-          costs: HostCosts = HostCosts()) -> Network:
+          costs: HostCosts = HostCosts(), host_cpu: HostCpu = HostCpu()) -> Network:
     """Build ``topology`` in ns-3 (module doc). ``seed`` derives every switch's ECMP seed."""
     ns, gf = load()
     topology.validate()
+    gf.ClearHostCpus()  # the previous network's (ns-3 numbers the nodes afresh)
     nodes: dict[str, Any] = {}
     for name in topology.hosts + topology.switches:
         container = ns.NodeContainer()
@@ -104,6 +114,9 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
         address.NewNetwork()
     net = Network(topology, nodes, {h: ip_of[(h, _neighbour(topology, h))] for h in topology.hosts},
                   devices=device_of)
+    if host_cpu.active:
+        for host in topology.hosts:
+            gf.SetHostCpu(nodes[host].GetId(), *host_cpu.wall_costs())
     port = topology.port
     for (me, other), dev in device_of.items():
         if me in switches:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from simulator.packet.host_cpu import HostCpu
 from simulator.packet.jobs import JobRun, JobSpec
 from simulator.packet.network import HostCosts, Network, build
 from simulator.packet.runtime import PacketSimulationError, load
@@ -54,6 +55,7 @@ class RunSettings:
     pacing_whole_burst: bool = False
     seed: int = 1
     costs: HostCosts = field(default_factory=HostCosts)  # the emulated fabric's software (none: a real one)
+    host_cpu: HostCpu = field(default_factory=HostCpu)  # the ranks' transport CPU (none by default)
     #: Long TCP flows as fast as TCP goes (0, ns-3's BulkSend) or offered at this rate (OnOff over TCP).
     background_tcp_mbps: float = 0.0
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
@@ -196,7 +198,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(settings.tcp_delack_count))
     ns.RngSeedManager.SetSeed(max(1, settings.seed))
     net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT,
-                costs=settings.costs)
+                costs=settings.costs, host_cpu=settings.host_cpu)
     gloo = config.comm in ("gloo", "tcp")
     gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
     if settings.lossy_links and settings.link_loss > 0:
@@ -267,6 +269,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "workload": settings.workload.note, "ordering": settings.ordering,
                             "rto_min_s": settings.rto_min_s, "tcp_buffer_bytes": settings.tcp_buffer_bytes,
                             "tcp_delack_count": settings.tcp_delack_count, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
+                            "host_cpu": {**asdict(settings.host_cpu), **net.host_cpu_busy(sorted({h for j in jobs for h in j.spec.hosts}))},
                             "pacing": {"burst_s": settings.pacing_burst_s, "max_pps": settings.pacing_max_pps,
                                        "whole_burst": settings.pacing_whole_burst}, **settings.extra}
     ns.Simulator.Destroy()

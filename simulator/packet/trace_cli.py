@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,13 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=None, help="iterations per run (default: the sweep's)")
     p.add_argument("--deliver-latency-us", type=float, default=0.0,
                    help="the emulated fabric's hosts: each packet delivered to a host arrives this much later")
+    p.add_argument("--host-cpu", choices=("none", "bench", "run"), default="none",
+                   help="the ranks' transport CPU per packet: none, the benchmarks' (hosts/README.md) or the "
+                        "fabric runs' own record (simulator/packet/host_cpu.py)")
+    p.add_argument("--host-cpu-from", type=Path, default=None,
+                   help="the fabric sweep whose runs give the ranks' CPU and its availability (default: --like)")
+    p.add_argument("--availability-from", type=Path, default=None,
+                   help="a sweep whose runs record cpu_wait_share, for one whose runs do not")
     p.add_argument("--background-tcp-mbps", type=float, default=0.0,
                    help="offer each long TCP flow at this rate instead of as fast as ns-3's TCP goes (0)")
     p.add_argument("--warmup-ms", type=float, default=1000.0, help="background alone before the job starts")
@@ -69,8 +77,9 @@ def recorded_job(folder: Path) -> dict[str, Any]:
 
 def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, Any], *, iterations: int, seed: int,
               tile: bool = False, deliver_latency_s: float = 0.0, warmup_s: float = 1.0,
-              background_tcp_mbps: float = 0.0, progress: Any = None) -> dict[str, Any]:
+              background_tcp_mbps: float = 0.0, host_cpu: Any = None, progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids)."""
+    from simulator.packet.host_cpu import HostCpu
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
     from simulator.packet.scenarios import tiled
@@ -89,7 +98,7 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
                            rto_min_s=config.rto_min_s(k), costs=HostCosts(deliver_latency_s=deliver_latency_s),
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
                            link_loss=ts.link_loss, progress=progress, tcp_delack_count=TCP_DELACK_COUNT,
-                           background_tcp_mbps=background_tcp_mbps,
+                           background_tcp_mbps=background_tcp_mbps, host_cpu=host_cpu or HostCpu(),
                            extra={"job": f"{trace.name} {trace.precision}, {len(trace.layers)} layers, "
                                          f"{trace.numel:,} values, b = {b:.2f}, k = {k:g}",
                                   "scheduler": config.scheduler, "overlap": config.overlap})
@@ -118,12 +127,20 @@ def _packet_trace(args: argparse.Namespace) -> int:
     from simulator.packet.report import comparison_markdown, keep_run, summarise
     from simulator.packet.report import load_runs as load_records
     from simulator.packet.runtime import load
+    from simulator.packet.host_cpu import host_cpu
     from simulator.packet.topology import from_spec
-    from simulator.packet.trace_scenarios import TOPOLOGY8
+    from simulator.packet.trace_scenarios import TOPOLOGY8, trace_configuration
 
     say = (lambda _m: None) if args.quiet else (lambda m: print(m, flush=True))
     topo = from_spec(args.topo, TOPOLOGY8)
     job = recorded_job(args.like)
+    cpus = {c: host_cpu(args.host_cpu, c, trace_configuration(c).comm, args.host_cpu_from or args.like,
+                        args.availability_from) for c in args.configs}
+    for c, cpu in cpus.items():
+        if cpu.active:
+            tx, rx, _, _ = cpu.wall_costs()
+            say(f"host CPU of {c} ({cpu.source}): {cpu.tx_packet_s * 1e6:.2f} / {cpu.rx_packet_s * 1e6:.2f} us per "
+                f"packet sent / received, availability {cpu.availability:.2f}: {tx * 1e6:.2f} / {rx * 1e6:.2f} us of wall")
     iterations = args.iterations or int(job.get("iterations") or 15)
     t0 = time.monotonic()
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -148,7 +165,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                 record.update(run_trace(topo, name, config, job, iterations=iterations, seed=args.seed + r,
                                         tile=args.tile, deliver_latency_s=args.deliver_latency_us * 1e-6,
                                         warmup_s=args.warmup_ms * 1e-3,
-                                        background_tcp_mbps=args.background_tcp_mbps, progress=None if args.quiet else say))
+                                        background_tcp_mbps=args.background_tcp_mbps, host_cpu=cpus[config],
+                                        progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
                 index += 1
     compare = args.compare or [args.like]
@@ -161,12 +179,17 @@ def _packet_trace(args: argparse.Namespace) -> int:
                 f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, {minutes:.1f} min wall. Topology {topo.name} "
                 f"({len(topo.hosts)} hosts); job {runs[0]['simulation']['job'] if runs else '-'}, {iterations} "
                 f"iterations; delivery latency {args.deliver_latency_us:g} us; long TCP flows "
-                f"{f'offered at {args.background_tcp_mbps:g} Mbit/s' if args.background_tcp_mbps else 'greedy'}.\n\n")
+                f"{f'offered at {args.background_tcp_mbps:g} Mbit/s' if args.background_tcp_mbps else 'greedy'}; ranks' "
+                f"host CPU {args.host_cpu}"
+                + "".join(f"; {c}: {x.tx_packet_s * 1e6:.2f} / {x.rx_packet_s * 1e6:.2f} us per packet sent / received, "
+                          f"availability {x.availability:.2f}"
+                          f" ({x.source})" for c, x in cpus.items() if x.active) + ".\n\n")
         (out / "results.md").write_text(head + table)
         meta = {"command": command, "started": started, "load_at_start": load_at_start,
                 "load_at_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
                 "site": f"ns-3 3.44, {topo.name}", "elapsed_s": round(time.monotonic() - t0, 1), "job": job,
-                "repetitions": args.repetitions, "sweep": {s: list(args.configs) for s in args.scenarios}}
+                "repetitions": args.repetitions, "sweep": {s: list(args.configs) for s in args.scenarios},
+                "host_cpu": {c: asdict(x) for c, x in cpus.items()}}
         (out / "results.json").write_text(json.dumps({"meta": meta, "hosts": len(topo.hosts)}, indent=1) + "\n")
         if not args.tile:
             from simulator.packet.validation import write as write_validation

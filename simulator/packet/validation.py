@@ -90,7 +90,7 @@ def compare(fabric: Sequence[Path], models: Sequence[tuple[str, Path]]) -> dict[
     for name, folder in models:
         simulated = _group(load_runs(folder))
         net_sim = network_figures([folder])
-        errors[name] = []
+        errors.setdefault(name, [])  # a model may come in several folders
         by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
         for key in sorted(set(simulated) & set(measured)):
             kind, scenario, pps, config = key

@@ -3,6 +3,7 @@
 // connections (the experiment's `rr` background).
 #pragma once
 
+#include "gradfabric_host.h"
 #include "gradfabric_ns3.h"
 
 namespace gradfabric
@@ -11,13 +12,21 @@ using namespace ns3;
 
 // ---------------------------------------------------------------------------------------
 // One-way TCP connection carrying messages back to back; the receiver calls `onReceived`
-// (message id) as each message's last byte arrives.
+// (message id) as each message's last byte arrives. Where the hosts' CPU is set
+// (gradfabric_host.h), the sender writes at most SEGMENTS_PER_WRITE segments at a time, each
+// write once the sending server has done its segments' work, and a message is delivered once
+// the receiving server has done the work of what was read up to its last byte (per byte).
 class TcpPipe
 {
   public:
     using ReceivedFn = std::function<void(uint32_t)>;
 
+    static constexpr uint32_t SEGMENT_BYTES = 1448;
+    static constexpr uint32_t SEGMENTS_PER_WRITE = 16;
+
     TcpPipe(Ptr<Node> from, Ptr<Node> to, uint32_t toAddress, uint16_t port, uint8_t tos, double start)
+        : m_from(from->GetId()),
+          m_to(to->GetId())
     {
         m_listen = Socket::CreateSocket(to, TcpSocketFactory::GetTypeId());
         m_listen->Bind(InetSocketAddress(Ipv4Address::GetAny(), port));
@@ -41,6 +50,11 @@ class TcpPipe
 
     void Send(uint32_t msg, uint64_t bytes)
     {
+        HostCpu* cpu = HostCpuOf(m_from);
+        if (cpu && cpu->txMessage > 0)
+        {
+            cpu->tx.Delay(cpu->txMessage); // the message's own work, ahead of its segments
+        }
         m_queue.push_back({msg, std::max<uint64_t>(bytes, 1)});
         m_sizes.push_back({msg, std::max<uint64_t>(bytes, 1)});
         Writable(m_socket, 0);
@@ -70,15 +84,35 @@ class TcpPipe
         {
             return;
         }
+        HostCpu* cpu = HostCpuOf(m_from);
         while (!m_queue.empty())
         {
             uint32_t room = m_socket->GetTxAvailable();
+            room = room > m_writing ? room - m_writing : 0; // less what waits for the CPU
             if (room == 0)
             {
                 return;
             }
             auto& [msg, left] = m_queue.front();
             uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(left, room));
+            if (cpu && (cpu->txPacket > 0 || cpu->txMessage > 0))
+            {
+                n = std::min(n, SEGMENTS_PER_WRITE * SEGMENT_BYTES);
+                double wait = cpu->tx.Delay(cpu->txPacket * ((n + SEGMENT_BYTES - 1) / SEGMENT_BYTES));
+                m_writing += n;
+                Simulator::Schedule(Seconds(wait), [this, n]() {
+                    m_writing -= n;
+                    NS_ABORT_MSG_IF(m_socket->Send(Create<Packet>(n)) != int(n), "TcpPipe: reserved room refused");
+                    Writable(m_socket, 0);
+                });
+                left -= n;
+                bytesSent += n;
+                if (left == 0)
+                {
+                    m_queue.pop_front();
+                }
+                continue;
+            }
             int sent = m_socket->Send(Create<Packet>(n));
             if (sent <= 0)
             {
@@ -95,17 +129,27 @@ class TcpPipe
 
     void Readable(Ptr<Socket> s)
     {
+        HostCpu* cpu = HostCpuOf(m_to);
         while (Ptr<Packet> p = s->Recv())
         {
             uint64_t n = p->GetSize();
             bytesReceived += n;
             m_have += n;
+            double wait = cpu ? cpu->rx.Delay(cpu->rxPacket * double(n) / SEGMENT_BYTES) : 0.0; // this read's work
             while (!m_sizes.empty() && m_have >= m_sizes.front().second)
             {
                 m_have -= m_sizes.front().second;
                 uint32_t msg = m_sizes.front().first;
                 m_sizes.pop_front();
-                if (onReceived)
+                if (cpu && cpu->rxMessage > 0)
+                {
+                    wait = cpu->rx.Delay(cpu->rxMessage);
+                }
+                if (onReceived && wait > 0)
+                {
+                    Simulator::Schedule(Seconds(wait), [this, msg]() { onReceived(msg); });
+                }
+                else if (onReceived)
                 {
                     onReceived(msg);
                 }
@@ -120,6 +164,9 @@ class TcpPipe
     std::deque<std::pair<uint32_t, uint64_t>> m_queue; // sender: bytes left per message
     std::deque<std::pair<uint32_t, uint64_t>> m_sizes; // receiver: message boundaries
     uint64_t m_have = 0;
+    uint32_t m_from;
+    uint32_t m_to;
+    uint32_t m_writing = 0; // bytes whose write waits for the sending server
 };
 
 // ---------------------------------------------------------------------------------------

@@ -6,9 +6,12 @@
 //    RTO (RFC 6298 estimator, doubled per attempt), a last probe asking the receiver to
 //    complete the message within its loss bound, and rounds of retransmission of what is
 //    missing while the loss exceeds the bound. Values the receiver never got are zero-filled:
-//    counted, not resent.
+//    counted, not resent. A rank's CPU per packet and per message, where set, is charged on
+//    its host's sending and receiving servers (gradfabric_host.h).
 #pragma once
 
+#include "gradfabric_dlcp_wire.h"
+#include "gradfabric_host.h"
 #include "gradfabric_ns3.h"
 
 #include <cmath>
@@ -18,50 +21,6 @@
 namespace gradfabric
 {
 using namespace ns3;
-
-// float32 values in one full DLCP packet: 32 header + 1,440 payload bytes = a 1,500-byte
-// IPv4 datagram.
-constexpr uint32_t VALUES_PER_PACKET = 360;
-
-enum WireType : uint8_t
-{
-    W_DATA = 1,
-    W_PROBE = 2,
-    W_BITMAP = 3
-};
-
-constexpr uint8_t F_LAST = 1;     // probe: complete the message if within the bound
-constexpr uint8_t F_COMPLETE = 2; // bitmap: the message is complete at the receiver
-
-#pragma pack(push, 1)
-struct Wire
-{
-    uint8_t type;
-    uint8_t flags;
-    uint8_t priority;
-    uint8_t pad;
-    uint32_t msg;
-    uint32_t seq;   // data: packet index; probe/bitmap: first packet of the chunk
-    uint32_t count; // data: packets in the message; probe/bitmap: packets in the chunk
-    uint32_t total; // probe: packets in the message; bitmap: of the chunk, how many arrived
-    uint32_t aux;   // probe: allowed missing values; bitmap: CE marks seen since last answer
-    uint32_t nonce; // probe/bitmap: which probe is answered
-    uint32_t values; // values in the message
-};
-#pragma pack(pop)
-static_assert(sizeof(Wire) == 32, "DLCP header is 32 bytes");
-
-struct DlcpStats
-{
-    uint64_t packets = 0;       // first transmissions of data packets
-    uint64_t retransmitted = 0; // data packets sent again
-    uint64_t probes = 0;
-    uint64_t probeTimeouts = 0;
-    uint64_t ecnEchoes = 0;
-    uint64_t windowCuts = 0;
-    uint64_t lostValues = 0; // zero-filled values of messages this endpoint received
-    uint64_t receivedValues = 0;
-};
 
 class DlcpEndpoint
 {
@@ -85,6 +44,7 @@ class DlcpEndpoint
         m_socket->SetIpRecvTos(true);
         m_socket->SetRecvCallback(MakeCallback(&DlcpEndpoint::Receive, this));
         m_node = node;
+        m_nodeId = node->GetId();
     }
 
     SentFn onSent;
@@ -108,8 +68,15 @@ class DlcpEndpoint
         out.eligibleShare = std::max(0.0, std::min(1.0, eligibleShare));
         out.allowed = static_cast<uint32_t>(std::floor(bound * out.values));
         out.order = m_order++;
-        m_out[msg] = out;
-        Pump();
+        HostCpu* cpu = HostCpuOf(m_nodeId);
+        double wait = cpu && cpu->txMessage > 0 ? cpu->tx.Delay(cpu->txMessage) : 0.0; // the message's own work
+        if (wait <= 0)
+        {
+            m_out[msg] = out;
+            Pump();
+            return;
+        }
+        Simulator::Schedule(Seconds(wait), [this, out]() { m_out[out.msg] = out; Pump(); });
     }
 
     double Window() const
@@ -194,7 +161,17 @@ class DlcpEndpoint
         SocketIpTosTag tag;
         tag.SetTos(tos);
         p->AddPacketTag(tag);
-        m_socket->SendTo(p, 0, InetSocketAddress(Ipv4Address(dst), m_port));
+        InetSocketAddress to(Ipv4Address(dst), m_port);
+        // Through the host's sending server (gradfabric_host.h): data costs, probes keep order.
+        HostCpu* cpu = HostCpuOf(m_nodeId);
+        double wait = cpu ? cpu->tx.Delay(w.type == W_DATA ? cpu->txPacket : 0.0) : 0.0;
+        if (wait <= 0)
+        {
+            m_socket->SendTo(p, 0, to);
+            return;
+        }
+        Ptr<Socket> s = m_socket;
+        Simulator::Schedule(Seconds(wait), [s, p, to]() { s->SendTo(p, 0, to); });
     }
 
     // Highest-priority message (then the oldest) with something to send.
@@ -443,46 +420,59 @@ class DlcpEndpoint
             uint8_t tos = p->PeekPacketTag(tag) ? tag.GetTos() : 0;
             std::vector<uint8_t> buf(p->GetSize());
             p->CopyData(buf.data(), buf.size());
-            Wire w;
-            std::memcpy(&w, buf.data(), sizeof(Wire));
-            if (w.type == W_DATA)
+            // Through the host's receiving server (gradfabric_host.h): data costs, the rest keeps order.
+            HostCpu* cpu = HostCpuOf(m_nodeId);
+            double wait = cpu ? cpu->rx.Delay(buf.size() > sizeof(Wire) && buf[0] == W_DATA ? cpu->rxPacket : 0.0) : 0.0;
+            if (wait > 0)
             {
-                In& in = m_in[{src, w.msg}];
-                if (in.got.empty())
-                {
-                    in.got.assign(w.count, false);
-                }
-                if (w.seq < in.got.size() && !in.got[w.seq])
-                {
-                    in.got[w.seq] = true;
-                    in.arrived++;
-                }
-                in.values = w.values;
-                if ((tos & 0x03) == 0x03)
-                {
-                    m_ce[src]++;
-                }
+                Simulator::Schedule(Seconds(wait), [this, src, tos, buf]() { Handle(src, tos, buf); });
+                continue;
             }
-            else if (w.type == W_PROBE)
+            Handle(src, tos, buf);
+        }
+    }
+
+    void Handle(uint32_t src, uint8_t tos, const std::vector<uint8_t>& buf)
+    {
+        Wire w;
+        std::memcpy(&w, buf.data(), sizeof(Wire));
+        if (w.type == W_DATA)
+        {
+            In& in = m_in[{src, w.msg}];
+            if (in.got.empty())
             {
-                AnswerProbe(src, w);
+                in.got.assign(w.count, false);
             }
-            else if (w.type == W_BITMAP)
+            if (w.seq < in.got.size() && !in.got[w.seq])
             {
-                auto it = m_out.find(w.msg);
-                m_lastMissing.clear();
-                for (size_t off = sizeof(Wire); off + 4 <= buf.size(); off += 4)
-                {
-                    uint32_t seq;
-                    std::memcpy(&seq, buf.data() + off, 4);
-                    m_lastMissing.push_back(seq);
-                }
-                if (it != m_out.end())
-                {
-                    Answered(it->second, w);
-                }
-                Pump();
+                in.got[w.seq] = true;
+                in.arrived++;
             }
+            in.values = w.values;
+            if ((tos & 0x03) == 0x03)
+            {
+                m_ce[src]++;
+            }
+        }
+        else if (w.type == W_PROBE)
+        {
+            AnswerProbe(src, w);
+        }
+        else if (w.type == W_BITMAP)
+        {
+            auto it = m_out.find(w.msg);
+            m_lastMissing.clear();
+            for (size_t off = sizeof(Wire); off + 4 <= buf.size(); off += 4)
+            {
+                uint32_t seq;
+                std::memcpy(&seq, buf.data() + off, 4);
+                m_lastMissing.push_back(seq);
+            }
+            if (it != m_out.end())
+            {
+                Answered(it->second, w);
+            }
+            Pump();
         }
     }
 
@@ -532,7 +522,13 @@ class DlcpEndpoint
                 flags = F_COMPLETE;
                 stats.lostValues += lost;
                 stats.receivedValues += w.values - lost;
-                if (onReceived)
+                HostCpu* cpu = HostCpuOf(m_nodeId);
+                double wait = cpu && cpu->rxMessage > 0 ? cpu->rx.Delay(cpu->rxMessage) : 0.0; // the message's own work
+                if (onReceived && wait > 0)
+                {
+                    Simulator::Schedule(Seconds(wait), [this, src, w, lost]() { onReceived(src, w.msg, w.values, lost); });
+                }
+                else if (onReceived)
                 {
                     onReceived(src, w.msg, w.values, lost);
                 }
@@ -571,6 +567,7 @@ class DlcpEndpoint
 
     Ptr<Socket> m_socket;
     Ptr<Node> m_node;
+    uint32_t m_nodeId;
     uint16_t m_port;
     uint32_t m_chunk;
     double m_cwnd;

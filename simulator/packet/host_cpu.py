@@ -1,0 +1,157 @@
+"""The CPU a rank's transport spends on its host, for the packet simulation.
+
+ns-3's links and queues cost the hosts nothing; the fabric's ranks move every packet through
+their own process. Each host gets one sending and one receiving server
+(``native/gradfabric_host.h``): each data packet the rank's transport sends or takes in
+(a 1,448-byte segment for kernel TCP) waits, in order, for the server's earlier work, then
+costs it ``*_packet_s / availability`` of wall time; probes and answers keep their place
+in the order at no cost. Per message the same with ``*_message_s``. Two sources of the
+CPU per packet, neither fitted to iteration times:
+
+* ``bench``, the transport's benchmarks (``hosts/README.md``): the DLCP transport's C data
+  path through one switch, profiled with perf on 2026-11-26 ("Where the CPU goes per
+  packet"): sender 2,400 ns, receiver 2,530 ns per packet; kernel TCP on loopback
+  (``make bench``, "Results"): sender 159.4 ns, receiver 475.7 ns per 1,444 bytes. No
+  per-message figure was measured apart: 0.
+* ``run``, the fabric sweep's own record (``runs/*.json``): a rank's CPU seconds (its
+  ``cpu_share``, user + system time of its process over its wall time, times that wall
+  time, the last iteration's ``ended_s``) over the data packets it sent and received
+  (DLCP: ``packets + retransmitted + received_packets``; kernel TCP: twice its ``bytes``
+  in 1,448-byte segments, a ring rank receives what it sends), split evenly between sender
+  and receiver (the benchmark's two sides through a switch are within 6% of each other);
+  the median over the configuration's ranks and runs. The trace worker sleeps through its
+  compute, so this is the rank's communication, its per-message, per-answer and wake-up
+  work folded into the packets (the runs count no messages): per message 0.
+
+``availability``, both sources: of the time the rank's threads could run, the share they
+ran, ``cpu_share / (cpu_share + cpu_wait_share)`` (the longest-waiting thread's wait over
+wall time, recorded by trace runs since commit c828d8c); the configuration's median. Runs
+without ``cpu_wait_share`` (the earlier sweeps) take it from another sweep's runs of the
+same configuration (``availability_from``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.packet.runtime import PacketSimulationError
+
+SOURCES = ("none", "bench", "run")
+SEGMENT_BYTES = 1448
+#: hosts/README.md, "Where the CPU goes per packet", through one switch (UDP GSO).
+BENCH_DLCP_TX_S = 2_400e-9
+BENCH_DLCP_RX_S = 2_530e-9
+#: hosts/README.md, "Results": TCP sender / receiver CPU per 1,444 bytes on loopback.
+BENCH_TCP_TX_S = 159.4e-9
+BENCH_TCP_RX_S = 475.7e-9
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """CPU seconds per data packet and per message at a rank's sender and receiver, and the
+    share of its runnable time the rank ran (module doc)."""
+
+    tx_packet_s: float = 0.0
+    rx_packet_s: float = 0.0
+    tx_message_s: float = 0.0
+    rx_message_s: float = 0.0
+    availability: float = 1.0
+    source: str = "none"
+
+    def __post_init__(self) -> None:
+        costs = (self.tx_packet_s, self.rx_packet_s, self.tx_message_s, self.rx_message_s)
+        if min(costs) < 0 or not 0 < self.availability <= 1:
+            raise PacketSimulationError(f"host CPU costs must be non-negative and availability in (0, 1]: {self}")
+
+    @property
+    def active(self) -> bool:
+        return max(self.tx_packet_s, self.rx_packet_s, self.tx_message_s, self.rx_message_s) > 0
+
+    def wall_costs(self) -> tuple[float, float, float, float]:
+        """(tx packet, rx packet, tx message, rx message) in seconds of wall time."""
+        a = self.availability
+        return self.tx_packet_s / a, self.rx_packet_s / a, self.tx_message_s / a, self.rx_message_s / a
+
+
+@dataclass(frozen=True)
+class RankCpu:
+    """A configuration's ranks as a sweep recorded them (medians over ranks and runs)."""
+
+    packet_s: float  # CPU seconds per data packet sent or received
+    availability: float | None  # None: the runs lack cpu_wait_share
+    ranks: int
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    paths = sorted(folder.glob("runs/*.json"))
+    if not paths:
+        raise PacketSimulationError(f"{folder}: no runs/*.json to read the ranks' CPU from")
+    out = []
+    for path in paths:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise PacketSimulationError(f"{path}: not a run record: {exc}") from None
+        if record.get("status") == "ok":
+            out.append(record)
+    return out
+
+
+def rank_cpu(folder: Path) -> dict[str, RankCpu]:
+    """Per configuration of a fabric sweep: its ranks' CPU per packet and availability (module doc)."""
+    per_packet: dict[str, list[float]] = {}
+    available: dict[str, list[float]] = {}
+    for record in _records(folder):
+        config = str(record.get("config"))
+        for job in (record.get("jobs") or {}).values():
+            for rank in (job.get("ranks") or {}).values():
+                share, records, totals = rank.get("cpu_share"), rank.get("records") or [], rank.get("totals") or {}
+                if share is None or not records or rank.get("role", "worker") != "worker":
+                    continue
+                if "received_packets" in totals:
+                    packets = int(totals.get("packets", 0)) + int(totals.get("retransmitted", 0)) + int(
+                        totals["received_packets"])
+                else:
+                    packets = 2 * int(totals.get("bytes", 0)) // SEGMENT_BYTES
+                if packets <= 0:
+                    continue
+                per_packet.setdefault(config, []).append(float(share) * float(records[-1]["ended_s"]) / packets)
+                wait = rank.get("cpu_wait_share")
+                if wait is not None and share > 0:
+                    available.setdefault(config, []).append(float(share) / (float(share) + float(wait)))
+    return {c: RankCpu(statistics.median(v), statistics.median(available[c]) if available.get(c) else None, len(v))
+            for c, v in per_packet.items()}
+
+
+def host_cpu(source: str, config: str, comm: str, cpu_from: Path | None,
+             availability_from: Path | None = None) -> HostCpu:
+    """The host CPU of configuration ``config`` (transport ``comm``: tcp or dlcp) from
+    ``source`` (module doc); ``cpu_from`` is the fabric sweep whose runs give the figures,
+    ``availability_from`` one whose runs record ``cpu_wait_share`` when ``cpu_from``'s do not."""
+    if source not in SOURCES:
+        raise PacketSimulationError(f"host CPU source {source!r} is not one of {', '.join(SOURCES)}")
+    if source == "none":
+        return HostCpu()
+    if cpu_from is None:
+        raise PacketSimulationError("host CPU from the runs needs the fabric sweep to read (cpu_from)")
+    found = rank_cpu(cpu_from)
+    if config not in found:
+        raise PacketSimulationError(f"{cpu_from}: no run of configuration {config!r} records its ranks' CPU "
+                                    f"(has {', '.join(sorted(found)) or 'none'})")
+    availability = found[config].availability
+    if availability is None and availability_from is not None:
+        other = rank_cpu(availability_from).get(config)
+        availability = other.availability if other is not None else None
+    if availability is None:
+        raise PacketSimulationError(f"{cpu_from}: configuration {config!r}'s runs record no cpu_wait_share; "
+                                    f"give a sweep whose runs do (availability_from, now {availability_from})")
+    if source == "bench":
+        tx, rx = (BENCH_TCP_TX_S, BENCH_TCP_RX_S) if comm in ("tcp", "gloo") else (BENCH_DLCP_TX_S, BENCH_DLCP_RX_S)
+    else:
+        tx = rx = found[config].packet_s
+    return HostCpu(tx, rx, availability=availability, source=f"{source}: {cpu_from.name}" + (
+        f", availability from {availability_from.name}" if found[config].availability is None else ""))

@@ -1,0 +1,182 @@
+"""The ranks' host CPU in the packet simulation: the figures read from a fabric sweep's runs
+(fake run records, values by hand; no ns-3), and (with the ns3 extra; skipped with the reason
+otherwise) DLCP and TCP transfers whose times with a CPU per packet are computed by hand.
+
+The hand-computed runs use h1 -- s1 -- h2 (``tiny``): 1,502-byte DLCP data frames (32 + 1,440
+payload + 8 UDP + 20 IPv4 + 2 PPP) take 12.016 us on a 1 Gbit/s link and 120.16 us on a
+100 Mbit/s one, 62-byte probes 0.496 and 4.96 us; 1 us of propagation per link.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulator.packet.host_cpu import BENCH_DLCP_RX_S, BENCH_DLCP_TX_S, HostCpu, host_cpu, rank_cpu
+from simulator.packet.runtime import PacketSimulationError, missing_reason
+from simulator.packet.topology import Port, tiny
+
+needs_ns3 = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
+
+
+def _rank(share: float, ended_s: float, totals: dict[str, int], wait: float | None) -> dict[str, Any]:
+    rank: dict[str, Any] = {"role": "worker", "cpu_share": share, "starvation": 0.9, "totals": totals,
+                            "records": [{"iteration": 0, "ended_s": ended_s / 2}, {"iteration": 1, "ended_s": ended_s}]}
+    if wait is not None:
+        rank["cpu_wait_share"] = wait
+    return rank
+
+
+def _sweep(folder: Path, runs: list[tuple[str, list[dict[str, Any]]]]) -> Path:
+    (folder / "runs").mkdir(parents=True)
+    for i, (config, ranks) in enumerate(runs):
+        record = {"run_id": f"{i:03d}", "scenario": "tcp", "config": config, "status": "ok",
+                  "jobs": {"1": {"ranks": {str(r): rank for r, rank in enumerate(ranks)}}}}
+        (folder / "runs" / f"{i:03d}.json").write_text(json.dumps(record))
+    (folder / "runs" / "999.json").write_text(json.dumps({"config": "dlcp", "status": "failed"}))
+    return folder
+
+
+def test_rank_cpu_is_cpu_seconds_over_packets_and_availability_its_share_of_runnable_time(tmp_path: Path) -> None:
+    dlcp = {"packets": 900, "retransmitted": 100, "received_packets": 1000}
+    folder = _sweep(tmp_path / "sweep", [
+        # 0.5 of a core over 8 s = 4 CPU s over 2,000 packets: 2 ms; ran 0.5 of 0.5 + 0.3.
+        ("dlcp", [_rank(0.5, 8.0, dlcp, 0.3), _rank(0.25, 8.0, dlcp, 0.25)]),  # 1 ms; 0.5
+        ("dlcp", [_rank(0.75, 8.0, dlcp, 0.05)]),  # 3 ms; 0.9375
+        # TCP: 1,448,000 bytes sent is 1,000 segments each way; 0.1 x 20 s = 2 CPU s: 1 ms.
+        ("ddp-tcp", [_rank(0.1, 20.0, {"bytes": 1_448_000}, None)]),
+    ])
+    found = rank_cpu(folder)
+    assert found["dlcp"].packet_s == pytest.approx(2e-3)  # median of 2, 1, 3 ms
+    assert found["dlcp"].availability == pytest.approx(0.625)  # median of 0.625, 0.5, 0.9375
+    assert found["dlcp"].ranks == 3
+    assert found["ddp-tcp"].packet_s == pytest.approx(1e-3)
+    assert found["ddp-tcp"].availability is None
+
+
+def test_host_cpu_sources_and_what_they_refuse(tmp_path: Path) -> None:
+    dlcp = {"packets": 1000, "retransmitted": 0, "received_packets": 1000}
+    old = _sweep(tmp_path / "old", [("dlcp", [_rank(0.5, 8.0, dlcp, None)])])  # 2 ms, no wait recorded
+    new = _sweep(tmp_path / "new", [("dlcp", [_rank(0.25, 8.0, dlcp, 0.25)])])  # 1 ms, availability 0.5
+    assert not host_cpu("none", "dlcp", "dlcp", None).active
+    run = host_cpu("run", "dlcp", "dlcp", new)
+    assert (run.tx_packet_s, run.rx_packet_s, run.availability) == pytest.approx((1e-3, 1e-3, 0.5))
+    assert run.wall_costs() == pytest.approx((2e-3, 2e-3, 0.0, 0.0))
+    bench = host_cpu("bench", "dlcp", "dlcp", new)
+    assert (bench.tx_packet_s, bench.rx_packet_s) == (BENCH_DLCP_TX_S, BENCH_DLCP_RX_S) == (2.4e-6, 2.53e-6)
+    borrowed = host_cpu("run", "dlcp", "dlcp", old, availability_from=new)
+    assert (borrowed.tx_packet_s, borrowed.availability) == pytest.approx((2e-3, 0.5))
+    assert "availability from new" in borrowed.source
+    with pytest.raises(PacketSimulationError, match="record no cpu_wait_share"):
+        host_cpu("run", "dlcp", "dlcp", old)
+    with pytest.raises(PacketSimulationError, match="no run of configuration 'p3-tcp'"):
+        host_cpu("run", "p3-tcp", "tcp", new)
+    with pytest.raises(PacketSimulationError, match="not one of"):
+        host_cpu("perf", "dlcp", "dlcp", new)
+    with pytest.raises(PacketSimulationError, match="availability in"):
+        HostCpu(1e-6, 1e-6, availability=0.0)
+
+
+@pytest.fixture(scope="module")
+def ns3():  # type: ignore[no-untyped-def]
+    from simulator.packet.runtime import load
+
+    return load()
+
+
+def _dlcp_message(ns3, cpu: HostCpu) -> list[int]:  # type: ignore[no-untyped-def]
+    """One 720-value (two-packet) DLCP message h1 -> h2 queued at t = 0; its completion at h2 (ns)."""
+    from simulator.packet.network import build
+
+    ns, gf = ns3
+    net = build(tiny(1e9, 1e8, 1e-6, Port(rate_bps=1e8, queue_packets=32)), host_cpu=cpu)
+    sender = gf.DlcpEndpoint(net.nodes["h1"], 40000, 16, 10.0, 64.0, 0.001, 0.05)
+    receiver = gf.DlcpEndpoint(net.nodes["h2"], 40000, 16, 10.0, 64.0, 0.001, 0.05)
+    done: list[int] = []
+
+    def received(src: int, msg: int, values: int, lost: int) -> None:
+        done.append(round(float(gf.NowSeconds()) * 1e9))
+
+    receiver.onReceived = received
+    dst = net.address("h2")
+    def send() -> None:  # kept alive in this frame: C++ holds the callable by pointer
+        sender.Send(1, dst, 720, 0, 0, 0.0, 0.0)
+
+    gf.ScheduleCall(0.0, send)
+    ns.Simulator.Stop(ns.Seconds(1))
+    ns.Simulator.Run()
+    ns.Simulator.Destroy()
+    return done
+
+
+@needs_ns3
+def test_dlcp_packets_wait_for_the_sending_and_receiving_cpu(ns3) -> None:  # type: ignore[no-untyped-def]
+    # No cost: data 0 reaches h2 at 12.016 + 1 + 120.16 + 1 = 134.176 us, data 1 at 254.336
+    # (behind it at the port), the probe at 259.296 us and completes the message.
+    assert _dlcp_message(ns3, HostCpu()) == [259_296]
+    # 0.5 / 1 ms of CPU per packet sent / received at availability 0.5: 1 / 2 ms of wall. The
+    # data leave h1 at 1 and 2 ms, the probe (no cost) behind the second; h2 takes data 0 in at
+    # 1.134176 + 2 = 3.134176 ms, data 1 (arrived at 2.134176) at 5.134176 ms, then the probe
+    # (arrived at 2.139136 ms): complete at 5.134176 ms.
+    costs = HostCpu(0.5e-3, 1e-3, availability=0.5)
+    assert _dlcp_message(ns3, costs) == [pytest.approx(5_134_176, abs=2)]
+    # A receiver's CPU per message: 0.25 ms more (0.5 ms of wall) after the message's last work.
+    costs = HostCpu(0.5e-3, 1e-3, rx_message_s=0.25e-3, availability=0.5)
+    assert _dlcp_message(ns3, costs) == [pytest.approx(5_634_176, abs=2)]
+
+
+def _one_bucket(numel: int) -> Any:
+    from simulator.packet.workload import Bucket, Workload
+
+    return Workload("one", (Bucket(0, numel, 0.002, 7),), forward_s=0.001, backward_s=0.002)
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_ring_of_two_steps_take_the_hand_computed_cpu_per_packet() -> None:
+    from simulator.packet import scenarios as sim
+    from simulator.packet.run import RunSettings, run
+
+    # tests/test_sim_packet_jobs.py's ring of two (100 Mbit/s links, one 782-byte data packet
+    # and its 62-byte probe per step: the data is in at 127.12 us, the probe at 132.08 us),
+    # with 100 / 200 us of CPU per packet sent / received at availability 0.5 (200 / 400 us of
+    # wall). A step: the data leaves after 200 us, is taken in 400 us after it arrived, the
+    # probe (in meanwhile) right after: 200 + 127.12 + 400 = 727.12 us. Iteration: 3 ms of
+    # compute and two steps.
+    topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
+    settings = RunSettings(_one_bucket(360), iterations=3, host_cpu=HostCpu(100e-6, 200e-6, availability=0.5))
+    record = run(topo, scenario, sim.configuration("qos"), settings)
+    for rank in ("0", "1"):
+        records = record["jobs"]["1"]["ranks"][rank]["records"]
+        assert [round(r["iteration_s"] * 1e9) for r in records] == [pytest.approx(3_000_000 + 2 * 727_120, abs=3)] * 3
+    cpu = record["simulation"]["host_cpu"]
+    # Six data packets sent and six received per host, two hosts.
+    assert (cpu["tx_busy_s"], cpu["rx_busy_s"]) == pytest.approx((12 * 200e-6, 12 * 400e-6))
+    assert cpu["availability"] == 0.5 and cpu["tx_packet_s"] == 100e-6
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_tcp_ring_steps_wait_for_each_segments_cpu() -> None:
+    from simulator.packet import scenarios as sim
+    from simulator.packet.run import RunSettings, run
+
+    # Ring of two over ns-3's TCP, steps of 1,800 values (7,200 bytes: 4.97 segments of 1,448).
+    # 1 ms of CPU per segment sent (a write of 5 segments, charged 5 ms before it goes) and
+    # 2 ms per 1,448 bytes read (9.945 ms for the step, charged as the bytes come in): a step
+    # takes at least 5 + 9.945 ms, and at most that plus its time on the wire and in TCP
+    # (7,200 bytes at 100 Mbit/s is 0.58 ms; under 2 ms with slow start's round trips).
+    topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
+    scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
+    settings = RunSettings(_one_bucket(3600), iterations=3, host_cpu=HostCpu(1e-3, 2e-3))
+    record = run(topo, scenario, sim.configuration("gloo"), settings)
+    step = 5e-3 + 7200 / 1448 * 2e-3
+    times = [r["iteration_s"] for r in record["jobs"]["1"]["ranks"]["0"]["records"]]
+    assert len(times) == 3 and all(0.003 + 2 * step - 1e-6 <= t <= 0.003 + 2 * (step + 0.002) for t in times)
+    cpu = record["simulation"]["host_cpu"]
+    # Per host: 3 iterations x 2 steps of 5 segments written and 7,200 bytes read.
+    assert (cpu["tx_busy_s"], cpu["rx_busy_s"]) == pytest.approx((2 * 6 * 5e-3, 2 * 6 * 7200 / 1448 * 2e-3))
