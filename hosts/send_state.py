@@ -14,6 +14,28 @@ from hosts.wire import Flags
 
 
 @dataclass
+class SendTiming:
+    """Where one message's time went (monotonic seconds; 0.0: never happened). The waits
+    are summed over the sender's loop: for window room (packets pending, the window full),
+    for answers (nothing it may send), and held on purpose (reorder allowances before a
+    final or confirming probe)."""
+
+    created: float = 0.0  # the sender began (its thread picked the message up)
+    first_sent: float = 0.0
+    last_sent: float = 0.0
+    completed: float = 0.0  # the first answer saying the receiver holds the message
+    last_answer: float = 0.0
+    ended: float = 0.0
+    room_wait_s: float = 0.0
+    answer_wait_s: float = 0.0
+    held_s: float = 0.0
+    cwnd_start: float = 0.0  # the endpoint's window when the sender began and ended
+    cwnd_end: float = 0.0
+    finals: int = 0  # last-flagged probes over the whole message (within the bound, not complete)
+    confirms: int = 0  # confirmations of loss over the bound before a new round
+
+
+@dataclass
 class SendReport:
     """What sending one message took."""
 
@@ -35,6 +57,7 @@ class SendReport:
     #: of `missing`, the elements of a message whose final holdings the receiver's answers did
     #: not show (they were lost or late): the receiver zero-filled at most these
     unconfirmed: int = 0
+    timing: SendTiming | None = None
 
     @property
     def loss_rate(self) -> float:

@@ -43,7 +43,7 @@ from hosts.messages import MessageKey, within_bound
 from hosts.pacing import RttEstimator, Window
 from hosts.packetize import PacketBatch
 from hosts.receiver import Address
-from hosts.send_state import ChunkWait, Pending, SendReport
+from hosts.send_state import ChunkWait, Pending, SendReport, SendTiming
 from hosts.wire import BITMAP_BITS_PER_PACKET, HEADER_STRUCT, VERSION, Flags, MsgType, probe_capacity, probe_length
 
 
@@ -137,6 +137,7 @@ class MessageSender:
         self.confirming: set[int] = set()
         self.rounds = self.retransmitted = self.probes = self.echoes = self.timeouts = self.chunk_count = 0
         self.started = self.last_sent = time.monotonic()
+        self.timing = SendTiming(created=self.started, cwnd_start=endpoint.window.cwnd)
         self.shown_missing = np.zeros(self.n, dtype=bool)  # an answer showed it missing at least once
         self.resent = np.zeros(self.n, dtype=bool)
         self.confirmed_lost = np.zeros(self.n, dtype=bool)
@@ -175,6 +176,7 @@ class MessageSender:
                 self._sleep()
         finally:
             self._release_all()
+        self.timing.ended, self.timing.cwnd_end = time.monotonic(), self.ep.window.cwnd
         lost = ~self.received
         missing = int(self.counts[lost].sum())
         exact = bool(self.received.all()) or (self.complete and not self.chunks)
@@ -187,7 +189,7 @@ class MessageSender:
             chunks=self.chunk_count, lost_by_class=by_class,
             eligible_elements=int(self.counts[self.batch.eligible].sum()),
             reordered=int((self.shown_missing & self.received & ~self.resent).sum()),
-            unconfirmed=0 if exact else missing,
+            unconfirmed=0 if exact else missing, timing=self.timing,
         )
 
     def _fill(self) -> None:
@@ -213,7 +215,8 @@ class MessageSender:
                 self.retransmitted += again.size  # counted when sent again, not when queued
             self.sent_once[packets] = True
             ep._transmit(self.batch, packets, self.dest)
-            self.last_sent = time.monotonic()
+            self.last_sent = self.timing.last_sent = time.monotonic()
+            self.timing.first_sent = self.timing.first_sent or self.last_sent
             self._open(lo, hi - lo + 1, packets, last=False)
 
     def _take(self, grant: int) -> np.ndarray:
@@ -290,8 +293,10 @@ class MessageSender:
                 self.held_probe_sent = max(self.held_probe_sent, sent_at)
             newly = int((wait.bits & ~self.received[lo:hi] & self.sent_once[lo:hi]).sum())
             self.received[lo:hi] |= wait.bits
+        self.timing.last_answer = wait.answered
         if wait.complete:
             self.complete = True
+            self.timing.completed = self.timing.completed or wait.answered
         missing = chunk.packets[~self.received[chunk.packets]]
         lost = int(self.counts[missing].sum())
         self.round_lost += lost
@@ -398,14 +403,18 @@ class MessageSender:
                 wait = self.last_sent + self._reorder_allowance() - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+                    self.timing.held_s += wait
                 self.last_sent = time.monotonic()  # the next ask gives the data another allowance
             self.finals += 1
+            self.timing.finals += 1
             self._probe_missing(np.arange(self.n))
             return False
         if self.confirms < self.ep.max_confirms and (self.confirms == 0 or missing < self.confirm_missing):
             self.confirms += 1
             self.confirm_missing = missing
+            self.timing.confirms += 1
             time.sleep(self.ep.reorder_grace)
+            self.timing.held_s += self.ep.reorder_grace
             self._probe_missing(np.flatnonzero(~self.received))
             return False
         self._new_round(cut=not self.cut_this_round)
@@ -459,6 +468,11 @@ class MessageSender:
                 ep._wait_room(self._wake, self.prio)
             self._wake.wait(min(max(timeout, 0.0), 0.05))
             ep._room_wait_done(self._wake)
+        waited = time.monotonic() - now
+        if self.pending:
+            self.timing.room_wait_s += waited
+        else:
+            self.timing.answer_wait_s += waited
 
     def _release_all(self) -> None:
         ep = self.ep

@@ -189,6 +189,7 @@ class TraceRank:
         self.errors: list[BaseException] = []
         self.origin = time.perf_counter()
         self.masks: Any = None  # experiments.trace_masks.MaskRecorder of a DLCP ring
+        self.timing: Any = None  # experiments.training.trace_timing.TimingLog (GRADFABRIC_TRACE_TIMING)
 
     def _event(self, iteration: int, layer: int) -> threading.Event:
         with self.lock:
@@ -219,6 +220,9 @@ class TraceRank:
                         complete = left[seg.layer_index] == 0
                     if complete:
                         self._layer_arrived(flight.iteration, seg.layer_index)
+                if self.timing is not None:
+                    self.timing.transfer(flight.iteration, flight.transfer, flight.started,
+                                         [f.result() for f in flight.futures])
         except BaseException as exc:  # raised in the main loop
             self.errors.append(exc)
         self.done_queue.put(flight)
@@ -495,7 +499,14 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         grads = GradientSource([l.numel for l in trace.layers], load_pool(), seed=job.seed, rank=rank)
         worker = TraceRank(job, trace, rank, collective, grads)
         worker.masks = masks
-        records = []
+        records: list[dict[str, Any]] = []
+        if job.comm == "dlcp" and not ps:
+            from experiments.training.trace_timing import open_log
+
+            worker.timing = open_log(job.job_id, rank, endpoint, worker.origin)
+            if worker.timing is not None:
+                worker.timing.records = records
+                closers.append(worker.timing)
         for it in range(job.iterations):
             rec = worker.run_iteration(it)
             records.append(rec)
