@@ -12,7 +12,10 @@ switches act on:
 
 Two collectives: ``ring`` (:class:`hosts.ring.RingAllReduce`) and ``star`` (rank 0
 aggregates: every other rank sends its bucket to rank 0, which sends the mean back; a
-parameter server placed on rank 0, the incast pattern). The hook is asynchronous: buckets
+parameter server placed on rank 0, the incast pattern). Either way what arrives goes straight
+into the bucket (added as it arrives, or placed), as gloo reduces in place; rank 0 of the star
+adds the other ranks' values in the order their packets arrive, so the last bit of a sum may
+differ between runs (never between ranks: they all take rank 0's). The hook is asynchronous: buckets
 are handed to `in_flight` sender threads and DDP gets a future, so several buckets (layers)
 travel at once, as in wait-free backpropagation, and a switch's layer priorities have
 something to reorder. The process group (e.g. gloo) is used once, to exchange addresses::
@@ -142,15 +145,23 @@ class DlcpHookState:
         in, parameter messages out; message ``iteration`` = iteration * MAX_PARTS + part)."""
         wire_it = iteration * MAX_PARTS + part
         job = self.endpoint.job_id
+        reassembler = self.endpoint.reassembler
         sends: list[SendReport] = []
         lost = reduced = 0
-        if self.rank == 0:  # sums into the bucket itself, sends the mean to every rank at once
+        if self.rank == 0:  # sums into the bucket itself (as the values arrive), sends the mean to every rank
             total = values
-            for r in range(1, self.world):
-                got = self.endpoint.take(MessageKey(job, r, wire_it, tensor_id, MsgType.GRADIENT), self.timeout_s)
-                total += got.values
-                lost += got.values.size - got.received
-                reduced += got.values.size
+            keys = [MessageKey(job, r, wire_it, tensor_id, MsgType.GRADIENT) for r in range(1, self.world)]
+            for key in keys:
+                reassembler.expect(key, total, add=True)
+            try:
+                for key in keys:
+                    got = self.endpoint.take(key, self.timeout_s)
+                    if not np.shares_memory(got.values, total):  # its first packet came before expect()
+                        total += got.values
+                    lost += got.values.size - got.received
+                    reduced += got.values.size
+            finally:
+                reassembler.unexpect(keys)
             total /= self.world
             pending = [self.endpoint.send_async(self.peers[r], total, copy=False, kind=MsgType.PARAMETER,
                                                 tensor_id=tensor_id, iteration=wire_it, **options)
@@ -160,8 +171,13 @@ class DlcpHookState:
         else:
             sends.append(self.endpoint.send(self.peers[0], values, kind=MsgType.GRADIENT, tensor_id=tensor_id,
                                             iteration=wire_it, **options))
-            got = self.endpoint.take(MessageKey(job, 0, wire_it, tensor_id, MsgType.PARAMETER), self.timeout_s)
-            result = got.values
+            key = MessageKey(job, 0, wire_it, tensor_id, MsgType.PARAMETER)
+            # The mean is placed in the bucket itself: rank 0 sends it only once it holds this rank's bucket.
+            reassembler.expect(key, values)
+            try:
+                result = self.endpoint.take(key, self.timeout_s).values
+            finally:
+                reassembler.unexpect([key])
         self._account(sends, lost, reduced)
         return result
 

@@ -8,7 +8,8 @@
  * gfh_runs:  where the run of data packets of one message from one source ends.
  * gfh_classes: the magnitude class of each packet's values, in one pass.
  * gfh_place: checks a run's packets (bounds, length, duplicates) and places their values
- *            into the message's arrays, stopping when the message is complete.
+ *            into the message's arrays (or adds them to what the array holds), stopping
+ *            when the message is complete.
  * Protocol decisions (windows, probes, bounds, membership) stay in Python.
  */
 #define _GNU_SOURCE
@@ -253,11 +254,23 @@ int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const
 /* Result slots of gfh_place. */
 enum { R_USED, R_DATA, R_DUP, R_OOB, R_PAYLOAD, R_RECEIVED, R_OTHER, R_SLOTS };
 
+/* values[0..n) += src[0..n), float32 (no alignment assumed; vectorised by the compiler). */
+static void add_f32(uint8_t *values, const uint8_t *src, uint32_t n) {
+    for (uint32_t e = 0; e < n; e++) {
+        float a, b;
+        memcpy(&a, values + (size_t)e * 4, 4);
+        memcpy(&b, src + (size_t)e * 4, 4);
+        a += b;
+        memcpy(values + (size_t)e * 4, &a, 4);
+    }
+}
+
 /* Check packets i..n of a run of `tensor_len` elements and place them. values/have/seqs NULL:
  * stop at the first packet that passes the packet checks (R_USED tells which) without using
  * it. mode 1: every packet passing the checks is counted in R_OTHER (late, inconsistent...).
- * Otherwise place, and stop after the packet that completes the message (received ==
- * tensor_len). res[R_USED] is the index after the last packet looked at. */
+ * Otherwise place (mode 0) or add to what `values` holds (mode 2), each element once (the
+ * first packet that brings it), and stop after the packet that completes the message
+ * (received == tensor_len). res[R_USED] is the index after the last packet looked at. */
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
                uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res) {
     for (int k = 0; k < R_SLOTS; k++) res[k] = 0;
@@ -286,12 +299,18 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
         seqs[seq] = 1;
         const uint8_t *src = p + HDR;
         if (memchr(have + offset, 1, count) == NULL) {
-            memcpy(values + (size_t)offset * 4, src, (size_t)count * 4);
+            if (mode == 2)
+                add_f32(values + (size_t)offset * 4, src, count);
+            else
+                memcpy(values + (size_t)offset * 4, src, (size_t)count * 4);
             res[R_RECEIVED] += count;
         } else {
             for (uint32_t e = 0; e < count; e++) {
                 if (!have[offset + e]) {
-                    memcpy(values + (size_t)(offset + e) * 4, src + (size_t)e * 4, 4);
+                    if (mode == 2)
+                        add_f32(values + (size_t)(offset + e) * 4, src + (size_t)e * 4, 1);
+                    else
+                        memcpy(values + (size_t)(offset + e) * 4, src + (size_t)e * 4, 4);
                     res[R_RECEIVED]++;
                 }
             }

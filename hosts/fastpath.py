@@ -18,7 +18,7 @@ packet by packet.
   other route gets one datagram per packet, so frames that reach a switch stay within the MTU.
 * :class:`BatchReceiver` reads up to 64 datagrams per ``recvmmsg`` with their IP TOS bytes
   and GRO segment sizes, lists their packets, finds runs of one message's data and places a
-  run's values into the message's arrays (:meth:`Reassembler.handle_run
+  run's values into the message's arrays, or adds them to what the array holds (:meth:`Reassembler.handle_run
   <hosts.receiver.Reassembler.handle_run>` decides everything else).
 """
 
@@ -68,6 +68,8 @@ UDP_GRO = 104
 GSO_PACKETS = 44
 #: Result slots of gfh_place.
 R_USED, R_DATA, R_DUP, R_OOB, R_PAYLOAD, R_RECEIVED, R_OTHER = range(7)
+#: Modes of gfh_place: place the values, count the packets as unusable, add the values.
+PLACE, COUNT_OTHER, ADD = 0, 1, 2
 
 
 class FastPathError(RuntimeError):
@@ -357,7 +359,7 @@ class BatchReceiver:
 
     def place(self, i: int, n: int, tensor_len: int, arrays: tuple[Any, Any, Any] | None, received: int,
               mode: int) -> np.ndarray:
-        """gfh_place over packets i..n; the result slots (R_*)."""
+        """gfh_place over packets i..n in `mode` (PLACE, COUNT_OTHER or ADD); the result slots (R_*)."""
         c = self._c
         ffi = self.nat.ffi
         values, have, seqs = arrays if arrays is not None else (ffi.NULL, ffi.NULL, ffi.NULL)

@@ -14,7 +14,10 @@ of the message's next bitmap answer, so the sender's window shrinks before the s
 to drop.
 A tensor may be sent in parts (each part its own probe); sequence numbers are unique per
 tensor, so the parts share one assembly. Lost gradient values are zero; lost parameter
-values keep what ``prior(key)`` returned (the previous iteration's values). Anything
+values keep what ``prior(key)`` returned (the previous iteration's values). A message may be
+rebuilt in its caller's array (:meth:`Reassembler.expect`), or added into it: each value that
+arrives is then added, once, to what the array holds, and a value lost leaves it as it was (a
+reduce step's sum without that value, as a zero-filled message added to it would). Anything
 malformed or unexpected is counted by reason and dropped: nothing in a packet can make it
 write outside a tensor, and the memory held by incomplete messages is bounded (the oldest
 are given up first).
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from hosts.fastpath import ADD, COUNT_OTHER, PLACE
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
 from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags,
                         MsgType, pack_bitmap, probe_capacity)
@@ -77,20 +81,24 @@ class ReceiverStats:
 class Assembly:
     """A message being rebuilt."""
 
-    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs")
+    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs", "add", "fill")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
-                 out: np.ndarray | None = None, maps: tuple[bytearray, bytearray] | None = None) -> None:
-        """`out`: the array to rebuild the message in (its caller's memory), when it fits.
+                 out: np.ndarray | None = None, maps: tuple[bytearray, bytearray] | None = None,
+                 add: bool = False) -> None:
+        """`out`: the array to rebuild the message in (its caller's memory), when it fits;
+        `add`: add the values that arrive to what `out` holds instead (`initial` unused).
         `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs` (zeroed here)."""
         self.key = key
         fits = initial is not None and initial.size == tensor_len
+        self.add = False
+        #: What the elements that never arrived get at completion (None: they hold it already).
+        self.fill: np.ndarray | float | None = None
         if out is not None and out.size == tensor_len and out.dtype == _F32 and out.flags.c_contiguous:
             self.values = out.reshape(-1)
-            if fits:
-                self.values[:] = np.asarray(initial, dtype=_F32).reshape(-1)
-            else:
-                self.values.fill(0)
+            self.add = add
+            if not add:  # lost values are set at completion, so nothing is written twice
+                self.fill = np.asarray(initial, dtype=_F32).reshape(-1) if fits else 0.0
         elif fits:
             assert initial is not None
             self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
@@ -143,7 +151,7 @@ class Reassembler:
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
         self._done_bits: dict[MessageKey, np.ndarray] = {}  # packets a message completed with, if not all
-        self._into: OrderedDict[MessageKey, np.ndarray] = OrderedDict()  # where expected messages go
+        self._into: OrderedDict[MessageKey, tuple[np.ndarray, bool]] = OrderedDict()  # where expected ones go
 
     @property
     def open_messages(self) -> int:
@@ -191,13 +199,24 @@ class Reassembler:
             return self._drop(DropReason.UNEXPECTED)
         return self._drop(DropReason.BAD_TYPE)
 
-    def expect(self, key: MessageKey, out: np.ndarray) -> None:
+    def expect(self, key: MessageKey, out: np.ndarray, add: bool = False) -> None:
         """Rebuild message `key` in `out` (a contiguous float32 array of its length) instead of
         new memory, if its first packet arrives after this call; the delivered values are then
-        `out` itself. Lost elements are 0 (or the prior's) in `out` too."""
-        self._into[key] = out
+        `out` itself. Lost elements are 0 (or the prior's) in `out` too, written at completion.
+
+        `add`: add each value that arrives to what `out` holds (once, however often its packet
+        comes); a lost value leaves `out` as it was. `out` must not change otherwise until the
+        message is delivered (or :meth:`unexpect`), and such a message is never given up to
+        make room (the memory is the caller's; giving it up would add its values twice)."""
+        self._into[key] = (out, add)
         while len(self._into) > 4096:  # expectations never met (a peer gone) do not pile up
             self._into.popitem(last=False)
+
+    def unexpect(self, keys: list[MessageKey]) -> None:
+        """Forget the expectations of `keys` whose first packet has not arrived (a message
+        already open keeps its array)."""
+        for key in keys:
+            self._into.pop(key, None)
 
     def handle_run(self, rx: Any, i: int, j: int, source: Address, ce: int = 0) -> list[Delivered]:
         """Packets ``i .. j-1`` of the batch receiver `rx` (:class:`hosts.fastpath.BatchReceiver`):
@@ -225,7 +244,7 @@ class Reassembler:
                       DropReason.TOO_LARGE if tensor_len > self.max_open_elements else None)
             asm = self._open.get(key) if reject is None else None
             if reject is None and asm is None:  # allocate only for a packet that passes the checks
-                k = self._place_counts(rx.place(k, j, tensor_len, None, 0, 0))
+                k = self._place_counts(rx.place(k, j, tensor_len, None, 0, PLACE))
                 if k >= j:
                     break
                 asm = self._assembly(key, tensor_len, source)
@@ -233,7 +252,7 @@ class Reassembler:
             if asm is not None and asm.values.size != tensor_len:
                 reject = DropReason.INCONSISTENT
             if reject is not None:
-                res = rx.place(k, j, tensor_len, None, 0, 1)
+                res = rx.place(k, j, tensor_len, None, 0, COUNT_OTHER)
                 self._place_counts(res)
                 self.stats.drops[reject.value] += int(res[6])
                 if reject is DropReason.LATE:
@@ -242,7 +261,7 @@ class Reassembler:
             assert asm is not None
             if asm.cptrs is None:
                 asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
-            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, 0)
+            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, ADD if asm.add else PLACE)
             k = self._place_counts(res)
             self.stats.data_packets += int(res[1])
             self.stats.duplicates += int(res[2])
@@ -297,12 +316,19 @@ class Reassembler:
         end = offset + count
         have = asm.have
         if have.find(1, offset, end) < 0:  # the usual case: nothing of it arrived yet
-            asm.raw[offset * 4:end * 4] = data[HEADER_LEN:]
+            if asm.add:
+                asm.values[offset:end] += np.frombuffer(data, _F32, count, HEADER_LEN)
+            else:
+                asm.raw[offset * 4:end * 4] = data[HEADER_LEN:]
             asm.received += count
         else:  # overlaps elements that arrived in another packet: keep those
             fresh = np.frombuffer(have, np.uint8, count, offset) == 0
             values = np.frombuffer(data, _F32, count, HEADER_LEN)
-            asm.values[offset:end][fresh] = values[fresh]
+            target = asm.values[offset:end]
+            if asm.add:
+                target[fresh] += values[fresh]
+            else:
+                target[fresh] = values[fresh]
             asm.received += int(fresh.sum())
         have[offset:end] = _ONES[:count]
         if asm.received == tensor_len:
@@ -317,17 +343,19 @@ class Reassembler:
             self._drop(DropReason.TOO_LARGE)
             return None
         # Make room by giving up the oldest incomplete messages (their sender is gone or
-        # will probe again and start over).
-        while self._open and (len(self._open) >= self.max_open
-                              or self._open_elements + tensor_len > self.max_open_elements):
-            oldest = next(iter(self._open))
+        # will probe again and start over), but none being added into its caller's array.
+        while len(self._open) >= self.max_open or self._open_elements + tensor_len > self.max_open_elements:
+            oldest = next((k for k, a in self._open.items() if not a.add), None)
+            if oldest is None:
+                break
             self._open_elements -= self._open.pop(oldest).values.size
             self.stats.evicted += 1
         initial = self.prior(key) if (self.prior is not None and key.kind == MsgType.PARAMETER) else None
         maps = next((m for m in self._spare_maps if len(m[0]) == tensor_len), None)
         if maps is not None:
             self._spare_maps.remove(maps)
-        asm = Assembly(key, tensor_len, initial, source, self._into.pop(key, None), maps)
+        out, add = self._into.pop(key, (None, False))
+        asm = Assembly(key, tensor_len, initial, source, out, maps, add)
         self._open[key] = asm
         self._open_elements += tensor_len
         return asm
@@ -404,6 +432,9 @@ class Reassembler:
         self._open_elements -= asm.values.size
         self._done[asm.key] = (asm.values.size, asm.source)
         if asm.received < asm.values.size:  # keep what it completed with, for later probes (packed)
+            if asm.fill is not None:  # the values that never arrived: 0, or the prior's
+                lost = np.frombuffer(asm.have, np.uint8, asm.values.size) == 0
+                asm.values[lost] = asm.fill if isinstance(asm.fill, float) else asm.fill[lost]
             top = asm.seqs.rfind(1) + 1
             self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top), bitorder="little")
         while len(self._done) > self.done_memory:

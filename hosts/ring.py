@@ -6,6 +6,11 @@ all-gather: in N-1 more steps the fully reduced chunks travel round the ring. Re
 chunks are gradient messages (zero-filled where lost); all-gather chunks are parameter
 messages (stricter bound; lost values keep the previous all-reduce's result).
 
+Received chunks go straight into the rank's tensor: a reduce-scatter chunk is added into it
+as its packets arrive (each value once; a lost one contributes nothing, as a zero would), an
+all-gather chunk is placed there (:meth:`hosts.receiver.Reassembler.expect`), so no chunk is
+copied or added a second time, unless its first packet came before the all-reduce began.
+
 Each step is a message of its own: the header's ``iteration`` field carries
 ``(iteration * MAX_PARTS + part) * 2 * (N - 1) + step`` (``part`` numbers the all-reduces of
 one iteration that share a tensor id) so that no two chunks share a message identity (the
@@ -115,12 +120,18 @@ class RingAllReduce:
             raise TransportError(f"iteration {iteration} is too large for the ring's message numbering")
         sends: list[Future[SendReport]] = []
         job = self.endpoint.job_id
-        for step in range(self.size - 1, self.steps):  # all-gather chunks are rebuilt in place
-            s = step - (self.size - 1)
-            recv_c = (self.rank - s) % self.size
+        reassembler = self.endpoint.reassembler
+        expected = []
+        for step in range(self.steps):  # reduce chunks are added into buf, all-gather chunks placed there
+            gather = step >= self.size - 1
+            s = step - (self.size - 1) if gather else step
+            recv_c = (self.rank - s) % self.size if gather else (self.rank - s - 1) % self.size
             if b[recv_c + 1] > b[recv_c]:
-                self.endpoint.reassembler.expect(MessageKey(job, self.left_rank, base + step, tensor_id,
-                                                            MsgType.PARAMETER), buf[b[recv_c]:b[recv_c + 1]])
+                key = MessageKey(job, self.left_rank, base + step, tensor_id,
+                                 MsgType.PARAMETER if gather else MsgType.GRADIENT)
+                # A reduce chunk is sent (at the next step) only once its sum is complete.
+                reassembler.expect(key, buf[b[recv_c]:b[recv_c + 1]], add=not gather)
+                expected.append(key)
         try:
             for step in range(self.steps):
                 gather = step >= self.size - 1
@@ -145,10 +156,12 @@ class RingAllReduce:
                     else:
                         report.lost_elements += got.values.size - got.received
                         report.received_elements += got.values.size
-                        buf[b[recv_c]:b[recv_c + 1]] += got.values
+                        if not np.shares_memory(got.values, buf):  # else it was added as it arrived
+                            buf[b[recv_c]:b[recv_c + 1]] += got.values
                         if average and step == self.size - 2:  # this rank's chunk is complete: its
                             buf[b[recv_c]:b[recv_c + 1]] /= self.size  # mean is what the gather sends
         finally:
+            reassembler.unexpect(expected)  # met, or (when a step failed) never to be met
             report.sends = [f.result() for f in sends]
         if self.endpoint.bounds.get(MsgType.PARAMETER, 0.0) > 0:  # lost values then keep these
             self.previous[(tensor_id, part)] = buf.copy()

@@ -169,6 +169,44 @@ def test_ring_all_gather_loss_keeps_the_previous_result(average: bool) -> None:
             e.close()
 
 
+def test_ring_reduce_adds_each_value_once_and_a_lost_one_not_at_all() -> None:
+    # Reduce-scatter chunks are added into the rank's tensor as their packets arrive: every
+    # reduce packet from rank 0 reaches rank 1 twice, and one is lost within the bound.
+    bounds = {MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.0}
+    endpoints = [Endpoint(worker_id=r, bounds=bounds) for r in range(3)]
+    steps = 2 * (3 - 1)
+
+    def twice_but_lose_one(h: Header, data: bytes) -> int:
+        if h.msg_type != MsgType.GRADIENT:
+            return 1
+        return 0 if (h.iteration % steps == 0 and h.seq == 2 and not h.flags & Flags.RETRANSMIT) else 2
+
+    try:
+        with Relay(endpoints[1].address, twice_but_lose_one) as relay:
+            peers = [e.address for e in endpoints]
+            rings = [RingAllReduce(e, r, [peers[0], relay.address, peers[2]] if r == 0 else peers)
+                     for r, e in enumerate(endpoints)]
+            data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
+            with ThreadPoolExecutor(3) as pool:
+                results = [f.result(timeout=30) for f in
+                           [pool.submit(rings[r].allreduce, data[r], iteration=0) for r in range(3)]]
+        assert relay.stats.dropped == 1 and relay.stats.duplicated > 0
+        gone = next(h for h in relay.stats.seen if twice_but_lose_one(h, b"") == 0)
+        # rank 0's first step carries its chunk 0 (elements 0..9,999) to rank 1, which adds it to
+        # its own; rank 2 adds its own to that sum: the lost values lack rank 0's share only
+        lost = np.zeros(30_000, bool)
+        lost[gone.offset:gone.offset + gone.count] = True
+        expected = np.sum(data, axis=0, dtype=np.float64)
+        expected[lost] -= data[0][lost]
+        assert results[1][1].lost_elements == gone.count
+        for values, _report in results:
+            np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(values, results[0][0])
+    finally:
+        for e in endpoints:
+            e.close()
+
+
 def test_a_failed_all_reduce_makes_close_end_the_others_at_once() -> None:
     # Rank 1 is alive (its endpoint answers keep-alives) but never takes part, so rank 0's
     # all-reduce of tensor 1 waits for its chunk for as long as rank 1 lives. A second

@@ -20,11 +20,11 @@ import pytest
 from hosts.auth import Signer
 from hosts.endpoint import Endpoint
 from hosts.fastpath import BatchReceiver, native
-from hosts.messages import Delivered
+from hosts.messages import Delivered, MessageKey
 from hosts.packetize import magnitude_classes, packetize
 from hosts.receiver import Reassembler
 from hosts.relay import Relay, random_impairment
-from hosts.wire import HEADER_LEN, Header, MsgType, pack_header
+from hosts.wire import HEADER_LEN, Flags, Header, MsgType, pack_header
 
 NAT = native()
 pytestmark = pytest.mark.skipif(NAT is None, reason="the C data path cannot be built here (hosts.fastpath log)")
@@ -83,8 +83,9 @@ def _stream(seed: int) -> list[tuple[bytes, tuple[str, int], int]]:
     return out
 
 
-def _python(stream: list[tuple[bytes, tuple[str, int], int]]) -> tuple[Reassembler, list[Delivered], list[bytes]]:
-    r = Reassembler(job_id=1, bounds=BOUNDS)
+def _python(stream: list[tuple[bytes, tuple[str, int], int]],
+            r: Reassembler | None = None) -> tuple[Reassembler, list[Delivered], list[bytes]]:
+    r = r or Reassembler(job_id=1, bounds=BOUNDS)
     delivered: list[Delivered] = []
     replies: list[bytes] = []
     for data, source, tos in stream:
@@ -94,10 +95,11 @@ def _python(stream: list[tuple[bytes, tuple[str, int], int]]) -> tuple[Reassembl
     return r, delivered, replies
 
 
-def _batched(stream: list[tuple[bytes, tuple[str, int], int]]) -> tuple[Reassembler, list[Delivered], list[bytes]]:
+def _batched(stream: list[tuple[bytes, tuple[str, int], int]],
+             r: Reassembler | None = None) -> tuple[Reassembler, list[Delivered], list[bytes]]:
     assert NAT is not None
     rx = BatchReceiver(NAT, None)
-    r = Reassembler(job_id=1, bounds=BOUNDS)
+    r = r or Reassembler(job_id=1, bounds=BOUNDS)
     delivered: list[Delivered] = []
     replies: list[bytes] = []
     for start in range(0, len(stream), 700):  # batches, as recvmmsg hands them over
@@ -131,6 +133,48 @@ def test_batched_runs_count_drop_and_place_as_packet_by_packet(seed: int) -> Non
         np.testing.assert_array_equal(a.values, b.values)
     assert {k: (a.values.size, a.received) for k, a in slow._open.items()} == \
         {k: (a.values.size, a.received) for k, a in fast._open.items()}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_values_added_into_the_callers_array_once_each_and_lost_ones_not_at_all(seed: int) -> None:
+    """A message added into its caller's array (``expect(..., add=True)``, the ring's reduce
+    step): every packet comes twice in a shuffled order, an odd packet brings elements of two
+    others first, two packets are lost (within the bound) and copies come after completion.
+    Both receivers must add each value that arrived exactly once, to what the array held, and
+    leave the lost ones as they were."""
+    rng = random.Random(seed)
+    n = 5_000
+    values = np.random.default_rng(seed).standard_normal(n, dtype=np.float32)
+    local = np.random.default_rng(seed + 50).standard_normal(n, dtype=np.float32)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=4, iteration=seed, count=100)
+    packets = [batch.packet(i) for i in range(len(batch))]
+    lost_packets = rng.sample(range(3, len(packets)), 2)  # 200 of 5,000 values: within the 5 % bound
+    arrived = np.ones(n, bool)
+    for i in lost_packets:
+        arrived[i * 100:(i + 1) * 100] = False
+    overlap = pack_header(Header(msg_type=MsgType.GRADIENT, flags=0, job_id=1, worker_id=1, tensor_id=4,
+                                 iteration=seed, offset=150, tensor_len=n, count=100, mag_class=128, prio_hint=0,
+                                 seq=len(packets) + 5)) + values[150:250].tobytes()  # halves of packets 1 and 2
+    copies = [p for i, p in enumerate(packets) if i not in lost_packets] * 2
+    rng.shuffle(copies)
+    probe = pack_header(Header(msg_type=MsgType.PROBE, flags=Flags.LAST, job_id=1, worker_id=1, tensor_id=4,
+                               iteration=seed, offset=0, tensor_len=n, count=9, mag_class=0, prio_hint=0,
+                               seq=len(packets)))
+    stream = [(p, A, 2) for p in [overlap, *copies, probe, *packets[:5]]]
+    key = MessageKey(1, 1, seed, 4, MsgType.GRADIENT)
+    outs = []
+    for run in (_python, _batched):
+        out = local.copy()
+        r = Reassembler(job_id=1, bounds=BOUNDS)
+        r.expect(key, out, add=True)
+        _, delivered, _ = run(stream, r)
+        assert [d.key for d in delivered] == [key], run.__name__
+        assert np.shares_memory(delivered[0].values, out) and delivered[0].received == int(arrived.sum())
+        assert r.stats.duplicates == len(copies) // 2 + 5  # the second copies and the late ones
+        np.testing.assert_array_equal(out[arrived], local[arrived] + values[arrived])
+        np.testing.assert_array_equal(out[~arrived], local[~arrived])
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 def test_magnitude_classes_in_c_match_numpy() -> None:

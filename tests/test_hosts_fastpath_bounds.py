@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from hosts.endpoint import Endpoint
-from hosts.fastpath import R_RECEIVED, R_USED, BatchReceiver, BatchSender, native
+from hosts.fastpath import ADD, PLACE, R_RECEIVED, R_USED, BatchReceiver, BatchSender, native
 from hosts.packetize import packetize
 from hosts.wire import HEADER_LEN, MsgType
 
@@ -50,8 +50,10 @@ def _header(offset: int, count: int, seq: int, tensor_len: int) -> bytes:
             + tensor_len.to_bytes(4, "big") + count.to_bytes(2, "big") + bytes(2) + seq.to_bytes(4, "big"))
 
 
+@pytest.mark.parametrize("mode", [PLACE, ADD])
 @pytest.mark.parametrize("seed", range(4))
-def test_place_writes_only_inside_the_message_whatever_the_headers_say(seed: int) -> None:
+def test_place_writes_only_inside_the_message_whatever_the_headers_say(seed: int, mode: int) -> None:
+    """Placing and adding (into zeros, so the outcome is the same) check the same bounds."""
     assert NAT is not None
     rng = random.Random(seed)
     tensor_len = rng.randint(1, 40)
@@ -75,7 +77,7 @@ def test_place_writes_only_inside_the_message_whatever_the_headers_say(seed: int
     got, seen, received, i = np.zeros(tensor_len, dtype=bool), set(), 0, 0
     oob = payload_bad = dup = 0
     while i < n:
-        res = rx.place(i, n, tensor_len, arrays, received, 0).copy()
+        res = rx.place(i, n, tensor_len, arrays, received, mode).copy()
         # the same checks, worked out here packet by packet
         stop = i
         for k in range(i, n):

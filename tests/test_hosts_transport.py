@@ -208,6 +208,28 @@ def test_an_expected_message_is_rebuilt_in_the_callers_array() -> None:
     assert np.all(out[lost] == 0)  # lost values are 0 there too, not what the array held
 
 
+def test_a_message_added_into_the_callers_array_is_never_given_up_for_room() -> None:
+    """Giving up a message being added into its caller's array would add its values twice
+    when the sender starts it over; other messages are given up instead (or none)."""
+    r = Reassembler(job_id=1, bounds=BOUNDS, max_open=1)
+    src = ("127.0.0.1", 1)
+    values, local = tensor(1_000, 1), tensor(1_000, 2)
+    added = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2, iteration=0, count=100)
+    other = packetize(tensor(1_000, 3), kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2, iteration=1,
+                      count=100)
+    out = local.copy()
+    r.expect(MessageKey(1, 4, 0, 2, MsgType.GRADIENT), out, add=True)
+    assert r.handle(added.packet(0), src) == ([], [])
+    assert r.handle(other.packet(0), src) == ([], [])  # over max_open: nothing can be given up
+    assert r.open_messages == 2 and r.stats.evicted == 0
+    assert r.handle(packetize(tensor(10, 4), kind=MsgType.GRADIENT, job_id=1, worker_id=4, tensor_id=2,
+                              iteration=2).packet(0), src)[1] != []  # completes at once ...
+    assert r.stats.evicted == 1 and r.open_messages == 1  # ... after the other one was given up
+    delivered = [d for i in range(len(added)) for d in r.handle(added.packet(i), src)[1]]  # packet 0 again
+    assert len(delivered) == 1 and np.shares_memory(delivered[0].values, out)
+    np.testing.assert_array_equal(out, local + values)  # each value added once
+
+
 def test_a_message_reusing_a_completed_ones_maps_starts_empty() -> None:
     """The receiver reuses the have/seqs maps of completed messages: a later message of the
     same length must still see only its own packets (probe answer, zero-fill)."""
