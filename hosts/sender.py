@@ -21,7 +21,9 @@ queued on another path: wait ``reorder_grace``, probe again, repeat while the bi
 improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo
 cuts the window by half the share of packets marked (DCTCP); loss over the bound among the
 answered chunks halves it at once, and the cut is taken back when the packets arrive after all
-(late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). An answer
+(late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). A completed
+message ends at once when the answers since its completion cover every packet not seen to
+arrive (they show what the receiver completed with); otherwise it asks once over the rest. An answer
 wakes only the sender it is for; room in the window wakes the highest-priority sender waiting
 for it.
 """
@@ -122,6 +124,7 @@ class MessageSender:
         self.n = len(batch)
         self.counts = batch.counts
         self.received = np.zeros(self.n, dtype=bool)
+        self.final = np.zeros(self.n, dtype=bool)  # an answer after completion covered it: `received` is final there
         self.pending = Pending(np.arange(self.n, dtype=np.int64))
         self.chunks: list[_Chunk] = []
         self.complete = False
@@ -157,13 +160,14 @@ class MessageSender:
                 self._collect()
                 if self.complete:  # the receiver holds the message: learn exactly what it holds
                     self.pending.clear()
-                    if self.received.all() or (settle_until and not self.chunks):
+                    unknown = ~self.received & ~self.final
+                    if not unknown.any() or (settle_until and not self.chunks):
                         break
                     if not settle_until:
                         # Best effort: a receiver that closed right after completing may not
                         # answer; then the report keeps what the answers so far showed.
                         settle_until = time.monotonic() + max(4 * self.ep._rtt(self.dest).rto, SETTLE_MIN_S)
-                        self._probe_missing(np.flatnonzero(~self.received))
+                        self._probe_missing(np.flatnonzero(unknown))
                     elif time.monotonic() > settle_until:
                         break
                     self._sleep()
@@ -293,6 +297,8 @@ class MessageSender:
                 self.held_probe_sent = max(self.held_probe_sent, sent_at)
             newly = int((wait.bits & ~self.received[lo:hi] & self.sent_once[lo:hi]).sum())
             self.received[lo:hi] |= wait.bits
+            if wait.complete:  # what the receiver completed with: nothing arrives there any more
+                self.final[lo:hi] = True
         self.timing.last_answer = wait.answered
         if wait.complete:
             self.complete = True
