@@ -37,7 +37,10 @@ without compute, a ring h2-h6) crosses the same uplinks.
 
 A collective's step costs ``(hops + queued packets) / port_pps`` of latency and its bytes
 at the job's share of the port. A ring of ``N`` ranks: ``2(N-1)`` steps of ``M/N`` bytes. A
-star (parameter server on rank 0): the server's port carries every worker's push and pull.
+star (parameter server on rank 0): the server's port carries every worker's push and pull,
+one after the other; the pushes come in at the job's share of the port, the pulls leave it
+in the other direction, where incast's background (long TCP into the server) does not go:
+at the whole port (``CollectiveLink.pull_share``).
 """
 
 from __future__ import annotations
@@ -108,6 +111,10 @@ class CollectiveLink:
     collective: str = "ring"
     #: The busiest host's packet-rate ceiling (:mod:`simulator.host_model`); infinite: none.
     host_pps: float = math.inf
+    #: A star's pulls leave the server's port in the other direction from its pushes, which
+    #: the background shares (incast's long TCP flows into the server): the share of the port
+    #: the pulls get (None: the port model's, as the pushes).
+    pull_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 2 or self.collective not in ("ring", "star"):
@@ -126,6 +133,9 @@ class CollectiveLink:
     def seconds(self, transfer: Transfer) -> float:
         """The port's time for the bytes plus the host's for the packets (module doc)."""
         wire = self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
+        if self.collective == "star" and self.pull_share is not None:  # pulls at their own share
+            half = self.wire_bytes(transfer.nbytes) / 2
+            wire = half / self.port.bytes_per_s + half / (self.pull_share * self.port.port_pps * self.port.payload_bytes)
         if math.isinf(self.host_pps):
             return wire
         return wire + self.host_packets(transfer.nbytes) / self.host_pps

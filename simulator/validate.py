@@ -198,7 +198,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
             # The server's packets at its own recorded CPU per packet (the DLCP transport's
             # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).
             pps /= run.server_cost
-        link = CollectiveLink(port, run.ranks, collective, pps)
+        link = CollectiveLink(port, run.ranks, collective, pps, pull_share=share if collective == "star" else None)
         result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
                           forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
                           optimizer_s=job.optimizer_s)

@@ -112,3 +112,17 @@ def test_a_hotspot_bulk_job_collides_on_an_uplink_as_a_second_tenant_does() -> N
     hashed = predict_run(Run("s", "r", "hotspot", "qos", 1000.0, 32, [0.01]), ONE_LAYER, 0.0, draws=4000)
     assert set(np.round(hashed.draws, 6)) == {0.010, 0.012}
     assert (hashed.draws > 0.011).mean() == pytest.approx(0.5, abs=0.05)
+
+
+def test_a_star_pulls_leave_the_port_the_background_comes_in_by() -> None:
+    from hosts.schedulers import Segment, Transfer
+    from simulator.fabric_model import CollectiveLink, port_model
+
+    # Long TCP into the server's port: the pushes get half of it, the pulls all of it. 2,888
+    # bytes from each of 2 workers: 5,776 B of pushes at 722,000 B/s (8 ms), then 5,776 B of
+    # pulls at 1,444,000 B/s (4 ms); at the pushes' share both ways it was 16 ms.
+    port = port_model(port_pps=1000, queue_packets=32, background="tcp", job_above_background=False)
+    transfer = Transfer(segments=(Segment(0, 0, 722),), nbytes=2888)
+    assert CollectiveLink(port, 3, "star").seconds(transfer) == pytest.approx(0.016)
+    assert CollectiveLink(port, 3, "star", pull_share=1.0).seconds(transfer) == pytest.approx(0.012)
+    assert CollectiveLink(port, 2, "ring", pull_share=1.0).seconds(transfer) == pytest.approx(0.004)  # a ring: no pulls
