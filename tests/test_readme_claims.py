@@ -239,6 +239,21 @@ MEASURED: list[tuple[str, str, object]] = [
      r"and ([\d,]+) ns without",
      lambda m: None if _n(m[1]) < _n(m[3]) and _n(m[2]) > _n(m[4]) and _n(m[3]) in _gso_rates()
      else f"{m[1]} packets/s at {m[2]} ns is not a cost against the table's {m[3]} at {m[4]} ns"),
+    # where DLCP's iteration goes (a timing-log run): the rate sent as a share of the trace port
+    ("experiments/README.md", r"\| ([\d,]+) packets/s, (\d+) % of the port \|",
+     lambda m: None if round(100 * _n(m[1]) / TRACE_FABRIC()) == int(m[2])
+     else f"{m[1]} packets/s is not {m[2]} % of the trace port's {TRACE_FABRIC()}"),
+    # ... packets in flight over the answers' time
+    ("experiments/README.md", r"about (\d+) packets per ([\d.]+)-([\d.]+) ms is ([\d,]+)-([\d,]+) packets/s",
+     lambda m: None if (round(_n(m[1]) / _n(m[3]) * 1e3, -2), round(_n(m[1]) / _n(m[2]) * 1e3, -2)) == (_n(m[4]), _n(m[5]))
+     else f"{m[1]} packets per {m[2]}-{m[3]} ms is not {m[4]}-{m[5]} packets/s"),
+    # ... sampled rates of that run and of a single trial run: below the port rate
+    ("experiments/README.md", r"rate received was ([\d,]+)-([\d,]+) packets/s while .{0,120}? and ([\d,]+)-([\d,]+) "
+     r"packets/s in its last",
+     lambda m: None if _n(m[1]) <= _n(m[2]) <= _n(m[3]) <= _n(m[4]) <= TRACE_FABRIC()
+     else f"{m[1]}-{m[2]} and {m[3]}-{m[4]} are not rising ranges under the port rate"),
+    ("experiments/README.md", r"SRTT 64 ms \(up to 200 ms\), ([\d,]+) packets/s,",
+     lambda m: None if _n(m[1]) <= TRACE_FABRIC() else f"{m[1]} is above the port rate"),
 ]
 
 
