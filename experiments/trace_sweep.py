@@ -343,9 +343,21 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
     from experiments.training.grad_values import load_pool
 
     say = say or (lambda msg: print(msg, flush=True))
+    from experiments import code_version
+    from gradfabric.paths import ROOT
+
+    code = code_version.snapshot(ROOT)
+    if code.dirty:
+        say(f"note: uncommitted changes in {', '.join(code.dirty)} (recorded in plan.json)")
     if settings.resume is not None:
         out = settings.resume
         meta = json.loads((out / "plan.json").read_text())
+        began = meta.get("code", {}).get("fingerprint")
+        if began is not None and began != code.fingerprint:
+            raise code_version.CodeChangedError(
+                f"{out}: the source files differ from those the sweep began with (fingerprint {code.fingerprint}, "
+                f"plan.json {began}, commit then {meta['code'].get('commit')}); a sweep's runs must all run the "
+                f"same code: start a new sweep")
         runs = [PlannedRun(**r) for r in meta["runs"]]
         if settings.extend_to is not None and settings.extend_to != meta["repetitions"]:
             runs = extend_plan(runs, {k: tuple(v) for k, v in meta["sweep"].items()}, settings.extend_to)
@@ -354,7 +366,8 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
             meta["repetitions"], meta["runs"] = settings.extend_to, [asdict(r) for r in runs]
         settings.job = TraceJob(**meta["job"])
         settings.starved_share = float(meta.get("starved_share", STARVED))
-        meta.setdefault("resumed", []).append({"at": _now(), "command": settings.command, "load": _load()})
+        meta.setdefault("resumed", []).append({"at": _now(), "command": settings.command, "load": _load(),
+                                               "code": code.to_dict()})
     else:
         out = settings.out or _default_out()
         runs = plan_runs(settings.sweep, settings.repetitions)
@@ -366,7 +379,7 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                 "sweep": {k: list(v) for k, v in settings.sweep.items()}, "repetitions": settings.repetitions,
                 "job": asdict(settings.job), "scale": settings.job.rule.to_dict(), "topology": str(settings.topo),
                 "runs": [asdict(r) for r in runs], "cpu_bound_share": CPU_BOUND,
-                "starved_share": settings.starved_share}
+                "starved_share": settings.starved_share, "code": code.to_dict()}
     (out / "runs").mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
     say(settings.job.rule.describe())
@@ -392,8 +405,9 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
             for n, run in enumerate(todo):
                 logs = work / "logs" / run.run_id
                 say(f"[{n + 1:>3}/{len(todo)}] {run.run_id} (seed {run.seed}), load {_load()[0]:.2f}")
+                code_version.check_unchanged(ROOT, code, f"before run {run.run_id}")
                 record: dict[str, Any] = {**asdict(run), "run_id": run.run_id, "load_before": _load(),
-                                          "started": _now()}
+                                          "started": _now(), "code": code.fingerprint}
                 try:
                     record.update(run_trace_once(site, trace_scenario(run.scenario), trace_config(run.config), run,
                                                  settings, logs, out / "policies", say))
