@@ -134,11 +134,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="runs of the same job without the fabric (`experiment training --loopback`): their "
                           "iteration times replace the trace's compute (the hosts' own time, replayed)")
     val.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
-    val.add_argument("--cpu", default="recorded", choices=("recorded", "recorded-summed", "wall", "before"),
-                     help="how a run's CPU share is taken: per process where the run records it, else from the load "
-                          "(recorded), else from the rank's summed figure and the load (recorded-summed); 1 - the "
-                          "wait share of wall time (wall); the rank's summed figure and the load for every run, the "
-                          "model before the per-process record (before)")
+    val.add_argument("--cpu", default="summed", choices=("summed", "recorded", "recorded-summed", "wall"),
+                     help="how a run's CPU share is taken: the rank's summed figure and the load for every run "
+                          "(summed, default); per process where the run records it, else from the load (recorded), "
+                          "else from the rank's summed figure and the load (recorded-summed); 1 - the wait share of "
+                          "wall time (wall)")
     val.add_argument("--without", type=lambda text: frozenset(t for t in text.split(",") if t), default=frozenset(),
                      help="model terms to leave out, comma-separated: server-cost (a star server's recorded CPU per "
                           "packet), background (the background's packets off the switches' budget)")
@@ -264,7 +264,7 @@ def _validate(args: argparse.Namespace) -> int:
         command += f" --baseline {_shown(args.baseline)}"
     if args.traces != DEFAULT_TRACES:
         command += f" --traces {_shown(args.traces)}"
-    if args.cpu != "recorded":
+    if args.cpu != "summed":
         command += f" --cpu {args.cpu}"
     if args.without:
         command += f" --without {','.join(sorted(args.without))}"

@@ -20,7 +20,9 @@ cost per packet and by the CPU the run's processes got.
   its packets take ``(u + w) / u`` times their CPU time. The rank is the busiest host's;
   the switches are pooled (uses and waits summed, so the busy ones weigh); the path moves
   at the slower. Runs without the record take both from the load, ``cores / load``
-  (:data:`CPU_MEASURES` lists the variants ``sim validate --cpu`` offers).
+  (:data:`CPU_MEASURES` lists the variants ``sim validate --cpu`` offers; the default,
+  ``summed``, reads the rank's summed figure and the load for every run, which validates
+  better on the committed runs: simulator/README.md).
 * **Background through the switches**: the software switches forward the background's
   packets with the same CPU, first-come first-served before any egress queue's priority;
   the background's recorded goodput (data packets of 1,448 bytes a second) is taken off the
@@ -76,12 +78,12 @@ def path_available(starvation: float | None, load: float | None, cores: int = CO
     return rank if load is None else min(rank, available(None, load, cores))
 
 
-#: How :func:`run_available` takes a run's CPU share (``sim validate --cpu``): per process
-#: where recorded, else from the load (``recorded``), else the rank's summed figure and the
-#: load (``recorded-summed``); the wait share of wall time as the share lacked, ``1 - w``, rank
-#: and most-waiting switch, else as ``recorded`` (``wall``); the model before the record, the
-#: rank's summed figure and the load for every run (``before``).
-CPU_MEASURES = ("recorded", "recorded-summed", "wall", "before")
+#: How :func:`run_available` takes a run's CPU share (``sim validate --cpu``): the rank's
+#: summed figure and the load for every run (``summed``, the default: it validates best,
+#: simulator/README.md); per process where recorded, else from the load (``recorded``), else
+#: the rank's summed figure and the load (``recorded-summed``); the wait share of wall time
+#: as the share lacked, ``1 - w``, rank and most-waiting switch, else as ``recorded`` (``wall``).
+CPU_MEASURES = ("summed", "recorded", "recorded-summed", "wall")
 
 
 def process_available(use: float | None, wait: float | None) -> float | None:
@@ -100,7 +102,7 @@ def switches_available(switch_cpu: Mapping[str, tuple[float, float]]) -> float |
         if switch_cpu else None
 
 
-def run_available(run: Run, measure: str = "recorded", cores: int = CORES) -> tuple[float, str]:
+def run_available(run: Run, measure: str = "summed", cores: int = CORES) -> tuple[float, str]:
     """The CPU share the packet path of ``run`` got by ``measure`` (:data:`CPU_MEASURES`) and
     what it came from: ``per process``, ``summed`` (the rank's summed figure and the load) or ``load``."""
     if measure not in CPU_MEASURES:

@@ -166,7 +166,7 @@ def tail_repair_s(srtt_s: float, rto_s: float) -> float:
 
 def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Sequence[float] | None = None,
                 baseline_available: float = 1.0, draws: int = DRAWS_PER_RUN, seed: int = 0,
-                cpu_measure: str = "recorded", without: frozenset[str] = frozenset()) -> RunPrediction:
+                cpu_measure: str = "summed", without: frozenset[str] = frozenset()) -> RunPrediction:
     """The model's iteration times for ``run`` with a host cost of ``cost_s`` per packet (module
     doc), its CPU share taken by ``cpu_measure`` (:data:`simulator.host_model.CPU_MEASURES`),
     the :data:`TERMS` named in ``without`` left out."""
@@ -234,7 +234,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
     return RunPrediction(base + extra, exposed, "; ".join(note))
 
 
-def host_baseline(folder: Path, cpu_measure: str = "recorded") -> dict[str, tuple[list[float], float]]:
+def host_baseline(folder: Path, cpu_measure: str = "summed") -> dict[str, tuple[list[float], float]]:
     """Iteration times of runs without the fabric (``--loopback``) per configuration and per
     communication (``comm:gloo``, ``comm:dlcp``), with the CPU share those runs got."""
     found: dict[str, tuple[list[float], list[float]]] = {}
@@ -289,7 +289,7 @@ def _ranking(values: dict[str, float]) -> list[str]:
 
 
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
-             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "recorded",
+             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "summed",
              without: frozenset[str] = frozenset()) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is

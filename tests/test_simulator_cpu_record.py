@@ -34,13 +34,13 @@ def test_the_recorded_figures_replace_the_summed_one_and_the_load() -> None:
     recorded = Run("s", "r", "tcp", "qos", 1000.0, 32, [0.01], starvation=0.9, load=4.0, cpu_use=0.2, cpu_wait=0.2,
                    switch_cpu={"l1": (0.3, 0.1)})
     # Rank 0.2 / 0.4 = 0.5, switches 0.75: the slower is the rank's. The summed 0.9 and the load are not read.
-    assert run_available(recorded) == (pytest.approx(0.5), "per process")
-    # Without the record: 2 tasks a core on 2 cores leave each 0.5; or, as before the record, the
-    # rank's summed figure (0.1 left) against 2 / 4 = 0.5 for the switches.
-    assert run_available(base) == (pytest.approx(0.5), "load")
+    assert run_available(recorded, "recorded") == (pytest.approx(0.5), "per process")
+    # Without the record: 2 tasks a core on 2 cores leave each 0.5; or, by default (summed), the
+    # rank's summed figure (0.1 left) against 2 / 4 = 0.5 for the switches, record or not.
+    assert run_available(base, "recorded") == (pytest.approx(0.5), "load")
     assert run_available(base, "recorded-summed") == (pytest.approx(0.1), "summed")
-    assert run_available(recorded, "before") == (pytest.approx(0.1), "summed")
-    assert run_available(Run("s", "r", "tcp", "qos", 1000.0, 32, [0.01])) == (1.0, "-")  # nothing recorded
+    assert run_available(recorded) == (pytest.approx(0.1), "summed")
+    assert run_available(Run("s", "r", "tcp", "qos", 1000.0, 32, [0.01]), "recorded") == (1.0, "-")  # nothing recorded
     # The wait share of wall time as the share lacked: the rank's 0.2 and the switch's 0.1, the larger.
     assert run_available(recorded, "wall") == (pytest.approx(0.8), "per process")
     with pytest.raises(SimulatorError, match="unknown CPU measure 'x'"):
@@ -73,7 +73,7 @@ def test_a_run_record_gives_its_processes_cpu_and_its_bulk_job(tmp_path: Path) -
     assert ring_run.switch_cpu == {"gtl1": (0.3, 0.1), "gts2": (0.01, 0.03)}
     assert ring_run.tenants == 2 and ring_run.server_cost is None and ring_run.starvation == 0.9
     # Rank 0.3 / 0.5 = 0.6; switches 0.31 / 0.44 = 0.705: the path moves at 0.6.
-    assert run_available(ring_run) == (pytest.approx(0.6), "per process")
+    assert run_available(ring_run, "recorded") == (pytest.approx(0.6), "per process")
     # A star: the server's figures; it handles 4 workers' packets with 0.24 / 0.12 = 2 times a
     # worker's CPU, so each of its packets costs half a worker's.
     assert (star_run.cpu_use, star_run.cpu_wait) == (pytest.approx(0.24), pytest.approx(0.06))
