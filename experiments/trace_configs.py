@@ -45,7 +45,7 @@ from experiments.background import Flow
 from experiments.configs import MAG_THRESHOLD
 from experiments.errors import ExperimentError
 from experiments.scenarios import RR_INTERVAL, RR_RESPONSE, JobPlacement
-from experiments.training.trace_worker import COMMODITY_DSCP, TraceJob
+from experiments.training.trace_worker import COMMODITY_DSCP, MERGE_BYTES, TraceJob
 from gradfabric.paths import ROOT
 
 TOPOLOGY8 = ROOT / "experiments" / "topologies" / "leafspine8_training.yaml"
@@ -82,6 +82,7 @@ class TraceConfig:
     #: DSCP only, Not-ECT dropped and ECT marked above a queue's threshold, no magnitude classes,
     #: no spraying) and the hosts mark DSCP per class and Not-ECT on drop-eligible packets
     profile: str = "dlcp"
+    merge: bool = False  # dlcp scheduler: small layers merged (MERGE_BYTES, hosts/schedulers/dlcp.py)
 
     @property
     def grad_bound(self) -> float:
@@ -91,7 +92,8 @@ class TraceConfig:
         return replace(base, comm=self.comm, scheduler=self.scheduler, overlap=self.overlap,
                        collective="ps" if placement.collective == "star" else "ring", grad_bound=self.grad_bound,
                        job_id=placement.job_id, seed=seed, dscp=JOB_DSCP if self.queues == "tcp-class" else 0,
-                       marking="commodity" if self.profile == "commodity" else "p4")
+                       marking="commodity" if self.profile == "commodity" else "p4",
+                       merge_bytes=MERGE_BYTES if self.merge else 0)
 
     def policy(self, job_ids: Sequence[int]) -> dict[str, Any]:
         jobs = []
@@ -146,6 +148,9 @@ TRACE_CONFIGS: tuple[TraceConfig, ...] = (
                 "overlap, 10% bound) marking DSCP per layer class and Not-ECT on drop-eligible packets; switches "
                 "class by DSCP, drop Not-ECT and mark ECT above half a queue, hash per flow",
                 "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, ecn=True, profile="commodity"),
+    TraceConfig("dlcp-merged", "full DLCP with small layers merged as MG-WFBP does: consecutive layers below 2 MB "
+                "(/b) grouped into one transfer up to that size (84 messages per rank and iteration instead of 136)",
+                "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, spraying=True, ecn=True, merge=True),
 )
 
 

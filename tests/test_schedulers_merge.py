@@ -78,3 +78,15 @@ def test_a_ready_group_goes_before_partitions_of_layers_behind_it() -> None:
 def test_merge_beyond_a_partition_is_refused() -> None:
     with pytest.raises(SchedulerError, match="merge_numel"):
         create("dlcp", partition_bytes=400, merge_numel=101)
+
+
+def test_the_merged_configuration_merges_and_full_dlcp_does_not() -> None:
+    from experiments.trace_configs import trace_config, trace_scenario
+    from experiments.training.trace_worker import TraceJob, make_scheduler
+
+    base, placement = TraceJob(), trace_scenario("lossy-0.1").jobs[0]
+    merged = make_scheduler(trace_config("dlcp-merged").job(base, placement, 1))
+    plain = make_scheduler(trace_config("dlcp").job(base, placement, 1))
+    b = base.rule.b  # 2 MiB of the real job's gradients, divided by b, in float32 values
+    assert merged.merge_numel == int(2 * 2**20 / b) // 4 > 0 and plain.merge_numel == 0
+    assert merged.merge_numel <= merged.partition_numel

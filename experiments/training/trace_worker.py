@@ -57,6 +57,8 @@ SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "h10
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20
 PARTITION_BYTES = 4 * 2**20
+#: DLCP with merged layers: small layers grouped into transfers of at least half a partition (/b).
+MERGE_BYTES = 2 * 2**20
 #: DSCP per priority class in the ``commodity`` marking: the three layer classes of the
 #: experiment's policies (7, 6, 5) as EF, AF41, AF31; other classes best effort.
 COMMODITY_DSCP: dict[int, int] = {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 26, 6: 34, 7: 46}
@@ -93,6 +95,7 @@ class TraceJob:
     timeout_s: float = 60.0
     compute_scale: float = 1.0  # 0: no compute, a bulk sender in the job's class (hotspot scenario)
     layers: str = "layer"  # layer: a conv and its norm are one layer (merge_layers); tensor: every tensor
+    merge_bytes: int = 0  # dlcp: small layers merged into transfers of this many bytes (real, /b); 0: off
 
     def argv(self) -> list[str]:
         out: list[str] = []
@@ -141,7 +144,8 @@ def make_scheduler(job: TraceJob) -> Any:
     if job.scheduler in ("p3", "dlcp"):
         options: dict[str, Any] = {"partition_bytes": max(4, int(PARTITION_BYTES / b))}
         if job.scheduler == "dlcp":
-            options.update(front_loss_bound=job.grad_bound, back_loss_bound=job.grad_bound / 2)
+            options.update(front_loss_bound=job.grad_bound, back_loss_bound=job.grad_bound / 2,
+                           merge_numel=max(0, int(job.merge_bytes / b) // 4))
         elif job.collective == "ring":
             # P3's credit (one partition in flight) needs the order every rank agrees on; ranks
             # order by their own timing, and a ring step waits for the neighbour to start the
