@@ -235,11 +235,32 @@ def server_cost(jobs: list[dict[str, Any]]) -> float | None:
     return float(servers[0]["cpu_share"]) / worker / len(workers) if worker > 0 else None
 
 
+#: A sweep folder whose README.md starts so is marked as no result of the project's code
+#: (it ran on uncommitted edits, experiments/README.md): its runs are not validated against.
+NOT_A_RESULT = "# Not a result"
+
+
+def not_results(results: Path) -> list[str]:
+    """Sweep folders under ``results`` marked :data:`NOT_A_RESULT`, by name."""
+    return sorted({f.parent.parent.name for f in results.rglob("runs/*.json") if _not_a_result(f.parent.parent)})
+
+
+def _not_a_result(sweep: Path) -> bool:
+    try:
+        return (sweep / "README.md").read_text().startswith(NOT_A_RESULT)
+    except OSError:
+        return False
+
+
 def load_runs(results: Path) -> list[Run]:
-    """Every ok run under ``results`` (a sweep folder or a folder of them)."""
-    files = sorted(results.rglob("runs/*.json"))
+    """Every ok run under ``results`` (a sweep folder or a folder of them), but those of sweeps
+    marked :data:`NOT_A_RESULT`."""
+    skipped = set(not_results(results))
+    files = sorted(f for f in results.rglob("runs/*.json") if f.parent.parent.name not in skipped)
     if not files:
-        raise SimulatorError(f"{results}: no raw runs (runs/*.json) under it")
+        raise SimulatorError(f"{results}: no raw runs (runs/*.json) under it"
+                             + (f" but those of sweeps marked not results: {', '.join(sorted(skipped))}"
+                                if skipped else ""))
     metas: dict[Path, dict[str, Any]] = {}
     runs = []
     for f in files:
@@ -302,5 +323,5 @@ def load_runs(results: Path) -> list[Run]:
     return runs
 
 
-__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "server_cost",
+__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
            "transport_epoch"]

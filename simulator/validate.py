@@ -55,7 +55,7 @@ from hosts.schedulers import AlphaBeta, Scheduler, Transfer, create
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
-from simulator.fabric_runs import Run, load_runs
+from simulator.fabric_runs import Run, load_runs, not_results
 from simulator.host_model import COST_GRID, CPU_MEASURES, best_cost, cross_validated, host_pps, run_available
 from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import write_report
@@ -405,7 +405,10 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         kept_clear = sum(1 for a, b in clear if p.index(a) < p.index(b))
         rank_rows.append([kind, scenario, f"{pps:,.0f}", " < ".join(m), " < ".join(p), "yes" if m == p else "no",
                           f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}"])
-    return write_report(out, command, rows, rank_rows, points, errors, family_rows)
+    skipped = not_results(results)
+    note = (f"Left out: the runs of {', '.join(skipped)}, whose README.md marks them as no result of the "
+            "project's code.\n\n" if skipped else "")
+    return write_report(out, command, rows, rank_rows, points, errors, family_rows, note)
 
 
 __all__ = ["TERMS", "RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate"]

@@ -27,7 +27,7 @@ def _median(values: Sequence[float]) -> str:
 
 def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_rows: Sequence[Sequence[str]],
                  points: Sequence[tuple[str, float, float, float, float]], errors: Mapping[str, Sequence[float]],
-                 family_rows: Sequence[Sequence[str]] = ()) -> str:
+                 family_rows: Sequence[Sequence[str]] = (), note: str = "") -> str:
     """Write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``; return the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
@@ -53,6 +53,7 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
         f"Same ranking of configurations in {same} of {len(rank_rows)} scenarios; {kept} of {pairs} pairs of "
         f"configurations in the same order, {kept_clear} of the {clear} pairs whose measured order is clear (kept "
         "by at least 95% of 1,000 resamples of the runs).\n\n"
+        + note
         + markdown_table(HEADER, rows)
         + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
         + markdown_table(RANK_HEADER, rank_rows)

@@ -126,3 +126,19 @@ def test_a_star_pulls_leave_the_port_the_background_comes_in_by() -> None:
     assert CollectiveLink(port, 3, "star").seconds(transfer) == pytest.approx(0.016)
     assert CollectiveLink(port, 3, "star", pull_share=1.0).seconds(transfer) == pytest.approx(0.012)
     assert CollectiveLink(port, 2, "ring", pull_share=1.0).seconds(transfer) == pytest.approx(0.004)  # a ring: no pulls
+
+
+def test_a_sweep_marked_not_a_result_is_left_out(tmp_path: Path) -> None:
+    from simulator.fabric_runs import not_results
+
+    records = [{"iteration": i, "iteration_s": 1.0} for i in range(2)]
+    for name in ("kept", "marked"):
+        (tmp_path / name / "runs").mkdir(parents=True)
+        (tmp_path / name / "runs" / "000-tcp-qos-r0.json").write_text(json.dumps(
+            {"scenario": "tcp", "config": "qos", "status": "ok", "jobs": {"1": {"ranks": {"0": {"records": records}}}}}))
+    (tmp_path / "marked" / "README.md").write_text("# Not a result of the project's code: to be re-run\n")
+    (tmp_path / "kept" / "README.md").write_text("# A sweep\n\nNot a result of anything else.\n")
+    assert [run.sweep for run in load_runs(tmp_path)] == ["kept"]
+    assert not_results(tmp_path) == ["marked"]
+    with pytest.raises(SimulatorError, match="but those of sweeps marked not results: marked"):
+        load_runs(tmp_path / "marked")
