@@ -111,6 +111,9 @@ def test_dlcp_ps_layerwise_job() -> None:
         done = lines[-1]
         assert done["event"] == "done" and 0 < done["cpu_share"] < 4
         assert 0 <= done["cpu_wait_share"] <= 1  # one thread's wait over wall time (experiments/training/cpu.py)
+        # pushes are totalled as sent messages: drop-eligible packets under the bound, what the server lacked
+        assert done["totals"]["eligible"] > 0 and done["totals"]["eligible_elements"] > 0
+        assert 0 <= done["totals"]["missing"] <= 0.1 * 3 * lines[0]["numel"]
 
 
 def test_gradient_values_have_the_pool_magnitudes() -> None:

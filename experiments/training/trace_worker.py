@@ -209,10 +209,12 @@ class TraceRank:
         try:
             for f in flight.futures:
                 out = f.result()
-                if self.is_ps:
-                    totals.bytes += out if isinstance(out, int) else int(getattr(out, "payload_bytes", 0))
-                    totals.packets += int(getattr(out, "packets", 0))
-                    totals.retransmitted += int(getattr(out, "retransmitted", 0))
+                if self.is_ps:  # a push: TCP's byte count, or DLCP's report (missing: what the server zero-filled)
+                    with self.lock:
+                        if isinstance(out, int):
+                            totals.bytes += out
+                        else:
+                            totals.add_send(out)
                     continue
                 with self.lock:
                     totals.add_ring(out[1], min(flight.transfer.layer_indices))
