@@ -37,6 +37,8 @@ class Delivered:
     values: np.ndarray
     received: int
     source: tuple[str, int]
+    #: indices of the values that never arrived (None: all did)
+    lost: np.ndarray | None = None
 
     @property
     def loss_rate(self) -> float:

@@ -431,9 +431,11 @@ class Reassembler:
         del self._open[asm.key]
         self._open_elements -= asm.values.size
         self._done[asm.key] = (asm.values.size, asm.source)
+        lost_at = None
         if asm.received < asm.values.size:  # keep what it completed with, for later probes (packed)
+            lost = np.frombuffer(asm.have, np.uint8, asm.values.size) == 0
+            lost_at = np.flatnonzero(lost)
             if asm.fill is not None:  # the values that never arrived: 0, or the prior's
-                lost = np.frombuffer(asm.have, np.uint8, asm.values.size) == 0
                 asm.values[lost] = asm.fill if isinstance(asm.fill, float) else asm.fill[lost]
             top = asm.seqs.rfind(1) + 1
             self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top), bitorder="little")
@@ -447,7 +449,7 @@ class Reassembler:
             self._spare_maps.pop(0)
         self._spare_maps.append((asm.have, asm.seqs))
         asm.cptrs = None
-        return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source)
+        return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source, lost=lost_at)
 
     def _drop(self, reason: DropReason) -> tuple[list[bytes], list[Delivered]]:
         self.stats.drops[reason.value] += 1

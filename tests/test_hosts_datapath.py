@@ -170,6 +170,9 @@ def test_values_added_into_the_callers_array_once_each_and_lost_ones_not_at_all(
         _, delivered, _ = run(stream, r)
         assert [d.key for d in delivered] == [key], run.__name__
         assert np.shares_memory(delivered[0].values, out) and delivered[0].received == int(arrived.sum())
+        lost = delivered[0].lost  # where values never came: what loss masks record (the array is not zero there)
+        assert lost is not None
+        np.testing.assert_array_equal(lost, np.flatnonzero(~arrived))
         assert r.stats.duplicates == len(copies) // 2 + 5  # the second copies and the late ones
         np.testing.assert_array_equal(out[arrived], local[arrived] + values[arrived])
         np.testing.assert_array_equal(out[~arrived], local[~arrived])

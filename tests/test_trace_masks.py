@@ -51,6 +51,17 @@ def test_zeroed_packets_of_a_reduce_message_map_to_layers_and_the_sending_worker
     assert zero.pop(3) == {}
 
 
+def test_a_message_added_in_place_is_recorded_from_the_receivers_lost_values() -> None:
+    """Values added into the caller's array keep the local value where a packet was lost (not
+    zero): the recorder takes the receiver's own list of lost values."""
+    one = MaskRecorder(rank=1, size=2, count=2)
+    one.plan(3, 5, 0, [(5, 0, 10), (6, 0, 6)])
+    got = SimpleNamespace(values=np.full(8, 7.0, dtype=np.float32), received=6, lost=np.array([2, 3]))
+    one.note(_key(3, 5, 0, 0), got)
+    assert one.pop(3) == {"0": {"5": "2-3"}}
+    assert one.inexact == 0
+
+
 def test_attach_records_what_take_returns() -> None:
     recorder = MaskRecorder(rank=1, size=2)
     recorder.plan(0, 0, 0, [(0, 0, 4), (1, 0, 4)])
