@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
 
 from hosts.endpoint import Endpoint
 from hosts.ps import PS_WORKER_ID, ParameterServer, PsClient
-from hosts.relay import Relay
+from hosts.relay import Relay, RelayStats
 from hosts.ring import RingAllReduce
 from hosts.wire import MAX_COUNT_MTU_1500, Flags, Header, MsgType
 from tests.hosts_paths import datapath  # noqa: F401  (every test runs on both data paths)
@@ -125,11 +127,33 @@ def test_ring_handles_tensors_smaller_than_the_ring() -> None:
             e.close()
 
 
+def ring_through_relay(bounds: dict[MsgType, float], keep: Callable[[Header, bytes], int],
+                       runs: list[tuple[list[np.ndarray], dict[str, Any]]]) -> tuple[list[list[Any]], RelayStats]:
+    """A 3-rank ring whose traffic to rank 1 passes a relay with the filter `keep` (copies to
+    forward: 0 loses, 2 duplicates); runs the all-reduces of `runs` (each rank's values, the
+    options) one after another and returns each run's (values, report) per rank and what the
+    relay saw."""
+    endpoints = [Endpoint(worker_id=r, bounds=bounds) for r in range(3)]
+    try:
+        with Relay(endpoints[1].address, keep) as relay:
+            peers = [e.address for e in endpoints]
+            rings = [RingAllReduce(e, r, [peers[0], relay.address, peers[2]] if r == 0 else peers)
+                     for r, e in enumerate(endpoints)]
+            results = []
+            with ThreadPoolExecutor(3) as pool:
+                for values, options in runs:
+                    futures = [pool.submit(rings[r].allreduce, values[r], **options) for r in range(3)]
+                    results.append([f.result(timeout=30) for f in futures])
+        return results, relay.stats
+    finally:
+        for e in endpoints:
+            e.close()
+
+
 @pytest.mark.parametrize("average", [False, True])
 def test_ring_all_gather_loss_keeps_the_previous_result(average: bool) -> None:
     # With average=True a lost value keeps the previous mean as it was (divided once).
     bounds = {MsgType.GRADIENT: 0.01, MsgType.PARAMETER: 0.05}
-    endpoints = [Endpoint(worker_id=r, bounds=bounds) for r in range(3)]
     steps = 2 * (3 - 1)
 
     def lose_one_gather_packet(h: Header, data: bytes) -> int:
@@ -138,42 +162,30 @@ def test_ring_all_gather_loss_keeps_the_previous_result(average: bool) -> None:
         return 0 if (h.msg_type == MsgType.PARAMETER and gather and second_iteration and h.seq == 2
                      and not h.flags & Flags.RETRANSMIT) else 1
 
-    try:
-        with Relay(endpoints[1].address, lose_one_gather_packet) as relay:
-            peers = [e.address for e in endpoints]
-            rings = [RingAllReduce(e, r, [peers[0], relay.address, peers[2]] if r == 0 else peers)
-                     for r, e in enumerate(endpoints)]
-            data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
-            with ThreadPoolExecutor(3) as pool:
-                first = [f.result(timeout=30)[0] for f in
-                         [pool.submit(rings[r].allreduce, data[r], iteration=0, average=average) for r in range(3)]]
-                second = [f.result(timeout=30) for f in
-                          [pool.submit(rings[r].allreduce, data[r] * 2, iteration=1, average=average)
-                           for r in range(3)]]
-        assert relay.stats.dropped == 1
-        # the lost packet's size (a packet may be cut so that the drop-eligible values fill the budget)
-        size = next(h.count for h in relay.stats.seen if lose_one_gather_packet(h, b"") == 0)
-        exact = np.sum(data, axis=0, dtype=np.float64) * 2 / (3 if average else 1)
-        np.testing.assert_allclose(second[0][0], exact, rtol=1e-5, atol=1e-5)
-        values, report = second[1]
-        # The lost packet was of the all-gather stage: counted there, not as gradient loss.
-        assert report.gather_lost == size and report.lost_elements == 0
-        assert report.received_elements == 20_000 == report.gather_received  # two chunks of 10,000 per stage
-        stale = ~np.isclose(values, exact, rtol=1e-5, atol=1e-5)
-        assert stale.sum() == size
-        np.testing.assert_array_equal(values[stale], first[1][stale])  # the previous all-reduce's values
-        # rank 1 forwards that chunk to rank 2 in the next all-gather step, stale values included
-        np.testing.assert_array_equal(second[2][0], values)
-    finally:
-        for e in endpoints:
-            e.close()
+    data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
+    (first, second), stats = ring_through_relay(bounds, lose_one_gather_packet, [
+        (data, {"iteration": 0, "average": average}), ([d * 2 for d in data], {"iteration": 1, "average": average})])
+    first = [values for values, _report in first]
+    assert stats.dropped == 1
+    # the lost packet's size (a packet may be cut so that the drop-eligible values fill the budget)
+    size = next(h.count for h in stats.seen if lose_one_gather_packet(h, b"") == 0)
+    exact = np.sum(data, axis=0, dtype=np.float64) * 2 / (3 if average else 1)
+    np.testing.assert_allclose(second[0][0], exact, rtol=1e-5, atol=1e-5)
+    values, report = second[1]
+    # The lost packet was of the all-gather stage: counted there, not as gradient loss.
+    assert report.gather_lost == size and report.lost_elements == 0
+    assert report.received_elements == 20_000 == report.gather_received  # two chunks of 10,000 per stage
+    stale = ~np.isclose(values, exact, rtol=1e-5, atol=1e-5)
+    assert stale.sum() == size
+    np.testing.assert_array_equal(values[stale], first[1][stale])  # the previous all-reduce's values
+    # rank 1 forwards that chunk to rank 2 in the next all-gather step, stale values included
+    np.testing.assert_array_equal(second[2][0], values)
 
 
 def test_ring_reduce_adds_each_value_once_and_a_lost_one_not_at_all() -> None:
     # Reduce-scatter chunks are added into the rank's tensor as their packets arrive: every
     # reduce packet from rank 0 reaches rank 1 twice, and one is lost within the bound.
     bounds = {MsgType.GRADIENT: 0.05, MsgType.PARAMETER: 0.0}
-    endpoints = [Endpoint(worker_id=r, bounds=bounds) for r in range(3)]
     steps = 2 * (3 - 1)
 
     def twice_but_lose_one(h: Header, data: bytes) -> int:
@@ -181,30 +193,20 @@ def test_ring_reduce_adds_each_value_once_and_a_lost_one_not_at_all() -> None:
             return 1
         return 0 if (h.iteration % steps == 0 and h.seq == 2 and not h.flags & Flags.RETRANSMIT) else 2
 
-    try:
-        with Relay(endpoints[1].address, twice_but_lose_one) as relay:
-            peers = [e.address for e in endpoints]
-            rings = [RingAllReduce(e, r, [peers[0], relay.address, peers[2]] if r == 0 else peers)
-                     for r, e in enumerate(endpoints)]
-            data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
-            with ThreadPoolExecutor(3) as pool:
-                results = [f.result(timeout=30) for f in
-                           [pool.submit(rings[r].allreduce, data[r], iteration=0) for r in range(3)]]
-        assert relay.stats.dropped == 1 and relay.stats.duplicated > 0
-        gone = next(h for h in relay.stats.seen if twice_but_lose_one(h, b"") == 0)
-        # rank 0's first step carries its chunk 0 (elements 0..9,999) to rank 1, which adds it to
-        # its own; rank 2 adds its own to that sum: the lost values lack rank 0's share only
-        lost = np.zeros(30_000, bool)
-        lost[gone.offset:gone.offset + gone.count] = True
-        expected = np.sum(data, axis=0, dtype=np.float64)
-        expected[lost] -= data[0][lost]
-        assert results[1][1].lost_elements == gone.count
-        for values, _report in results:
-            np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-5)
-            np.testing.assert_array_equal(values, results[0][0])
-    finally:
-        for e in endpoints:
-            e.close()
+    data = [np.random.default_rng(r).normal(size=30_000).astype(np.float32) for r in range(3)]
+    (results,), stats = ring_through_relay(bounds, twice_but_lose_one, [(data, {"iteration": 0})])
+    assert stats.dropped == 1 and stats.duplicated > 0
+    gone = next(h for h in stats.seen if twice_but_lose_one(h, b"") == 0)
+    # rank 0's first step carries its chunk 0 (elements 0..9,999) to rank 1, which adds it to
+    # its own; rank 2 adds its own to that sum: the lost values lack rank 0's share only
+    lost = np.zeros(30_000, bool)
+    lost[gone.offset:gone.offset + gone.count] = True
+    expected = np.sum(data, axis=0, dtype=np.float64)
+    expected[lost] -= data[0][lost]
+    assert results[1][1].lost_elements == gone.count
+    for values, _report in results:
+        np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(values, results[0][0])
 
 
 def test_a_failed_all_reduce_makes_close_end_the_others_at_once() -> None:
