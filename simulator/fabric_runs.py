@@ -33,6 +33,9 @@ class Config:
     bound: float  # gradient loss bound of the reduce stage
     spraying: bool = False
     ecn: bool = False  # the switches mark the job's packets above half a queue
+    #: dlcp scheduler: consecutive small layers merged into transfers of this many bytes (real,
+    #: divided by b at run time; experiments/training/trace_worker.py MERGE_BYTES); 0: off.
+    merge_bytes: int = 0
 
 
 #: CNN job (experiments/configs.py): DDP with one tensor per bucket, gloo or the DLCP hook.
@@ -53,6 +56,7 @@ TRACE_CONFIGS: dict[str, Config] = {
     "spraying": Config("dlcp", "fusion", "ddp", False, 0.0, spraying=True),
     "dlcp": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True, ecn=True),
     "commodity": Config("dlcp", "dlcp", "layerwise", True, 0.10, ecn=True),
+    "dlcp-merged": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True, ecn=True, merge_bytes=2 * 2**20),
 }
 #: Port rate of CNN sweeps without one in their records (experiments/README.md, "port rate").
 SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0
@@ -200,7 +204,8 @@ def _trace_job(run: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any] | No
         job["b"] = scale["b"]
     config = TRACE_CONFIGS.get(str(run.get("config")))
     if config is not None:  # the sweep's job is the base; the configuration sets these
-        job.update(comm=config.comm, scheduler=config.scheduler, overlap=config.overlap)
+        job.update(comm=config.comm, scheduler=config.scheduler, overlap=config.overlap,
+                   merge_bytes=config.merge_bytes)
     return job
 
 

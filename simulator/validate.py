@@ -134,7 +134,8 @@ def _scheduler(run: Run, link: CollectiveLink) -> Scheduler:
     options: dict[str, Any] = {"partition_bytes": max(4, int(PARTITION_BYTES / b)),
                                "cost": AlphaBeta(link.round_trip_s(_PROBE), 1.0 / link.port.bytes_per_s)}
     if spec.scheduler == "dlcp":
-        options.update(front_loss_bound=spec.bound, back_loss_bound=spec.bound / 2)
+        options.update(front_loss_bound=spec.bound, back_loss_bound=spec.bound / 2,
+                       merge_numel=max(0, int(spec.merge_bytes / b) // 4))  # as the trace worker merges
     elif link.collective == "ring":
         options["credit_bytes"] = 1 << 40  # the trace worker's ring P3 has no credit
     return create(spec.scheduler, **options)
@@ -288,6 +289,34 @@ def _ranking(values: dict[str, float]) -> list[str]:
     return sorted(values, key=lambda c: values[c])
 
 
+def rank_row(measured: dict[str, float], predicted: dict[str, float],
+             run_times: dict[str, Sequence[Sequence[float]]]) -> list[str]:
+    """One scenario's ranking of configurations by p50, measured (``measured``) against
+    predicted: both orders, whether they are the same, whether every clearly ordered pair is
+    (:func:`clear_verdict`; a pair is clear when :data:`CLEAR_ORDER` of the resamples of the
+    runs' iteration times, ``run_times``, keep its measured order), the pairs kept of all
+    and of the clear ones, and the pairs predicted the other way with their resample share."""
+    m, p = _ranking(measured), _ranking(predicted)
+    pairs = [(a, b) for n, a in enumerate(m) for b in m[n + 1:]]
+    kept = sum(1 for a, b in pairs if p.index(a) < p.index(b))
+    boot = {c: bootstrap_p50(run_times[c]) for c in m}
+    share = {(a, b): float(np.mean(boot[a] < boot[b])) for a, b in pairs}
+    clear = [pair for pair in pairs if share[pair] >= CLEAR_ORDER]
+    kept_clear = sum(1 for a, b in clear if p.index(a) < p.index(b))
+    swapped = [f"{a} < {b} ({share[(a, b)]:.0%}{', clear' if share[(a, b)] >= CLEAR_ORDER else ''})"
+               for a, b in pairs if p.index(a) > p.index(b)]
+    return [" < ".join(m), " < ".join(p), "yes" if m == p else "no", clear_verdict(m == p, kept_clear, len(clear)),
+            f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}", "; ".join(swapped) or "-"]
+
+
+def clear_verdict(same: bool, kept_clear: int, clear: int) -> str:
+    """Whether the prediction keeps every pair the runs order clearly: ``yes``, ``no``, or
+    ``yes (differs only in unclear pairs)`` where the strict ranking is not the same."""
+    if kept_clear < clear:
+        return "no"
+    return "yes" if same else "yes (differs only in unclear pairs)"
+
+
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
              baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "summed",
              without: frozenset[str] = frozenset()) -> str:
@@ -336,7 +365,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         groups[(run.kind, run.scenario_label, run.port_pps, run.config)].append(i)
     order = {c: n for n, c in enumerate(("gloo", "ddp-tcp", "ddp-tcp-qos", "ddp-tcp-rto", "p3-tcp", "reliable",
                                          "transport", "qos", "transport-qos", "priority", "dropping", "spraying",
-                                         "dlcp", "commodity"))}
+                                         "dlcp", "dlcp-merged", "commodity"))}
     rows: list[list[str]] = []
     points: list[tuple[str, float, float, float, float]] = []
     errors: dict[str, list[float]] = defaultdict(list)
@@ -392,23 +421,15 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                             f"{m99 * 1e3:,.1f}", f"{p99 * 1e3:,.1f}", f"{e99:+.0%}", mexp,
                             f"{statistics.median(p.exposed_s for p in preds) * 1e3:,.1f}",
                             f"family {members[0].family}; " + notes[0].split("; ", 2)[-1]])
-    rank_rows = []
-    for (kind, scenario, pps), values in sorted(by_scenario.items()):
-        if len(values) < 2:
-            continue
-        m = _ranking({c: v[0] for c, v in values.items()})
-        p = _ranking({c: v[1] for c, v in values.items()})
-        pairs = [(a, b) for n, a in enumerate(m) for b in m[n + 1:]]
-        kept = sum(1 for a, b in pairs if p.index(a) < p.index(b))
-        boot = {c: bootstrap_p50(run_times[(kind, scenario, pps, c)]) for c in m}
-        clear = [(a, b) for a, b in pairs if float(np.mean(boot[a] < boot[b])) >= CLEAR_ORDER]
-        kept_clear = sum(1 for a, b in clear if p.index(a) < p.index(b))
-        rank_rows.append([kind, scenario, f"{pps:,.0f}", " < ".join(m), " < ".join(p), "yes" if m == p else "no",
-                          f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}"])
+    rank_rows = [[kind, scenario, f"{pps:,.0f}"]
+                 + rank_row({c: v[0] for c, v in values.items()}, {c: v[1] for c, v in values.items()},
+                            {c: run_times[(kind, scenario, pps, c)] for c in values})
+                 for (kind, scenario, pps), values in sorted(by_scenario.items()) if len(values) >= 2]
     skipped = not_results(results)
     note = (f"Left out: the runs of {', '.join(skipped)}, whose README.md marks them as no result of the "
             "project's code.\n\n" if skipped else "")
     return write_report(out, command, rows, rank_rows, points, errors, family_rows, note)
 
 
-__all__ = ["TERMS", "RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate"]
+__all__ = ["TERMS", "RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate",
+           "clear_verdict", "rank_row"]

@@ -1,0 +1,52 @@
+"""`sim validate`'s ranking of configurations (clearly ordered pairs) and the merged DLCP
+configuration, on hand-worked values."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.fabric_model import CollectiveLink, port_model
+from simulator.fabric_runs import TRACE_CONFIGS, Run
+from simulator.validate import _scheduler, clear_verdict, rank_row
+
+
+def test_clear_verdict() -> None:
+    assert clear_verdict(True, 3, 3) == "yes"
+    assert clear_verdict(False, 3, 3) == "yes (differs only in unclear pairs)"
+    assert clear_verdict(False, 2, 3) == "no"
+    assert clear_verdict(True, 0, 0) == "yes"
+
+
+def test_a_ranking_that_differs_only_in_an_unclear_pair() -> None:
+    # a's runs all take 1 s; b's two runs 2 and 3 s, c's 2.5 and 2.6 s. Pooled p50: a 1, b 2.5, c 2.55.
+    # Whole runs are resampled with the same draws for every configuration (the sweeps' rounds are
+    # paired): b's p50 is 2, 2.5 or 3 (1/4, 1/2, 1/4) with c's 2.5, 2.55 or 2.6 alongside, so b < c
+    # in 3/4 of resamples, not clear; a < b and a < c always.
+    times = {"a": [[1.0], [1.0], [1.0]], "b": [[2.0], [3.0]], "c": [[2.5], [2.6]]}
+    measured = {"a": 1.0, "b": 2.5, "c": 2.55}
+    row = rank_row(measured, {"a": 1.0, "b": 2.7, "c": 2.6}, times)
+    assert row[:4] == ["a < b < c", "a < c < b", "no", "yes (differs only in unclear pairs)"]
+    assert row[4:6] == ["2 of 3", "2 of 2"]
+    share = float(row[6].removeprefix("b < c (").removesuffix("%)")) / 100
+    assert row[6].startswith("b < c (") and abs(share - 3 / 4) < 0.05  # 1,000 resamples
+    wrong = rank_row(measured, {"a": 3.0, "b": 2.0, "c": 2.6}, times)  # a after both: two clear pairs lost
+    assert wrong[2:6] == ["no", "no", "1 of 3", "0 of 2"]
+    assert "a < b (100%, clear)" in wrong[6] and "a < c (100%, clear)" in wrong[6]
+    assert rank_row(measured, measured, times)[2:7] == ["yes", "yes", "3 of 3", "2 of 2", "-"]
+
+
+def _run(config: str, b: float) -> Run:
+    return Run("s", "r", "lossy-0.1", config, 20_000.0, 51, [1.0], job={"model": "resnet50", "b": b, "k": 8})
+
+
+@pytest.mark.parametrize(("b", "numel"), [(1.0, 524_288), (1_000 / 76.8, 40_265)])
+def test_dlcp_merged_merges_as_the_trace_worker(b: float, numel: int) -> None:
+    # 2 MiB / b bytes of float32: b = 1 gives 2,097,152 / 4; b = 13.02 (25 Gbit/s at 20,000 frames
+    # a second and k = 8) gives floor(161,061.27) // 4 = 40,265 values.
+    link = CollectiveLink(port_model(port_pps=20_000, queue_packets=51, background="none",
+                                     job_above_background=True), 2)
+    assert _scheduler(_run("dlcp-merged", b), link).merge_numel == numel
+    assert _scheduler(_run("dlcp", b), link).merge_numel == 0
+    merged, plain = _run("dlcp-merged", b), _run("dlcp", b)
+    assert merged.family == plain.family == "trace/dlcp+ecn"  # the same transport: one host cost
+    assert TRACE_CONFIGS["dlcp-merged"].bound == TRACE_CONFIGS["dlcp"].bound == 0.10
