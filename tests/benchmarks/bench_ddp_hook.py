@@ -2,12 +2,16 @@
 
 ``torchrun --nproc_per_node=3`` on loopback (``python -m torch.distributed.run``), one
 process per rank running ``ddp_hook_worker.py``: an MLP of 32 MB of float32 gradients,
-iterations of the two interleaved; the figure is the median iteration time of each (lower
-is better), for the ring and the star collective.
+iterations of the two interleaved; the figures are the median iteration time of each (lower
+is better), for the ring and the star collective, and the CPU time rank 0's process used per
+iteration (all its threads: on a machine with fewer cores than busy threads the wall time
+follows it). ``python -m tests.benchmarks.bench_ddp_hook --runs 5 --collectives ring`` repeats
+the comparison and prints each run's ratios and their median.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import statistics
@@ -44,14 +48,42 @@ def measure(collective: str, iterations: int = ITERATIONS) -> dict:
         return json.loads(out.read_text())
 
 
-def run() -> list[Figure]:
+def figures_of(collective: str, result: dict) -> list[Figure]:
+    """The iteration time and CPU per iteration of one run, each against gloo's."""
+    times, cpu = result["times"], result["cpu"]
+    mb = result["gradient_bytes"] / 2**20
+    what = f"DLCP hook ({collective}, bound 0), {RANKS} ranks, {mb:.0f} MB of gradients, loopback"
+    return [Figure(f"DDP iteration p50, {what}", statistics.median(times["hook"]) * 1e3,
+                   "DDP over gloo, interleaved", statistics.median(times["gloo"]) * 1e3, "ms",
+                   higher_is_better=False),
+            Figure(f"DDP CPU per iteration (rank 0's process, median), {what}", statistics.median(cpu["hook"]) * 1e3,
+                   "DDP over gloo, interleaved", statistics.median(cpu["gloo"]) * 1e3, "ms",
+                   higher_is_better=False)]
+
+
+def run(collectives: tuple[str, ...] = ("ring", "star")) -> list[Figure]:
     figures = []
-    for collective in ("ring", "star"):
+    for collective in collectives:
         print(f"bench ddp_hook: torchrun, {RANKS} ranks, {MB:g} MB of gradients, {collective} ...", flush=True)
-        result = measure(collective)
-        times = result["times"]
-        figures.append(Figure(f"DDP iteration p50, DLCP hook ({collective}, bound 0), {RANKS} ranks, "
-                              f"{result['gradient_bytes'] / 2**20:.0f} MB of gradients, loopback",
-                              statistics.median(times["hook"]) * 1e3, "DDP over gloo, interleaved",
-                              statistics.median(times["gloo"]) * 1e3, "ms", higher_is_better=False))
+        figures += figures_of(collective, measure(collective))
     return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="DDP with the DLCP hook against gloo, repeated")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--collectives", default="ring", help="comma-separated: ring, star")
+    args = parser.parse_args()
+    ratios: dict[str, list[float]] = {}
+    for i in range(args.runs):
+        for f in run(tuple(args.collectives.split(","))):
+            ratios.setdefault(f.name, []).append(f.ratio)
+            print(f"run {i + 1}: {f.name}: {f.value:,.1f} against {f.baseline:,.1f} {f.unit}, {f.ratio:.3f}x",
+                  flush=True)
+    for name, values in ratios.items():
+        print(f"{name}: median {statistics.median(values):.3f}x over {len(values)} runs "
+              f"({min(values):.3f}-{max(values):.3f}x)")
+
+
+if __name__ == "__main__":
+    main()

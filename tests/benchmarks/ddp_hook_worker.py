@@ -2,7 +2,8 @@
 
 Plain DDP (gloo's all-reduce) and DDP with the DLCP hook (bound 0) train the same MLP of
 ``--mb`` MB of float32 gradients, iterations interleaved (gloo, hook, gloo, ...), so a busy
-machine weighs on both alike; rank 0 writes each side's iteration times (s) as JSON.
+machine weighs on both alike; rank 0 writes each side's iteration times and the CPU time its
+process used per iteration (s, all threads) as JSON.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ def _model(mb: float) -> torch.nn.Module:
                                torch.nn.ReLU(), torch.nn.Linear(width, width))
 
 
-def _step(model: torch.nn.Module, x: torch.Tensor) -> float:
-    started = time.perf_counter()
+def _step(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the whole process: every thread) of one iteration."""
+    started, cpu = time.perf_counter(), time.process_time()
     model.zero_grad(set_to_none=True)
     model(x).square().mean().backward()  # DDP's all-reduce finishes inside backward()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def main() -> None:
@@ -52,16 +54,18 @@ def main() -> None:
     width = gloo.module[0].in_features
     x = torch.randn(8, width, generator=torch.Generator().manual_seed(rank))
     times: dict[str, list[float]] = {"gloo": [], "hook": []}
+    cpu: dict[str, list[float]] = {"gloo": [], "hook": []}
     for i in range(args.warmup + args.iterations):
         for name, model in (("gloo", gloo), ("hook", hooked)):
-            seconds = _step(model, x)
+            seconds, used = _step(model, x)
             if i >= args.warmup:
                 times[name].append(seconds)
+                cpu[name].append(used)
     grads = sum(p.numel() for p in gloo.parameters()) * 4
     stats = state.take_stats()
     state.close()
     if rank == 0:
-        args.out.write_text(json.dumps({"times": times, "gradient_bytes": grads, "world": dist.get_world_size(),
+        args.out.write_text(json.dumps({"times": times, "cpu": cpu, "gradient_bytes": grads, "world": dist.get_world_size(),
                                         "retransmitted": stats.retransmitted, "packets": stats.packets}))
     dist.destroy_process_group()
 
