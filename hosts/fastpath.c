@@ -2,7 +2,8 @@
  *
  * gfh_send:  a message's data packets, each a 28-byte header row plus its values read in
  *            place from the tensor, with sendmmsg (two iovecs per packet, no copy in user
- *            space) and, on loopback, UDP GSO (one datagram of up to 44 packets).
+ *            space) and, on loopback, UDP GSO (one datagram of up to 44 packets); the
+ *            magnitude classes too, when asked, just before the kernel copies the values.
  * gfh_recv:  recvmmsg of up to `slots` datagrams with their IP TOS byte and UDP GRO segment
  *            size; coalesced datagrams are split back into packets.
  * gfh_runs:  where the run of data packets of one message from one source ends.
@@ -72,11 +73,34 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
+/* Magnitude class of n values (n >= 1): 0 when all are 0, 255 when any is not finite, else
+ * clamp(floor(log2(max |v|)) + 128, 1, 255). On the bit patterns: |v| orders like its bits
+ * without the sign, NaN and inf have the largest, and floor(log2 |v|) + 128 of a normal
+ * float is its exponent field + 1 (subnormals clamp to 1). */
+static uint8_t class_of(const uint8_t *values, int64_t n) {
+    uint32_t peak = 0;
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t a;
+        memcpy(&a, values + (size_t)k * 4, 4);
+        a &= 0x7fffffffu;
+        peak = a > peak ? a : peak;
+    }
+    if (peak >= 0x7f800000u) return 255;
+    if (peak == 0) return 0;
+    uint32_t c = (peak >> 23) + 1;
+    return (uint8_t)(c > 255 ? 255 : c);
+}
+
+#define HDR_MAG_CLASS 22 /* the header's mag_class byte (hosts/wire.py) */
+#define CLASS_BATCH_BYTES (1 << 20) /* values read for classes per sendmmsg, so the copy finds them in cache */
+
 /* Send packets idx[0..n) of a message: header i at hdrs + 28 i, nvals[i] values at
- * values + 4 starts[i] (count: values of a full packet). gso: packets per datagram (<= 1: no GSO). Returns packets sent or -errno. */
-int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
+ * values + 4 starts[i] (count: values of a full packet). gso: packets per datagram (<= 1: no GSO).
+ * classes: write each packet's magnitude class into its header first (read just before the
+ * kernel copies the same values: one pass from memory instead of two). Returns packets sent or -errno. */
+int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, uint8_t *hdrs, const uint8_t *values,
              uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
-             int n, int gso, const uint8_t *key, int keylen) {
+             int n, int gso, const uint8_t *key, int keylen, int classes) {
     struct sockaddr_in dst;
     memset(&dst, 0, sizeof dst);
     dst.sin_family = AF_INET;
@@ -96,7 +120,8 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
     int done = 0;
     while (done < n) {
         int m = 0, k = done, v = 0, t = 0;
-        while (m < BATCH && k < n && v + per_iov * per <= IOV_MAX_BATCH) {
+        size_t read = 0;
+        while (m < BATCH && k < n && v + per_iov * per <= IOV_MAX_BATCH && read < CLASS_BATCH_BYTES) {
             int segs = 0;
             struct mmsghdr *mh = &msgs[m];
             memset(mh, 0, sizeof *mh);
@@ -105,6 +130,10 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, cons
             mh->msg_hdr.msg_iov = &iov[v];
             while (k < n && segs < per) {
                 int64_t i = idx[k];
+                if (classes) {
+                    hdrs[(size_t)i * HDR + HDR_MAG_CLASS] = class_of(values + (size_t)starts[i] * 4, nvals[i]);
+                    read += (size_t)nvals[i] * 4;
+                }
                 iov[v].iov_base = (void *)(hdrs + (size_t)i * HDR);
                 iov[v].iov_len = HDR;
                 iov[v + 1].iov_base = (void *)(values + (size_t)starts[i] * 4);
@@ -324,27 +353,11 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
     res[R_USED] = j;
 }
 
-/* Magnitude class of each run of `count` values (the last run may be shorter): 0 when all
- * are 0, 255 when any is not finite, else clamp(floor(log2(max |v|)) + 128, 1, 255). On the
- * bit patterns: |v| orders like its bits without the sign, NaN and inf have the largest, and
- * floor(log2 |v|) + 128 of a normal float is its exponent field + 1 (subnormals clamp to 1). */
+/* Magnitude class (class_of) of each run of `count` values (the last run may be shorter). */
 void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out) {
-    const uint32_t *bits = (const uint32_t *)values;
     int64_t rows = (n + count - 1) / count;
     for (int64_t r = 0; r < rows; r++) {
         int64_t lo = r * count, hi = lo + count < n ? lo + count : n;
-        uint32_t peak = 0;
-        for (int64_t k = lo; k < hi; k++) {
-            uint32_t a = bits[k] & 0x7fffffffu;
-            peak = a > peak ? a : peak;
-        }
-        if (peak >= 0x7f800000u) {
-            out[r] = 255;
-        } else if (peak == 0) {
-            out[r] = 0;
-        } else {
-            uint32_t c = (peak >> 23) + 1;
-            out[r] = (uint8_t)(c > 255 ? 255 : c);
-        }
+        out[r] = class_of((const uint8_t *)(values + lo), hi - lo);
     }
 }

@@ -48,9 +48,9 @@ SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefin
                   "-g")
 SOURCE = "fastpath.c"
 CDEF = """
-int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, const uint8_t *hdrs, const uint8_t *values,
+int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, uint8_t *hdrs, const uint8_t *values,
              uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
-             int n, int gso, const uint8_t *key, int keylen);
+             int n, int gso, const uint8_t *key, int keylen, int classes);
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
              uint8_t *bad);
@@ -274,18 +274,21 @@ class BatchSender:
         return hit
 
     def send(self, batch: Any, indices: np.ndarray, dest: tuple[str, int]) -> None:
-        """Send packets `indices` (int64) of `batch` to `dest`; OSError when the socket refuses."""
+        """Send packets `indices` (int64) of `batch` to `dest`; OSError when the socket refuses.
+        A batch packed without its magnitude classes (``classes_pending``) gets each packet's
+        written into its header as it goes out."""
         ip, port, batched = self._target(dest)
         idx = np.ascontiguousarray(indices, dtype=np.int64)
         gso = GSO_PACKETS if (batched and self.gso_ok) else 1
         ptrs = batch.native_ptrs(self.nat)
+        classes = int(batch.classes_pending)
         r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
-                                  self.nat.ptr(idx, "int64_t[]"), idx.size, gso, *self._key)
+                                  self.nat.ptr(idx, "int64_t[]"), idx.size, gso, *self._key, classes)
         if r < 0 and gso > 1 and -r in (5, 22, 95):  # EIO, EINVAL, EOPNOTSUPP: no GSO here
             log.warning("hosts data path: UDP GSO refused (%s), sending one datagram per packet", os.strerror(-r))
             self.gso_ok = False
             r = self.nat.lib.gfh_send(self.fd, ip, port, ptrs[0], ptrs[1], batch.count, ptrs[2], ptrs[3], ptrs[4],
-                                      self.nat.ptr(idx, "int64_t[]"), idx.size, 1, *self._key)
+                                      self.nat.ptr(idx, "int64_t[]"), idx.size, 1, *self._key, classes)
         if r < 0:
             raise OSError(-r, os.strerror(-r))
 

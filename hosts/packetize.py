@@ -129,6 +129,7 @@ class PacketBatch:
     nvals: np.ndarray  # values of each packet (uint16)
     starts: np.ndarray  # index in `values` of each packet's first value (int64)
     tos: np.ndarray | None = None  # IP TOS byte of each packet (None: the socket's)
+    classes_pending: bool = False  # mag_class not filled in: the C sender writes it as each packet leaves
     _native: Any = None  # C pointers (hosts.fastpath), made on first use
 
     def __len__(self) -> int:
@@ -182,12 +183,15 @@ def packetize(
     start: int = 0,
     tensor_len: int | None = None,
     seq_base: int = 0,
+    with_classes: bool = True,
 ) -> PacketBatch:
     """Pack a tensor into DLCP data packets with offsets, counts, classes and flags.
 
     To send a part of a tensor, give the part as `values`, its first element as `start`,
     the whole tensor's length as `tensor_len` and the number of packets already sent for
     this tensor as `seq_base` (sequence numbers are unique per tensor, not per part).
+    `with_classes=False` leaves the magnitude classes out when no packet is to be marked (no
+    drop rule, or a bound of 0): the C sender writes them as the packets leave (``classes_pending``).
     """
     if kind not in (MsgType.GRADIENT, MsgType.PARAMETER):
         raise TransportError(f"only gradient or parameter messages carry values, not {kind!r}")
@@ -203,7 +207,8 @@ def packetize(
     n = math.ceil(flat.size / count)
     starts = np.arange(n, dtype=np.int64) * count
     counts = np.minimum(count, flat.size - starts)
-    classes = fastpath.classes(flat, count)
+    pending = not with_classes and (drop_rule is None or drop_rule.bound <= 0)  # marks nothing
+    classes = np.zeros(n, dtype=np.uint8) if pending else fastpath.classes(flat, count)
     if classes is None:
         full, rest = divmod(flat.size, count)
         classes = np.zeros(n, dtype=np.uint8)
@@ -245,4 +250,4 @@ def packetize(
     flags[-1] |= int(Flags.LAST)
     headers["flags"] = flags
     return PacketBatch(rows=rows, values=flat, count=count, headers=headers, nvals=counts.astype(np.uint16),
-                       starts=starts)
+                       starts=starts, classes_pending=pending)
