@@ -42,7 +42,8 @@ Address = tuple[str, int]
 _KINDS = (MsgType.GRADIENT, MsgType.PARAMETER)
 _F32 = np.dtype("<f4")
 _ONES = memoryview(b"\x01" * 0xFFFF)
-SPARE_MAPS = 4  # completed messages whose have/seqs maps are kept for reuse
+SPARE_MAPS = 32  # completed messages whose have/seqs maps are kept for reuse...
+SPARE_MAP_BYTES = 128 << 20  # ...holding at most this many bytes in all
 
 
 class DropReason(str, Enum):
@@ -148,6 +149,7 @@ class Reassembler:
         self.stats = ReceiverStats()
         self._open: dict[MessageKey, Assembly] = {}
         self._spare_maps: list[tuple[bytearray, bytearray]] = []  # have/seqs of completed messages
+        self._spare_bytes = 0  # their bytes
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
         self._done_bits: dict[MessageKey, np.ndarray] = {}  # packets a message completed with, if not all
@@ -354,6 +356,7 @@ class Reassembler:
         maps = next((m for m in self._spare_maps if len(m[0]) == tensor_len), None)
         if maps is not None:
             self._spare_maps.remove(maps)
+            self._spare_bytes -= 2 * tensor_len
         out, add = self._into.pop(key, (None, False))
         asm = Assembly(key, tensor_len, initial, source, out, maps, add)
         self._open[key] = asm
@@ -445,9 +448,13 @@ class Reassembler:
         # The maps are the reassembler's own: reused by a later message of the same length, which
         # spares the allocation's page faults and zeroing pass (a third of the receiver's CPU on
         # 4 MB messages over loopback, hosts/README.md).
-        if len(self._spare_maps) >= SPARE_MAPS:
-            self._spare_maps.pop(0)
+        # As many as there are lengths in a round of all-reduces (a ring receives 2 (N - 1)
+        # chunks of each bucket, of up to N lengths, and several buckets are in flight), or a
+        # new one often finds none of its length and pays a fresh allocation.
         self._spare_maps.append((asm.have, asm.seqs))
+        self._spare_bytes += 2 * len(asm.have)
+        while len(self._spare_maps) > SPARE_MAPS or self._spare_bytes > SPARE_MAP_BYTES:
+            self._spare_bytes -= 2 * len(self._spare_maps.pop(0)[0])
         asm.cptrs = None
         return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source, lost=lost_at)
 
