@@ -271,7 +271,7 @@ def advertised_host(host: str | None = None) -> str:
 def connect(model: torch.nn.Module, *, host: str | None = None, port: int = 0, job_id: int = 1,
             grad_bound: float = 0.0, param_bound: float = 0.0, aimd: Aimd | None = None, timeout_s: float = 30.0,
             collective: str = "ring", in_flight: int = 4, process_group: Any = None,
-            port_rate: float | None = None) -> DlcpHookState:
+            port_rate: float | None = None, count: int | None = None) -> DlcpHookState:
     """Open this rank's DLCP endpoint and learn every rank's (collective over the process group).
 
     The endpoint binds the address :func:`advertised_host` picks (`host`, else
@@ -280,12 +280,16 @@ def connect(model: torch.nn.Module, *, host: str | None = None, port: int = 0, j
     bucket's values the reduce stage may lose (zero-filled); 0 makes the transport reliable.
     `param_bound` does the same for the gather stage. `port_rate`: the packets/s of the slowest
     port on the ranks' paths, when known (``hosts.endpoint.Endpoint``'s port-rate mode: the
-    sender keeps to it and answers delayed by a busy rank do not throttle it)."""
+    sender keeps to it and answers delayed by a busy rank do not throttle it). `count`: values
+    per packet; None: from the path's MTU (:func:`hosts.netdev.mtu_count`: 16,369 when the ranks
+    talk over loopback, as TCP's segments grow to loopback's 64 kB MTU, else 361 for a
+    1500-byte MTU)."""
     if not dist.is_initialized():
         raise ExperimentError("connect() needs torch.distributed.init_process_group() first")
     rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
     endpoint = Endpoint(worker_id=rank, job_id=job_id, host=advertised_host(host), port=port, aimd=aimd or Aimd(),
-                        bounds={MsgType.GRADIENT: grad_bound, MsgType.PARAMETER: param_bound}, port_rate=port_rate)
+                        bounds={MsgType.GRADIENT: grad_bound, MsgType.PARAMETER: param_bound}, port_rate=port_rate,
+                        count=count)
     try:
         addresses: list[Any] = [None] * world
         dist.all_gather_object(addresses, (socket.gethostname(), endpoint.address), group=process_group)

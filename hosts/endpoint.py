@@ -44,6 +44,7 @@ from hosts.errors import HostError, TransportError
 from hosts.fastpath import BatchReceiver, BatchSender, native
 from hosts.liveness import Liveness
 from hosts.marking import Marking, parse_marking
+from hosts.netdev import mtu_count
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
 from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
@@ -52,12 +53,21 @@ from hosts.send_state import ChunkWait, SendReport
 from hosts.sender import MessageSender
 from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, MsgType
 
-__all__ = ["Endpoint", "SendReport", "SOCKET_BUFFER", "set_buffer"]
+__all__ = ["Endpoint", "SendReport", "SOCKET_BUFFER", "mtu_count", "receive_window", "set_buffer"]
 
 SOCKET_BUFFER = 32 << 20
 #: Most data packets in flight: what a peer's receive buffer (SOCKET_BUFFER) holds, counting
-#: the kernel's overhead per datagram, so that a fast sender does not overrun a receiver.
+#: the kernel's overhead per datagram, so that a fast sender does not overrun a receiver
+#: (packets of a 1500-byte MTU; :func:`receive_window` for others).
 RECEIVE_WINDOW = SOCKET_BUFFER // 2048
+
+
+def receive_window(count: int) -> int:
+    """Data packets of `count` values a peer's receive buffer holds (RECEIVE_WINDOW at 361)."""
+    packet = HEADER_LEN + 4 * count
+    return max(1, SOCKET_BUFFER // max(2048, packet * 2048 // (HEADER_LEN + 4 * MAX_COUNT_MTU_1500)))
+
+
 ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
@@ -79,7 +89,8 @@ class Endpoint:
     `peer_timeout`: seconds of complete silence after which a peer is given up (sends to
     it and waits for it fail). `aimd`: its ``rate`` caps the pacing rate (packets/s, e.g.
     the known port rate). `window`: the congestion window (fresh by default).
-    `probe_timeout` is the probe timer before the first RTT sample; `reorder_grace` and
+    `count`: values per full data packet (361: a 1500-byte MTU; None: from the path's MTU,
+    :func:`mtu_count`). `probe_timeout` is the probe timer before the first RTT sample; `reorder_grace` and
     `max_confirms` bound the re-probing before a retransmission (0 confirms: believe the
     first bitmap); `max_rounds` (None: no limit) caps retransmission rounds; `linger` is
     the quiet time `close()` waits for; `ecn=False` sends Not-ECT. `peers` (worker id ->
@@ -101,7 +112,7 @@ class Endpoint:
         host: str = "127.0.0.1",
         port: int = 0,
         bounds: dict[MsgType, float] | None = None,
-        count: int = MAX_COUNT_MTU_1500,
+        count: int | None = MAX_COUNT_MTU_1500,
         aimd: Aimd | None = None,
         window: Window | None = None,
         back_share: float = 0.4,
@@ -126,9 +137,13 @@ class Endpoint:
         self.job_id = job_id
         self.bounds = dict(DEFAULT_BOUNDS if bounds is None else bounds)
         self.signer = Signer(key) if key is not None else None
-        self.count = min(count, MAX_COUNT_MTU_1500 - TAG_LEN // 4) if key is not None else count
+        if count is None:  # from the path's MTU (loopback: 64 kB datagrams)
+            count = mtu_count(host, tagged=key is not None)
+        elif key is not None:
+            count = min(count, MAX_COUNT_MTU_1500 - TAG_LEN // 4)
+        self.count = count
         self.window = window or Window()
-        self.window.max_cwnd = min(self.window.max_cwnd, RECEIVE_WINDOW)
+        self.window.max_cwnd = min(self.window.max_cwnd, receive_window(count))
         if aimd is not None:
             self.window.max_rate = aimd.rate
         if port_rate is not None:
@@ -462,7 +477,7 @@ class Endpoint:
             flat, kind=kind, job_id=self.job_id, worker_id=self.worker_id, tensor_id=tensor_id,
             iteration=iteration, count=self.count, prio_hint=prio,
             drop_rule=self._drop_rule(bound, eligible_share) if drop_eligible else None,
-            position=position, start=start, tensor_len=total,
+            position=position, start=start, tensor_len=total, with_classes=self._tx is None,
         )
         with self._cond:  # sequence numbers are unique per tensor, also across its parts
             seq_base = self._seq_base.get((dest, key), 0)

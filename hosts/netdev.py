@@ -1,4 +1,5 @@
-"""Whether a UDP GSO datagram towards an address is split into MTU-sized frames on this host.
+"""Whether a UDP GSO datagram towards an address is split into MTU-sized frames on this host,
+and how many values a data packet carries on a path (:func:`mtu_count`).
 
 A GSO datagram leaves the UDP stack whole. The kernel splits it at the egress device when that
 device does not offer UDP segmentation (``tx-udp-segmentation`` off, as on a veth whose checksum
@@ -18,6 +19,9 @@ import logging
 import socket
 import struct
 import threading
+
+from hosts.auth import TAG_LEN
+from hosts.wire import HEADER_LEN
 
 log = logging.getLogger("hosts.netdev")
 
@@ -107,3 +111,25 @@ def forget() -> None:
     """Drop cached device answers (after a device's offloads changed)."""
     with _lock:
         _devices.clear()
+
+
+#: Largest UDP payload of an IPv4 datagram (65,535 - 20 - 8 bytes).
+MAX_UDP_PAYLOAD = 65_507
+
+
+def mtu_count(host: str, tagged: bool = False) -> int:
+    """Values per data packet that fill the MTU of the path an endpoint bound to `host` sends on,
+    as TCP sizes its segments: a loopback address reaches only loopback, whose MTU (64 kB on
+    Linux) allows a datagram of up to 16,369 values (the count field is 16 bits wide; one
+    datagram, no segmentation); any other address gets the 1500-byte MTU's 361 (the fabric's
+    veths and Ethernet; a larger interface MTU says nothing of the switches beyond it).
+    `tagged`: room for a job-key tag."""
+    tag = TAG_LEN if tagged else 0
+    if not host.startswith("127."):
+        return (1500 - 20 - 8 - HEADER_LEN - tag) // 4
+    try:
+        with open("/sys/class/net/lo/mtu", encoding="ascii") as f:
+            mtu = int(f.read().strip())
+    except (OSError, ValueError):
+        mtu = 1500
+    return (min(mtu - 20 - 8, MAX_UDP_PAYLOAD) - HEADER_LEN - tag) // 4

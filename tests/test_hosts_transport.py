@@ -255,3 +255,64 @@ def test_a_message_reusing_a_completed_ones_maps_starts_empty() -> None:
     lost[6 * 360:7 * 360] = True
     assert np.all(delivered[0].values[lost] == 0)
     np.testing.assert_array_equal(delivered[0].values[~lost], values[~lost])
+
+
+@pytest.mark.parametrize("bound", [0.0, 0.05])
+def test_every_data_packet_leaves_with_its_values_magnitude_class(bound: float) -> None:
+    # At a bound of 0 nothing is marked, and the C sender writes each packet's class as it
+    # sends it instead of in a pass of its own: the classes on the wire must not change.
+    # Packet k (100 values) peaks at 2 ** (k - 20) (class k - 20 + 128); packet 3 is all 0
+    # (class 0), packet 5 holds an inf (class 255), packet 7 a subnormal peak (class 1).
+    values = np.zeros(40 * 100, dtype=np.float32)
+    expected = {}
+    for k in range(40):
+        peak = 2.0 ** (k - 20)
+        values[k * 100:(k + 1) * 100] = np.linspace(-peak / 2, peak / 2, 100, dtype=np.float32)
+        values[k * 100 + 17] = -peak * 1.5  # |v| largest: floor(log2(1.5 peak)) = k - 20
+        expected[k * 100] = k - 20 + 128
+    values[300:400] = 0.0
+    expected[300] = 0
+    values[500:600] = 1.0
+    values[555] = np.inf
+    expected[500] = 255
+    values[700:800] = np.float32(1e-40)
+    expected[700] = 1
+    bounds = {MsgType.GRADIENT: bound, MsgType.PARAMETER: bound}
+    sender = Endpoint(worker_id=1, bounds=bounds, count=100)
+    receiver = Endpoint(worker_id=2, bounds=bounds, count=100)
+    with sender, receiver, Relay(receiver.address) as relay:
+        sender.send(relay.address, values, tensor_id=0, iteration=0)
+        receiver.receive(timeout=10)
+    data = [h for h in relay.stats.seen if h.msg_type == MsgType.GRADIENT]
+    seen: dict[int, int] = {}
+    for h in data:  # with a bound, one packet is cut in two: its first part carries the class of its own values
+        if h.count == 100:
+            seen[h.offset] = h.mag_class
+    assert len(seen) >= 38 and all(seen[o] == expected[o] for o in seen), (seen, expected)
+    if bound == 0:
+        assert len(seen) == 40 and not any(h.flags & Flags.DROP_ELIGIBLE for h in data)
+
+
+def test_a_loopback_endpoint_sized_from_the_mtu_sends_64_kb_packets() -> None:
+    # count=None takes the path's MTU: loopback's 65,536 bytes allow the largest UDP payload,
+    # 65,507 bytes: (65,507 - 28) // 4 = 16,369 values; any other address keeps 1500 bytes' 361.
+    from pathlib import Path
+
+    from hosts.endpoint import SOCKET_BUFFER
+    from hosts.netdev import mtu_count
+
+    if Path("/sys/class/net/lo/mtu").read_text().strip() != "65536":
+        pytest.skip("loopback's MTU is not Linux's default 65,536 here")
+    assert mtu_count("10.0.1.1") == 361 and mtu_count("10.0.1.1", tagged=True) == 357
+    values = tensor(300_000)
+    sender = Endpoint(worker_id=1, bounds={MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}, count=None)
+    receiver = Endpoint(worker_id=2, bounds={MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}, count=None)
+    assert sender.count == 16_369
+    # the window never holds more than the peer's receive buffer: 32 MB of 65,504-byte packets
+    assert sender.window.max_cwnd * 65_504 <= SOCKET_BUFFER
+    with sender, receiver, Relay(receiver.address) as relay:
+        report = sender.send(relay.address, values, tensor_id=1, iteration=0)
+        got = receiver.receive(timeout=10)
+    np.testing.assert_array_equal(got.values, values)
+    data = [h for h in relay.stats.seen if h.msg_type == MsgType.GRADIENT]
+    assert report.packets == 19 and {h.count for h in data} == {16_369, 300_000 - 18 * 16_369}
