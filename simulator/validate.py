@@ -66,9 +66,14 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "lossy-0.1": ("none", "ring"), "lossy-1": ("none", "ring"), "hotspot": ("none", "ring"),
 }
 #: Model terms ``sim validate --without`` can leave out, to measure what each adds: a star's
-#: DLCP server's recorded CPU per packet relative to a worker's, and the background's packets
-#: off the switches' budget.
-TERMS = ("server-cost", "background")
+#: DLCP server's recorded CPU per packet relative to a worker's, the background's packets
+#: off the switches' budget, and the recorded spread of iterations about their median.
+TERMS = ("server-cost", "background", "spread")
+#: The spread of iterations about their median (``spread``, :func:`iteration_spread`): for the
+#: trace-driven job, whose compute is a timed sleep, the family's runs in the other sweeps;
+#: a CNN run's host time is replayed from loopback runs, which carry its own.
+#: The same configuration's runs where another sweep ran it, else the family's (``SPREAD_BY_CONFIG``).
+SPREAD_KINDS, SPREAD_SEED, SPREAD_BY_CONFIG = ("trace",), 1_000_003, True
 #: Scenarios whose second job (multitenant's, hotspot's bulk sender) crosses the same leaf uplinks.
 SHARED_UPLINKS = ("multitenant", "hotspot")
 #: Multitenant: per-flow hashing puts the two jobs on the same leaf uplink with this probability.
@@ -317,14 +322,67 @@ def clear_verdict(same: bool, kept_clear: int, clear: int) -> str:
     return "yes" if same else "yes (differs only in unclear pairs)"
 
 
-def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
-             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "summed",
-             without: frozenset[str] = frozenset()) -> str:
-    """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
-    ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
-    taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out."""
+@dataclass
+class Calibration:
+    """Every run's inputs and its predicted p50 on :data:`COST_GRID` (``curves``, one per run
+    in ``calibration``: sweep, family, measured p50), or why it cannot be predicted."""
+
+    inputs: dict[int, _Inputs]
+    reasons: dict[int, str]
+    calibration: list[tuple[str, str, float]]
+    curves: list[list[float]]
+
+
+def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: dict[str, tuple[list[float], float]],
+              *, progress: bool = True, cpu_measure: str = "summed",
+              without: frozenset[str] = frozenset()) -> Calibration:
+    """Predict every run's p50 on the grid of host costs (the slow part of :func:`validate`)."""
     import sys
 
+    cache: dict[tuple[str, ...], ModelTrace] = {}
+    cal = Calibration({}, {}, [], [])
+    for i, run in enumerate(runs):
+        if progress and (i + 1) % 20 == 0:
+            print(f"calibration: {i + 1} of {len(runs)} runs on {len(COST_GRID)} host costs", file=sys.stderr,
+                  flush=True)
+        try:
+            inp = cal.inputs[i] = _inputs(run, cnn, traces, hosts, cache)
+            cal.curves.append([float(np.median(predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
+                                                           baseline_available=inp.baseline_available,
+                                                           draws=CALIBRATION_DRAWS, cpu_measure=cpu_measure,
+                                                           without=without).draws))
+                               for cost in COST_GRID])
+            cal.calibration.append((run.sweep, run.family, run.p50_s))
+        except SimulatorError as exc:
+            cal.reasons[i] = str(exc)
+    return cal
+
+
+def iteration_spread(runs: Sequence[Run], kinds: Sequence[str] = SPREAD_KINDS,
+                     by_config: bool = True) -> dict[tuple[str, str, str], np.ndarray]:
+    """Per (sweep, family, configuration) of the ``kinds`` given: the iteration times of the
+    same configuration's runs in the *other* sweeps (with ``by_config``; where no other sweep
+    ran it, or without ``by_config``: the family's), each over its own run's p50 (the spread of
+    iterations about their median that those runs recorded). None from the sweep itself, as
+    for the host cost."""
+    ratios = [(run.sweep, run.family, run.config, np.asarray(run.iterations, dtype=float) / run.p50_s)
+              for run in runs if run.kind in kinds]
+    out: dict[tuple[str, str, str], np.ndarray] = {}
+    for sweep, family, config in {r[:3] for r in ratios}:
+        same = [x for sw, f, c, x in ratios if sw != sweep and f == family and c == config] if by_config else []
+        others = same or [x for sw, f, _, x in ratios if sw != sweep and f == family]
+        if others:
+            out[(sweep, family, config)] = np.concatenate(others)
+    return out
+
+
+def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
+             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "summed",
+             without: frozenset[str] = frozenset(), calibrated: Calibration | None = None) -> str:
+    """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
+    ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
+    taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out;
+    ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand."""
     if not without <= set(TERMS):
         raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
     if cpu_measure not in CPU_MEASURES:
@@ -332,25 +390,10 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     runs = load_runs(results)
     cnn = load_trace(job_trace) if job_trace is not None else None
     hosts = host_baseline(baseline, cpu_measure) if baseline is not None else {}
-    cache: dict[tuple[str, ...], ModelTrace] = {}
-    inputs: dict[int, _Inputs] = {}
-    reasons: dict[int, str] = {}
-    calibration: list[tuple[str, str, float]] = []
-    curves: list[list[float]] = []
-    for i, run in enumerate(runs):
-        if progress and (i + 1) % 20 == 0:
-            print(f"calibration: {i + 1} of {len(runs)} runs on {len(COST_GRID)} host costs", file=sys.stderr,
-                  flush=True)
-        try:
-            inp = inputs[i] = _inputs(run, cnn, traces, hosts, cache)
-            curves.append([float(np.median(predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
-                                                       baseline_available=inp.baseline_available,
-                                                       draws=CALIBRATION_DRAWS, cpu_measure=cpu_measure,
-                                                       without=without).draws))
-                           for cost in COST_GRID])
-            calibration.append((run.sweep, run.family, run.p50_s))
-        except SimulatorError as exc:
-            reasons[i] = str(exc)
+    cal = calibrated or calibrate(runs, cnn, traces, hosts, progress=progress, cpu_measure=cpu_measure,
+                                  without=without)
+    inputs, reasons, calibration, curves = cal.inputs, cal.reasons, cal.calibration, cal.curves
+    spread = {} if "spread" in without else iteration_spread(runs, SPREAD_KINDS, by_config=SPREAD_BY_CONFIG)
     costs = cross_validated(calibration, curves)
     family_rows = []
     for family in sorted({f for _, f, _ in calibration}):
@@ -399,8 +442,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                 zero = predict_run(run, inp.job, 0.0, host_iterations=inp.host_iterations,
                                    baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
                                    without=without)
-                draws.append(pred.draws)
-                plain.append(zero.draws)
+                ratios = spread.get((run.sweep, run.family, run.config))
+                factor = np.random.default_rng(SPREAD_SEED + i).choice(ratios, len(pred.draws)) \
+                    if ratios is not None else 1.0
+                draws.append(pred.draws * factor)
+                plain.append(zero.draws * factor)
                 preds.append(pred)
                 cal.append((cost, n))
                 notes.append(pred.note)
@@ -432,4 +478,5 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
 
 
 __all__ = ["TERMS", "RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate",
-           "clear_verdict", "rank_row"]
+           "clear_verdict", "rank_row",
+           "Calibration", "calibrate", "iteration_spread"]

@@ -50,3 +50,26 @@ def test_dlcp_merged_merges_as_the_trace_worker(b: float, numel: int) -> None:
     merged, plain = _run("dlcp-merged", b), _run("dlcp", b)
     assert merged.family == plain.family == "trace/dlcp+ecn"  # the same transport: one host cost
     assert TRACE_CONFIGS["dlcp-merged"].bound == TRACE_CONFIGS["dlcp"].bound == 0.10
+
+
+def test_the_spread_of_iterations_comes_from_the_other_sweeps() -> None:
+    from simulator.validate import iteration_spread
+
+    def run(sweep: str, config: str, times: list[float], job: bool = True) -> Run:
+        return Run(sweep, "r", "tcp", config, 20_000.0, 51, times, job={"model": "resnet50"} if job else None)
+
+    runs = [run("a", "ddp-tcp", [1.0, 2.0, 3.0]),  # p50 2: 0.5, 1, 1.5
+            run("b", "p3-tcp", [2.0, 2.0, 4.0]),  # the same family (kernel TCP), p50 2: 1, 1, 2
+            run("b", "dlcp", [5.0, 10.0]),  # another family, alone: no other sweep
+            run("c", "gloo", [1.0, 9.0], job=False)]  # the CNN job: not a kind the term applies to
+    spread = iteration_spread(runs)
+    # By configuration: ddp-tcp ran only in sweep a, p3-tcp only in b, so each takes the family's.
+    assert sorted(spread) == [("a", "trace/tcp", "ddp-tcp"), ("b", "trace/tcp", "p3-tcp")]
+    assert spread[("a", "trace/tcp", "ddp-tcp")].tolist() == [1.0, 1.0, 2.0]
+    assert spread[("b", "trace/tcp", "p3-tcp")].tolist() == [0.5, 1.0, 1.5]
+    runs.append(run("c", "ddp-tcp", [4.0, 6.0, 8.0]))  # p50 6: 2/3, 1, 4/3
+    spread = iteration_spread(runs)
+    assert spread[("a", "trace/tcp", "ddp-tcp")].tolist() == pytest.approx([2 / 3, 1.0, 4 / 3])  # c's ddp-tcp only
+    assert spread[("c", "trace/tcp", "ddp-tcp")].tolist() == [0.5, 1.0, 1.5]
+    pooled = iteration_spread(runs, by_config=False)[("c", "trace/tcp", "ddp-tcp")]
+    assert pooled.tolist() == [0.5, 1.0, 1.5, 1.0, 1.0, 2.0]  # a's and b's kernel TCP runs
