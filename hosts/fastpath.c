@@ -294,14 +294,18 @@ static void add_f32(uint8_t *values, const uint8_t *src, uint32_t n) {
     }
 }
 
-/* Check packets i..n of a run of `tensor_len` elements and place them. values/have/seqs NULL:
+/* Check packets i..n of a run of `tensor_len` elements and place them. `have` (per element)
+ * and `seqs` (per packet) hold `mark` where something arrived; any other byte means nothing
+ * did (so a reused map needs no zeroing: the next message takes the next mark). values/have/seqs NULL:
  * stop at the first packet that passes the packet checks (R_USED tells which) without using
  * it. mode 1: every packet passing the checks is counted in R_OTHER (late, inconsistent...).
  * Otherwise place (mode 0) or add to what `values` holds (mode 2), each element once (the
  * first packet that brings it), and stop after the packet that completes the message
  * (received == tensor_len). res[R_USED] is the index after the last packet looked at. */
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
-               uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res) {
+               uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res,
+               int mark) {
+    const uint8_t m = (uint8_t)mark;
     for (int k = 0; k < R_SLOTS; k++) res[k] = 0;
     int j = i;
     for (; j < n; j++) {
@@ -321,13 +325,13 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
         }
         if (values == NULL) break;
         res[R_DATA]++;
-        if (seqs[seq]) {
+        if (seqs[seq] == m) {
             res[R_DUP]++;
             continue;
         }
-        seqs[seq] = 1;
+        seqs[seq] = m;
         const uint8_t *src = p + HDR;
-        if (memchr(have + offset, 1, count) == NULL) {
+        if (memchr(have + offset, m, count) == NULL) {
             if (mode == 2)
                 add_f32(values + (size_t)offset * 4, src, count);
             else
@@ -335,7 +339,7 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
             res[R_RECEIVED] += count;
         } else {
             for (uint32_t e = 0; e < count; e++) {
-                if (!have[offset + e]) {
+                if (have[offset + e] != m) {
                     if (mode == 2)
                         add_f32(values + (size_t)(offset + e) * 4, src + (size_t)e * 4, 1);
                     else
@@ -344,7 +348,7 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
                 }
             }
         }
-        memset(have + offset, 1, count);
+        memset(have + offset, m, count);
         if (received + res[R_RECEIVED] == (int64_t)tensor_len) {
             j++;
             break;

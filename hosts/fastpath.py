@@ -58,7 +58,8 @@ int gfh_auth_init(const char *library);
 int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
              const uint16_t *src_port, int i, int n);
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
-               uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res);
+               uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res,
+               int mark);
 void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out);
 """
 SOL_UDP = 17
@@ -361,10 +362,11 @@ class BatchReceiver:
         return self.view[o:o + int(self.len[i])]
 
     def place(self, i: int, n: int, tensor_len: int, arrays: tuple[Any, Any, Any] | None, received: int,
-              mode: int) -> np.ndarray:
-        """gfh_place over packets i..n in `mode` (PLACE, COUNT_OTHER or ADD); the result slots (R_*)."""
+              mode: int, mark: int = 1) -> np.ndarray:
+        """gfh_place over packets i..n in `mode` (PLACE, COUNT_OTHER or ADD), the maps marking
+        what arrived with `mark` (1..255); the result slots (R_*)."""
         c = self._c
         ffi = self.nat.ffi
         values, have, seqs = arrays if arrays is not None else (ffi.NULL, ffi.NULL, ffi.NULL)
-        self.nat.lib.gfh_place(c[0], c[1], c[2], i, n, tensor_len, values, have, seqs, received, mode, c[6])
+        self.nat.lib.gfh_place(c[0], c[1], c[2], i, n, tensor_len, values, have, seqs, received, mode, c[6], mark)
         return self.res

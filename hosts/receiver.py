@@ -41,7 +41,6 @@ from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESER
 Address = tuple[str, int]
 _KINDS = (MsgType.GRADIENT, MsgType.PARAMETER)
 _F32 = np.dtype("<f4")
-_ONES = memoryview(b"\x01" * 0xFFFF)
 SPARE_MAPS = 32  # completed messages whose have/seqs maps are kept for reuse...
 SPARE_MAP_BYTES = 128 << 20  # ...holding at most this many bytes in all
 
@@ -82,14 +81,17 @@ class ReceiverStats:
 class Assembly:
     """A message being rebuilt."""
 
-    __slots__ = ("key", "values", "raw", "have", "seqs", "received", "source", "cptrs", "add", "fill")
+    __slots__ = ("key", "values", "raw", "have", "seqs", "mark", "received", "source", "cptrs", "add", "fill")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
-                 out: np.ndarray | None = None, maps: tuple[bytearray, bytearray] | None = None,
+                 out: np.ndarray | None = None, maps: tuple[bytearray, bytearray, int] | None = None,
                  add: bool = False) -> None:
         """`out`: the array to rebuild the message in (its caller's memory), when it fits;
         `add`: add the values that arrive to what `out` holds instead (`initial` unused).
-        `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs` (zeroed here)."""
+        `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs`, and the mark
+        their last message used. An element or packet arrived where its byte holds this
+        message's `mark`; a reused map takes the next mark, so it is not zeroed (but once in 255
+        messages)."""
         self.key = key
         fits = initial is not None and initial.size == tensor_len
         self.add = False
@@ -107,12 +109,16 @@ class Assembly:
             self.values = np.zeros(tensor_len, dtype=_F32)
         self.raw = memoryview(self.values).cast("B")  # the values' bytes, for plain copies
         if maps is not None and len(maps[0]) == len(maps[1]) == tensor_len:
-            for m in maps:
-                np.frombuffer(m, np.uint8).fill(0)
-            self.have, self.seqs = maps
+            self.have, self.seqs, last = maps
+            self.mark = last + 1
+            if self.mark > 255:
+                for m in (self.have, self.seqs):
+                    np.frombuffer(m, np.uint8).fill(0)
+                self.mark = 1
         else:
-            self.have = bytearray(tensor_len)  # 1 where an element arrived
-            self.seqs = bytearray(tensor_len)  # 1 where a data packet arrived (a packet holds >= 1 element)
+            self.have = bytearray(tensor_len)  # `mark` where an element arrived
+            self.seqs = bytearray(tensor_len)  # `mark` where a data packet arrived (a packet holds >= 1 element)
+            self.mark = 1
         self.received = 0
         self.source = source
         self.cptrs: tuple[Any, Any, Any] | None = None  # C pointers of the fast path, made on first use
@@ -148,7 +154,7 @@ class Reassembler:
         self.prior = prior
         self.stats = ReceiverStats()
         self._open: dict[MessageKey, Assembly] = {}
-        self._spare_maps: list[tuple[bytearray, bytearray]] = []  # have/seqs of completed messages
+        self._spare_maps: list[tuple[bytearray, bytearray, int]] = []  # have/seqs/mark of completed messages
         self._spare_bytes = 0  # their bytes
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
@@ -263,7 +269,7 @@ class Reassembler:
             assert asm is not None
             if asm.cptrs is None:
                 asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
-            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, ADD if asm.add else PLACE)
+            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, ADD if asm.add else PLACE, asm.mark)
             k = self._place_counts(res)
             self.stats.data_packets += int(res[1])
             self.stats.duplicates += int(res[2])
@@ -310,21 +316,21 @@ class Reassembler:
         if asm.values.size != tensor_len:
             return self._drop(DropReason.INCONSISTENT)
         self.stats.data_packets += 1
-        seqs = asm.seqs
-        if seqs[seq]:
+        seqs, mark = asm.seqs, asm.mark
+        if seqs[seq] == mark:
             self.stats.duplicates += 1
             return [], []
-        seqs[seq] = 1
+        seqs[seq] = mark
         end = offset + count
         have = asm.have
-        if have.find(1, offset, end) < 0:  # the usual case: nothing of it arrived yet
+        if have.find(mark, offset, end) < 0:  # the usual case: nothing of it arrived yet
             if asm.add:
                 asm.values[offset:end] += np.frombuffer(data, _F32, count, HEADER_LEN)
             else:
                 asm.raw[offset * 4:end * 4] = data[HEADER_LEN:]
             asm.received += count
         else:  # overlaps elements that arrived in another packet: keep those
-            fresh = np.frombuffer(have, np.uint8, count, offset) == 0
+            fresh = np.frombuffer(have, np.uint8, count, offset) != mark
             values = np.frombuffer(data, _F32, count, HEADER_LEN)
             target = asm.values[offset:end]
             if asm.add:
@@ -332,7 +338,7 @@ class Reassembler:
             else:
                 target[fresh] = values[fresh]
             asm.received += int(fresh.sum())
-        have[offset:end] = _ONES[:count]
+        np.frombuffer(have, np.uint8, count, offset).fill(mark)
         if asm.received == tensor_len:
             return [], [self._complete(asm)]
         return [], []
@@ -386,7 +392,7 @@ class Reassembler:
         if asm.values.size != tensor_len or asm.source != source:
             return self._drop(DropReason.INCONSISTENT)
         self.stats.probes += 1
-        bits = np.frombuffer(asm.seqs, dtype=np.uint8, count=n_packets, offset=first).astype(bool)
+        bits = np.frombuffer(asm.seqs, dtype=np.uint8, count=n_packets, offset=first) == asm.mark
         if last and within_bound(tensor_len - asm.received, tensor_len, self.bounds.get(key.kind, 0.0)):
             delivered = self._complete(asm)
             return self._bitmaps(key, tensor_len, first, bits, nonce, complete=True), [delivered]
@@ -436,12 +442,13 @@ class Reassembler:
         self._done[asm.key] = (asm.values.size, asm.source)
         lost_at = None
         if asm.received < asm.values.size:  # keep what it completed with, for later probes (packed)
-            lost = np.frombuffer(asm.have, np.uint8, asm.values.size) == 0
+            lost = np.frombuffer(asm.have, np.uint8, asm.values.size) != asm.mark
             lost_at = np.flatnonzero(lost)
             if asm.fill is not None:  # the values that never arrived: 0, or the prior's
                 asm.values[lost] = asm.fill if isinstance(asm.fill, float) else asm.fill[lost]
-            top = asm.seqs.rfind(1) + 1
-            self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top), bitorder="little")
+            top = asm.seqs.rfind(asm.mark) + 1
+            self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top) == asm.mark,
+                                                   bitorder="little")
         while len(self._done) > self.done_memory:
             self._done_bits.pop(self._done.popitem(last=False)[0], None)
         self.stats.completed += 1
@@ -451,7 +458,7 @@ class Reassembler:
         # As many as there are lengths in a round of all-reduces (a ring receives 2 (N - 1)
         # chunks of each bucket, of up to N lengths, and several buckets are in flight), or a
         # new one often finds none of its length and pays a fresh allocation.
-        self._spare_maps.append((asm.have, asm.seqs))
+        self._spare_maps.append((asm.have, asm.seqs, asm.mark))
         self._spare_bytes += 2 * len(asm.have)
         while len(self._spare_maps) > SPARE_MAPS or self._spare_bytes > SPARE_MAP_BYTES:
             self._spare_bytes -= 2 * len(self._spare_maps.pop(0)[0])

@@ -261,3 +261,37 @@ def test_job_key_tags_made_in_c_and_in_python_agree(sender_fast: bool, receiver_
         bad = receiver.reassembler.stats.drops["bad_tag"]
     np.testing.assert_array_equal(got.values, values)
     assert report.missing == 0 and bad == 2 * len(range(0, len(forged), 5))
+
+
+def test_maps_reused_past_their_255_marks_see_only_their_own_message() -> None:
+    # 300 messages of one length reuse one pair of maps, each taking the next mark (the maps
+    # are zeroed once, after mark 255). Message i loses packet i % 20 (within the 5 % bound),
+    # gets packet (i + 7) % 20 twice, and completes at a last-flagged probe: on both paths its
+    # answer shows the lost packet alone, its lost values are that packet's and it is not
+    # counted as arrived twice, whatever earlier messages left in the maps.
+    stream: list[tuple[bytes, tuple[str, int], int]] = []
+    for i in range(300):
+        values = np.arange(2000, dtype=np.float32) + i
+        batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=i, count=100)
+        for k in range(20):
+            if k != i % 20:
+                stream.append((batch.packet(k), A, 0))
+            if k == (i + 7) % 20:
+                stream.append((batch.packet(k), A, 0))
+        probe = pack_header(Header(msg_type=MsgType.PROBE, flags=Flags.LAST, job_id=1, worker_id=1, tensor_id=0,
+                                   iteration=i, offset=0, tensor_len=2000, count=i, mag_class=0, prio_hint=0,
+                                   seq=20))
+        stream.append((probe, A, 0))
+    for r, delivered, replies in (_python(stream), _batched(stream)):
+        assert [d.key.iteration for d in delivered] == list(range(300))
+        assert r.stats.duplicates == 300 and r.stats.completed == 300
+        for i, (d, reply) in enumerate(zip(delivered, replies)):
+            gone = i % 20
+            np.testing.assert_array_equal(d.lost, np.arange(gone * 100, gone * 100 + 100))
+            assert d.received == 1900
+            held = np.ones(20, bool)
+            held[gone] = False
+            assert reply[HEADER_LEN:] == np.packbits(held, bitorder="little").tobytes()
+            kept = np.ones(2000, bool)
+            kept[gone * 100:gone * 100 + 100] = False
+            np.testing.assert_array_equal(d.values[kept], (np.arange(2000, dtype=np.float32) + i)[kept])

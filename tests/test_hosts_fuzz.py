@@ -45,7 +45,7 @@ def check_invariants(r: Reassembler, handled: int) -> None:
     assert s.data_packets + s.probes + s.dropped == handled
     for asm in r._open.values():  # noqa: SLF001 - the invariant is about internal state
         assert asm.values.size <= r.max_tensor_len
-        have = np.frombuffer(asm.have, dtype=bool)
+        have = np.frombuffer(asm.have, dtype=np.uint8) == asm.mark
         assert int(have.sum()) == asm.received
         assert np.all(asm.values[~have] == 0)  # nothing written outside what arrived
 
