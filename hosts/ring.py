@@ -60,9 +60,15 @@ class RingReport:
 
 
 class RingAllReduce:
-    """One rank of a ring; ranks are the workers' ids (0..N-1), `peers[r]` their addresses."""
+    """One rank of a ring; ranks are the workers' ids (0..N-1), `peers[r]` their addresses.
 
-    def __init__(self, endpoint: Endpoint, rank: int, peers: list[Address], *, concurrency: int = 8) -> None:
+    `inline_sends`: each step's chunk is sent by the all-reduce's own thread, then the
+    neighbour's chunk taken (the endpoint's receive thread completes it meanwhile), instead of
+    handing the send to the endpoint's sender threads: one thread per all-reduce, and messages
+    never queue for a sender thread in FIFO order (room in the window goes by priority)."""
+
+    def __init__(self, endpoint: Endpoint, rank: int, peers: list[Address], *, concurrency: int = 8,
+                 inline_sends: bool = False) -> None:
         if not 0 <= rank < len(peers):
             raise TransportError(f"rank {rank} is not in a ring of {len(peers)}")
         if endpoint.worker_id != rank:
@@ -74,6 +80,7 @@ class RingAllReduce:
         self.left_rank = (rank - 1) % self.size
         self.left = peers[self.left_rank]
         self.concurrency = concurrency
+        self.inline_sends = inline_sends
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._failed: BaseException | None = None  # the first all-reduce of allreduce_async that failed
@@ -142,9 +149,17 @@ class RingAllReduce:
                 if b[send_c + 1] > b[send_c]:
                     # No copy: a chunk changes only once the neighbour holds it (what it then
                     # still receives is dropped as late, never placed).
-                    sends.append(self.endpoint.send_async(
-                        self.right, buf[b[send_c]:b[send_c + 1]], copy=False, kind=kind, tensor_id=tensor_id,
-                        iteration=base + step, num_layers=num_layers, **send_options))
+                    chunk = buf[b[send_c]:b[send_c + 1]]
+                    if self.inline_sends:  # in this thread: the take below finds it in the inbox
+                        sent: Future[SendReport] = Future()
+                        sent.set_result(self.endpoint.send(self.right, chunk, kind=kind, tensor_id=tensor_id,
+                                                           iteration=base + step, num_layers=num_layers,
+                                                           **send_options))
+                        sends.append(sent)
+                    else:
+                        sends.append(self.endpoint.send_async(
+                            self.right, chunk, copy=False, kind=kind, tensor_id=tensor_id,
+                            iteration=base + step, num_layers=num_layers, **send_options))
                 if b[recv_c + 1] > b[recv_c]:
                     key = MessageKey(self.endpoint.job_id, self.left_rank, base + step, tensor_id, kind)
                     got = self.endpoint.take(key, timeout=timeout, peer=self.left)

@@ -66,7 +66,8 @@ COMMODITY_DSCP: dict[int, int] = {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 26, 6: 34, 7:
 #: All-reduces running at once. Priority schedulers hand transfers out in an order that
 #: depends on timing, so ranks may start them in different orders; a ring step waits for its
 #: neighbour's, so a bounded pool could hold only transfers the neighbour has not started
-#: yet (a deadlock). Every transfer gets a thread of its own.
+#: yet (a deadlock). Every transfer gets a thread of its own, which also sends its DLCP ring
+#: steps (``inline_sends``: no hand-off to the endpoint's sender threads).
 MAX_CONCURRENT = 1024
 
 
@@ -477,7 +478,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         else:
             from hosts.ring import RingAllReduce
 
-            collective = RingAllReduce(endpoint, rank, peers, concurrency=MAX_CONCURRENT)
+            collective = RingAllReduce(endpoint, rank, peers, concurrency=MAX_CONCURRENT, inline_sends=True)
             from experiments.trace_masks import MaskRecorder
 
             masks = MaskRecorder(rank, world)
