@@ -153,6 +153,22 @@ def test_a_software_switch_forwards_one_packet_per_cost_and_drops_past_its_backl
 
 
 @needs_ns3
+def test_a_switch_whose_cpu_is_off_holds_its_arrivals_and_its_ports(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import HostCosts
+
+    # s1 is on 100 us, off 200 us, 100 us into its cycle at t = 0: off until 200 us, on until
+    # 300, off until 500. Arrivals at 9, 17, 25, 33 us wait; 10 us of forwarding each: out at
+    # 210, 220, 230, 240 us. Packet 0 reaches h2 at 210 + 80 + 1 = 291 us; 1 waits in the
+    # device's queue (371 us); 2 is taken from the port's queue at 290 (on): 451 us; 3 is due
+    # at 370, when s1 is off: its port sends it at 500 us (+1 ns): 581.001 us.
+    costs = HostCosts(switch_forward_s=10e-6, switch_on_s=100e-6, switch_off_s=200e-6, switch_phase_s=100e-6)
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(4, 0)], Port(rate_bps=1e8, queue_packets=4), costs)
+    assert seqs == [0, 1, 2, 3]
+    assert times_ns == [291_000, 371_000, 451_000, 581_001]
+    assert (totals["cpu_drops"], totals["cpu_max_backlog"], totals["max_depth"]) == (0, 3, 2)
+
+
+@needs_ns3
 def test_packets_delivered_to_a_host_arrive_later_by_the_delivery_latency(ns3) -> None:  # type: ignore[no-untyped-def]
     from simulator.packet.network import HostCosts
 
@@ -167,30 +183,11 @@ def _paced_pair(ns3, burst_s: float, whole: bool) -> list[float]:  # type: ignor
     """Two 2-packet DLCP messages h1 -> h2 queued at t = 0 under a 1,000 packets/s pacer with
     ``burst_s`` bursts; returns their completion times at h2 (seconds)."""
     from simulator.packet.network import build
+    from tests.sim_packet_helpers import dlcp_completions
 
-    ns, gf = ns3
     net = build(tiny(1e9, 1e8, 1e-6, Port(rate_bps=1e8, queue_packets=32)))
-    sender = gf.DlcpEndpoint(net.nodes["h1"], 40000, 16, 10.0, 64.0, 0.001, 0.005)
-    receiver = gf.DlcpEndpoint(net.nodes["h2"], 40000, 16, 10.0, 64.0, 0.001, 0.005)
-    done: list[float] = []
-
-    def received(src: int, msg: int, values: int, lost: int) -> None:
-        done.append(float(gf.NowSeconds()))
-
-    receiver.onReceived = received
-    if burst_s > 0:
-        sender.SetPacing(burst_s, 1000.0, whole)
-    dst = net.address("h2")
-
-    def send() -> None:  # from inside the run: ns-3 sets its nodes up when the run starts
-        for msg in (1, 2):
-            sender.Send(msg, dst, 720, 0, 0, 0.0, 0.0)
-
-    gf.ScheduleCall(0.0, send)
-    ns.Simulator.Stop(ns.Seconds(1))
-    ns.Simulator.Run()
-    ns.Simulator.Destroy()
-    return done
+    return dlcp_completions(ns3, net, 2, 0.005,
+                            lambda sender: sender.SetPacing(burst_s, 1000.0, whole) if burst_s > 0 else None)
 
 
 @needs_ns3

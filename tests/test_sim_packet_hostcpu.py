@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from simulator.packet.host_cpu import BENCH_DLCP_RX_S, BENCH_DLCP_TX_S, HostCpu, host_cpu, rank_cpu
+from simulator.packet.host_cpu import (BENCH_DLCP_RX_S, BENCH_DLCP_TX_S, SWITCH_OFF_S, HostCpu, host_cpu,
+                                       linux_tcp_buffers, rank_cpu, switch_availability, switch_schedule)
 from simulator.packet.runtime import PacketSimulationError, missing_reason
 from simulator.packet.topology import Port, tiny
 
@@ -80,6 +81,37 @@ def test_host_cpu_sources_and_what_they_refuse(tmp_path: Path) -> None:
         HostCpu(1e-6, 1e-6, availability=0.0)
 
 
+def test_switch_schedule_from_the_runs_switch_cpu_and_wait(tmp_path: Path) -> None:
+    folder = tmp_path / "sweep"
+    (folder / "runs").mkdir(parents=True)
+    switch = [  # per run: (cpu, wait) of the fabric's switches; gts2 idle (below 0.02 of a core)
+        {"gtl1": (0.3, 0.2), "gtl2": (0.2, 0.2), "gts1": (0.1, 0.3), "gts2": (0.01, 0.0)},
+        {"gtl1": (0.4, 0.1), "gtl2": (0.3, 0.3), "gts1": (0.2, 0.2), "gts2": (0.015, 0.1)},
+    ]
+    for i, figures in enumerate(switch):
+        record = {"config": "dlcp", "status": "ok", "jobs": {}, "switch": {
+            "switch_cpu": {k: v[0] for k, v in figures.items()}, "switch_cpu_wait": {k: v[1] for k, v in figures.items()}}}
+        (folder / "runs" / f"{i:03d}.json").write_text(json.dumps(record))
+    # Shares of runnable time: 0.6, 0.5, 0.25 and 0.8, 0.5, 0.5: median 0.5.
+    assert switch_availability(folder) == {"dlcp": pytest.approx(0.5)}
+    on, off, a = switch_schedule("dlcp", folder, off_s=1e-3)
+    assert (on, off, a) == pytest.approx((1e-3, 1e-3, 0.5))
+    assert SWITCH_OFF_S == 1.5e-3  # the kernel's slice on 2 cores: 0.75 ms x (1 + log2 2)
+    with pytest.raises(PacketSimulationError, match="records its switches' CPU"):
+        switch_schedule("ddp-tcp", folder)
+    empty = _sweep(tmp_path / "old", [("ddp-tcp", [_rank(0.1, 1.0, {"bytes": 1448}, None)])])
+    assert switch_schedule("dlcp", empty, 1e-3, availability_from=folder)[2] == pytest.approx(0.5)
+
+
+def test_linux_tcp_buffers_are_the_sysctls_maxima(tmp_path: Path) -> None:
+    (tmp_path / "tcp_wmem").write_text("4096\t16384\t4194304\n")
+    (tmp_path / "tcp_rmem").write_text("4096 131072 6291456\n")
+    assert linux_tcp_buffers(tmp_path) == (4_194_304, 6_291_456)
+    (tmp_path / "tcp_rmem").write_text("4096\n")
+    with pytest.raises(PacketSimulationError, match="tcp_rmem"):
+        linux_tcp_buffers(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def ns3():  # type: ignore[no-untyped-def]
     from simulator.packet.runtime import load
@@ -90,26 +122,10 @@ def ns3():  # type: ignore[no-untyped-def]
 def _dlcp_message(ns3, cpu: HostCpu) -> list[int]:  # type: ignore[no-untyped-def]
     """One 720-value (two-packet) DLCP message h1 -> h2 queued at t = 0; its completion at h2 (ns)."""
     from simulator.packet.network import build
+    from tests.sim_packet_helpers import dlcp_completions
 
-    ns, gf = ns3
     net = build(tiny(1e9, 1e8, 1e-6, Port(rate_bps=1e8, queue_packets=32)), host_cpu=cpu)
-    sender = gf.DlcpEndpoint(net.nodes["h1"], 40000, 16, 10.0, 64.0, 0.001, 0.05)
-    receiver = gf.DlcpEndpoint(net.nodes["h2"], 40000, 16, 10.0, 64.0, 0.001, 0.05)
-    done: list[int] = []
-
-    def received(src: int, msg: int, values: int, lost: int) -> None:
-        done.append(round(float(gf.NowSeconds()) * 1e9))
-
-    receiver.onReceived = received
-    dst = net.address("h2")
-    def send() -> None:  # kept alive in this frame: C++ holds the callable by pointer
-        sender.Send(1, dst, 720, 0, 0, 0.0, 0.0)
-
-    gf.ScheduleCall(0.0, send)
-    ns.Simulator.Stop(ns.Seconds(1))
-    ns.Simulator.Run()
-    ns.Simulator.Destroy()
-    return done
+    return [round(t * 1e9) for t in dlcp_completions(ns3, net, 1, 0.05)]
 
 
 @needs_ns3

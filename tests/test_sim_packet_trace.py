@@ -26,11 +26,12 @@ def test_trace_tables_match_the_experiment() -> None:
     for name, ours in sim.TRACE_SCENARIOS.items():
         theirs = exp.trace_scenario(name)
         assert [(j.job_id, j.hosts, j.collective) for j in ours.scenario.jobs] == \
-            [(j.job_id, j.hosts, j.collective) for j in theirs.jobs]
+            [(j.job_id, j.hosts, j.collective) for j in theirs.jobs + theirs.bulk]
+        assert ours.bulk_jobs == tuple(j.job_id for j in theirs.bulk)
         assert [(f.src, f.dst, f.kind) for f in ours.scenario.background] == \
             [(f.src, f.dst, f.protocol) for f in theirs.background]
         assert (ours.lossy_links, ours.link_loss) == (theirs.lossy_links, theirs.link_loss)
-        assert not theirs.bulk
+    assert sim.trace_scenario("hotspot").bulk_jobs == (2,)
     for name, ours in sim.TRACE_CONFIGURATIONS.items():
         c = exp.trace_config(name)
         assert (ours.comm, ours.scheduler, ours.overlap, ours.queues, ours.dropping, ours.spraying, ours.ecn,
@@ -44,7 +45,7 @@ def test_trace_tables_match_the_experiment() -> None:
     assert [switch_priority("layer", t) for t in (0, 17, 18, 35, 36, 53)] == [7, 7, 6, 6, 5, 5]
     assert switch_priority("job", 0) == 5 and switch_priority("fifo", 0) == switch_priority("tcp-class", 0) == 0
     with pytest.raises(PacketSimulationError, match="unknown trace scenario"):
-        sim.trace_scenario("hotspot")
+        sim.trace_scenario("incast")
 
 
 def test_scaled_job_is_the_trace_workers() -> None:

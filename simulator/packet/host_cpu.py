@@ -41,6 +41,15 @@ from typing import Any
 from simulator.packet.runtime import PacketSimulationError
 
 SOURCES = ("none", "bench", "run")
+#: The kernel's scheduling slice on this 2-core machine (EEVDF, Linux 6.6+:
+#: ``sysctl_sched_base_slice`` = 0.75 ms x (1 + log2(CPUs)), CPUs capped at 8): how long a
+#: runnable switch waits while another process holds its core.
+SWITCH_OFF_S = 0.75e-3 * 2
+#: p4switch/README.md, native datapath: the DLCP program forwarded 308,332 gradient packets/s
+#: (bound by the bridge it was compared with, so at most this per packet).
+SWITCH_FORWARD_S = 1 / 308_332
+#: A switch that used less of a core than this carried no traffic of the job (its figures are noise).
+SWITCH_IDLE_SHARE = 0.02
 SEGMENT_BYTES = 1448
 #: hosts/README.md, "Where the CPU goes per packet", through one switch (UDP GSO).
 BENCH_DLCP_TX_S = 2_400e-9
@@ -155,3 +164,47 @@ def host_cpu(source: str, config: str, comm: str, cpu_from: Path | None,
         tx = rx = found[config].packet_s
     return HostCpu(tx, rx, availability=availability, source=f"{source}: {cpu_from.name}" + (
         f", availability from {availability_from.name}" if found[config].availability is None else ""))
+
+
+def switch_availability(folder: Path) -> dict[str, float]:
+    """Per configuration of a fabric sweep: the share of their runnable time its software switches
+    ran, ``switch_cpu / (switch_cpu + switch_cpu_wait)`` (the run's ``switch`` record), median
+    over the switches that carried traffic (at least :data:`SWITCH_IDLE_SHARE` of a core) and runs."""
+    found: dict[str, list[float]] = {}
+    for record in _records(folder):
+        switch = record.get("switch") or {}
+        cpu, wait = switch.get("switch_cpu") or {}, switch.get("switch_cpu_wait") or {}
+        for name, share in cpu.items():
+            if share is not None and wait.get(name) is not None and float(share) >= SWITCH_IDLE_SHARE:
+                found.setdefault(str(record.get("config")), []).append(float(share) / (float(share) + float(wait[name])))
+    return {c: statistics.median(v) for c, v in found.items()}
+
+
+def switch_schedule(config: str, folder: Path, off_s: float = SWITCH_OFF_S,
+                    availability_from: Path | None = None) -> tuple[float, float, float]:
+    """(on, off, availability) of configuration ``config``'s switches from ``folder``'s runs (or,
+    where they record no CPU wait, ``availability_from``'s): off for ``off_s`` (a slice of another
+    process), on for ``off_s x a / (1 - a)``, so that they run the share ``a`` of their runnable
+    time the runs recorded."""
+    found = switch_availability(folder)
+    if config not in found and availability_from is not None:
+        found = switch_availability(availability_from)
+    if config not in found:
+        raise PacketSimulationError(f"{folder}: no run of configuration {config!r} records its switches' CPU and "
+                                    f"CPU wait (switch.switch_cpu, switch.switch_cpu_wait; availability_from "
+                                    f"{availability_from})")
+    a = min(found[config], 0.99)
+    return off_s * a / (1 - a), off_s, found[config]
+
+
+def linux_tcp_buffers(root: Path = Path("/proc/sys/net/ipv4")) -> tuple[int, int]:
+    """(send, receive): the largest TCP buffers Linux autotunes to here, ``tcp_wmem`` and
+    ``tcp_rmem``'s maximum (the fabric's hosts are network namespaces of this kernel: a new
+    namespace reads the same, 16 MiB each on 2026-11-26)."""
+    out = []
+    for name in ("tcp_wmem", "tcp_rmem"):
+        try:
+            out.append(int((root / name).read_text().split()[2]))
+        except (OSError, ValueError, IndexError) as exc:
+            raise PacketSimulationError(f"{root / name}: cannot read the TCP buffer maximum: {exc}") from None
+    return out[0], out[1]

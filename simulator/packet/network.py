@@ -12,6 +12,7 @@ ranks' CPU costs (:mod:`simulator.packet.host_cpu`; only the jobs' transports pa
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,15 +26,30 @@ class HostCosts:
     """Costs of the emulated fabric's software that links and queues do not have (none by
     default; ``EcmpRouting::SetHostCosts``): each switch forwards one packet per
     ``switch_forward_s`` in arrival order, at most ``switch_backlog`` waiting, ahead of its
-    egress queues; each packet delivered to a host arrives ``deliver_latency_s`` later."""
+    egress queues; each packet delivered to a host arrives ``deliver_latency_s`` later.
+    With ``switch_off_s`` > 0 each switch's CPU is on for ``switch_on_s``, then off for
+    ``switch_off_s``, repeating (``SwitchSchedule``), ``switch_phase_s`` into its cycle at
+    t = 0 (None: drawn per switch from the run's seed): while off it neither forwards nor
+    sends from its ports."""
 
     switch_forward_s: float = 0.0
     switch_backlog: int = 1000
     deliver_latency_s: float = 0.0
+    switch_on_s: float = 0.0
+    switch_off_s: float = 0.0
+    switch_phase_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.switch_forward_s < 0 or self.deliver_latency_s < 0 or self.switch_backlog < 1:
-            raise PacketSimulationError(f"host costs must be non-negative with a backlog of at least one ({self})")
+        if min(self.switch_forward_s, self.deliver_latency_s, self.switch_on_s, self.switch_off_s) < 0 or \
+                self.switch_backlog < 1 or (self.switch_off_s > 0) != (self.switch_on_s > 0):
+            raise PacketSimulationError(f"host costs must be non-negative with a backlog of at least one, and a "
+                                        f"switch schedule needs both its on and off times ({self})")
+
+    def switch_phase(self, seed: int, index: int) -> float:
+        """Seconds into its on/off cycle switch ``index`` is at t = 0 (uniform, from ``seed``)."""
+        if self.switch_phase_s is not None:
+            return self.switch_phase_s
+        return random.Random(seed * 1_000_003 + index).uniform(0.0, self.switch_on_s + self.switch_off_s)
 
 
 @dataclass
@@ -127,6 +143,12 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
         routing = gf.InstallEcmpRouting(nodes[name], seed * 1_000_003 + index, spray and name in switches, spray_port)
         if name in switches:
             routing.SetHostCosts(costs.switch_forward_s, costs.switch_backlog, 0.0)
+            if costs.switch_off_s > 0:
+                phase = costs.switch_phase(seed, index)
+                routing.SetSchedule(costs.switch_on_s, costs.switch_off_s, phase)
+                for (me, _other), qd in net.queues.items():
+                    if me == name:
+                        qd.SetSchedule(costs.switch_on_s, costs.switch_off_s, phase)
         else:
             routing.SetHostCosts(0.0, 1, costs.deliver_latency_s)
         ipv4 = nodes[name].GetObject[ns.Ipv4]()

@@ -32,6 +32,8 @@ from simulator.packet.workload import Workload
 DLCP_PORT = 40000
 VALUES_PER_PACKET = 360
 BG_PORT = 5201
+#: BulkSend's write size with buffers above it (its default 512 bytes slows a MiB buffer's run tenfold).
+BULK_WRITE_BYTES = 65_536
 
 
 @dataclass
@@ -59,8 +61,10 @@ class RunSettings:
     #: Long TCP flows as fast as TCP goes (0, ns-3's BulkSend) or offered at this rate (OnOff over TCP).
     background_tcp_mbps: float = 0.0
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
-    #: ns-3 TCP's send and receive buffers (ns-3's default 131,072; Linux autotunes up to MiBs).
+    #: ns-3 TCP's send and receive buffers (ns-3's default 131,072; Linux autotunes up to MiBs:
+    #: host_cpu.linux_tcp_buffers). None: the receive buffer as the send buffer.
     tcp_buffer_bytes: int = 131_072
+    tcp_rcv_buffer_bytes: int | None = None
     #: Segments per delayed ACK (ns-3's default 2). With 2, ns-3 3.44's TCP stalls for good once
     #: both data and ACKs are lost (1% each way: a long transfer crawls at one segment per RTO
     #: after ~5 MB); with 1 it does not (scripts in simulator/packet/README.md).
@@ -194,7 +198,8 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     ns.Config.SetDefault("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TcpNewReno.GetTypeId()))
     ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(1448))
     ns.Config.SetDefault("ns3::TcpSocket::SndBufSize", ns.UintegerValue(settings.tcp_buffer_bytes))
-    ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(settings.tcp_buffer_bytes))
+    ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(settings.tcp_rcv_buffer_bytes or
+                                                                        settings.tcp_buffer_bytes))
     ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(settings.tcp_delack_count))
     ns.RngSeedManager.SetSeed(max(1, settings.seed))
     net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT,
@@ -268,6 +273,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
                             "workload": settings.workload.note, "ordering": settings.ordering,
                             "rto_min_s": settings.rto_min_s, "tcp_buffer_bytes": settings.tcp_buffer_bytes,
+                            "tcp_rcv_buffer_bytes": settings.tcp_rcv_buffer_bytes or settings.tcp_buffer_bytes,
                             "tcp_delack_count": settings.tcp_delack_count, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
                             "host_cpu": {**asdict(settings.host_cpu), **net.host_cpu_busy(sorted({h for j in jobs for h in j.spec.hosts}))},
                             "pacing": {"burst_s": settings.pacing_burst_s, "max_pps": settings.pacing_max_pps,
@@ -295,6 +301,8 @@ def _start_background(ns: Any, gf: Any, net: Network, scenario: Scenario, settin
             elif flow.kind == "tcp":
                 helper = ns.BulkSendHelper(factory, remote)
                 helper.SetAttribute("MaxBytes", ns.UintegerValue(0))
+                if settings.tcp_buffer_bytes > BULK_WRITE_BYTES:  # 512-byte writes into MiBs crawl
+                    helper.SetAttribute("SendSize", ns.UintegerValue(BULK_WRITE_BYTES))
             else:
                 helper = ns.OnOffHelper(factory, remote)
                 helper.SetConstantRate(ns.DataRate(int(flow.mbps * 1e6)), flow.packet_bytes)

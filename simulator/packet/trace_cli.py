@@ -25,6 +25,8 @@ from typing import Any
 #: stall under the lossy link). Its buffers stay ns-3's 128 KiB: with 4 MiB, a BulkSend flow's
 #: 512-byte writes slow the simulation about tenfold.
 TCP_DELACK_COUNT = 1
+#: A bulk job's iterations: more than a run lasts (it stops with the measured jobs).
+BULK_ITERATIONS = 1_000_000
 
 
 def _names(text: str) -> list[str]:
@@ -37,7 +39,7 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                    help="a fabric trace sweep (runs/*.json, plan.json): the job to simulate")
     p.add_argument("--topo", default="experiment",
                    help="experiment (leafspine8_training.yaml), a topology YAML, or leafspine:L,S,H")
-    p.add_argument("--scenarios", type=_names, default=["tcp"], help="comma-separated (tcp, multitenant, lossy-0.1, lossy-1)")
+    p.add_argument("--scenarios", type=_names, default=["tcp"], help="comma-separated (tcp, multitenant, hotspot, lossy-0.1, lossy-1)")
     p.add_argument("--configs", type=_names, default=["ddp-tcp", "ddp-tcp-qos", "p3-tcp", "dlcp"],
                    help="comma-separated trace configurations (ddp-tcp, ddp-tcp-qos, ddp-tcp-rto, p3-tcp, transport, "
                         "transport-qos, priority, dropping, spraying, dlcp)")
@@ -53,6 +55,13 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                    help="the fabric sweep whose runs give the ranks' CPU and its availability (default: --like)")
     p.add_argument("--availability-from", type=Path, default=None,
                    help="a sweep whose runs record cpu_wait_share, for one whose runs do not")
+    p.add_argument("--switch-cpu", choices=("none", "run"), default="none",
+                   help="the software switches' CPU: none, or on/off as the fabric runs recorded their CPU and "
+                        "CPU wait (simulator/packet/host_cpu.py: switch_schedule)")
+    p.add_argument("--switch-off-us", type=float, default=None,
+                   help="how long a switch waits when off (default: the kernel's 1,500 us slice on 2 cores)")
+    p.add_argument("--tcp-buffers", choices=("ns3", "linux"), default="ns3",
+                   help="ns-3 TCP's buffers: its 128 KiB, or this kernel's tcp_wmem/tcp_rmem maxima")
     p.add_argument("--background-tcp-mbps", type=float, default=0.0,
                    help="offer each long TCP flow at this rate instead of as fast as ns-3's TCP goes (0)")
     p.add_argument("--warmup-ms", type=float, default=1000.0, help="background alone before the job starts")
@@ -77,11 +86,15 @@ def recorded_job(folder: Path) -> dict[str, Any]:
 
 def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, Any], *, iterations: int, seed: int,
               tile: bool = False, deliver_latency_s: float = 0.0, warmup_s: float = 1.0,
-              background_tcp_mbps: float = 0.0, host_cpu: Any = None, progress: Any = None) -> dict[str, Any]:
-    """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids)."""
-    from simulator.packet.host_cpu import HostCpu
+              background_tcp_mbps: float = 0.0, host_cpu: Any = None, switch: tuple[float, float] = (0.0, 0.0),
+              tcp_buffers: tuple[int, int] | None = None, progress: Any = None) -> dict[str, Any]:
+    """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids).
+    ``switch``: the switches' (on, off) seconds (0: always on); ``tcp_buffers``: TCP's (send,
+    receive) bytes (None: ns-3's)."""
+    from simulator.packet.host_cpu import SWITCH_FORWARD_S, HostCpu
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
+    from simulator.packet.runtime import PacketSimulationError
     from simulator.packet.scenarios import tiled
     from simulator.packet.trace_jobs import TraceJobRun, TraceJobSpec
     from simulator.packet.trace_scenarios import make_scheduler, scale_b, scaled_job, trace_configuration, trace_scenario
@@ -95,7 +108,12 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
     trace, b, k = scaled_job(job), scale_b(job), float(job["k"])
     factory = make_scheduler(config, b)
     settings = RunSettings(cnn_workload(), iterations=iterations, seed=seed, job_start_s=warmup_s,
-                           rto_min_s=config.rto_min_s(k), costs=HostCosts(deliver_latency_s=deliver_latency_s),
+                           rto_min_s=config.rto_min_s(k),
+                           costs=HostCosts(deliver_latency_s=deliver_latency_s,
+                                           switch_forward_s=SWITCH_FORWARD_S if switch[1] > 0 else 0.0,
+                                           switch_on_s=switch[0], switch_off_s=switch[1]),
+                           **({"tcp_buffer_bytes": tcp_buffers[0], "tcp_rcv_buffer_bytes": tcp_buffers[1]}
+                              if tcp_buffers else {}),
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
                            link_loss=ts.link_loss, progress=progress, tcp_delack_count=TCP_DELACK_COUNT,
                            background_tcp_mbps=background_tcp_mbps, host_cpu=host_cpu or HostCpu(),
@@ -103,12 +121,21 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
                                          f"{trace.numel:,} values, b = {b:.2f}, k = {k:g}",
                                   "scheduler": config.scheduler, "overlap": config.overlap})
 
+    bulk_ids = set(ts.bulk_jobs) if not tile else set()
+    if ts.bulk_jobs and tile:
+        raise PacketSimulationError(f"scenario {scenario_name}'s bulk job is not tiled")
+    bulk_trace = scaled_job({**job, "compute_scale": 0.0})
+
     def make_job(j: Any, transport: Any, schedule: Any, now: Any, messages: Any) -> TraceJobRun:
-        spec = TraceJobSpec(j.job_id, j.hosts, trace, factory, config.overlap, iterations,
-                            grad_bound=config.grad_bound, queues=config.queues, start_s=warmup_s)
+        bulk = j.job_id in bulk_ids
+        spec = TraceJobSpec(j.job_id, j.hosts, bulk_trace if bulk else trace, factory, config.overlap,
+                            BULK_ITERATIONS if bulk else iterations, grad_bound=config.grad_bound,
+                            queues=config.queues, start_s=warmup_s, bulk=bulk)
         return TraceJobRun(spec, transport, schedule, now, messages)
 
     record = run(topo, scenario, config, settings, make_job=make_job)  # type: ignore[arg-type]
+    for job_id in bulk_ids:  # as the fabric's records: the bulk job's ranks are not measured
+        record["jobs"].pop(str(job_id), None)
     record["trace_job"] = {**job, "iterations": iterations, "comm": config.comm, "scheduler": config.scheduler,
                            "overlap": config.overlap, "b": b}
     record["rto_min_s"] = config.rto_min_s(k)
@@ -127,7 +154,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
     from simulator.packet.report import comparison_markdown, keep_run, summarise
     from simulator.packet.report import load_runs as load_records
     from simulator.packet.runtime import load
-    from simulator.packet.host_cpu import host_cpu
+    from simulator.packet.host_cpu import SWITCH_OFF_S, host_cpu, linux_tcp_buffers, switch_schedule
     from simulator.packet.topology import from_spec
     from simulator.packet.trace_scenarios import TOPOLOGY8, trace_configuration
 
@@ -141,6 +168,15 @@ def _packet_trace(args: argparse.Namespace) -> int:
             tx, rx, _, _ = cpu.wall_costs()
             say(f"host CPU of {c} ({cpu.source}): {cpu.tx_packet_s * 1e6:.2f} / {cpu.rx_packet_s * 1e6:.2f} us per "
                 f"packet sent / received, availability {cpu.availability:.2f}: {tx * 1e6:.2f} / {rx * 1e6:.2f} us of wall")
+    off_s = SWITCH_OFF_S if args.switch_off_us is None else args.switch_off_us * 1e-6
+    switches = {c: switch_schedule(c, args.host_cpu_from or args.like, off_s, args.availability_from) if args.switch_cpu == "run"
+                else (0.0, 0.0, 1.0) for c in args.configs}
+    for c, (on, off, a) in switches.items():
+        if off > 0:
+            say(f"switch CPU of {c}: availability {a:.2f}, on {on * 1e6:.0f} us / off {off * 1e6:.0f} us")
+    tcp_buffers = linux_tcp_buffers() if args.tcp_buffers == "linux" else None
+    if tcp_buffers:
+        say(f"TCP buffers: {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes (send / receive, this kernel's maxima)")
     iterations = args.iterations or int(job.get("iterations") or 15)
     t0 = time.monotonic()
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -166,6 +202,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         tile=args.tile, deliver_latency_s=args.deliver_latency_us * 1e-6,
                                         warmup_s=args.warmup_ms * 1e-3,
                                         background_tcp_mbps=args.background_tcp_mbps, host_cpu=cpus[config],
+                                        switch=switches[config][:2], tcp_buffers=tcp_buffers,
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
                 index += 1
@@ -183,13 +220,18 @@ def _packet_trace(args: argparse.Namespace) -> int:
                 f"host CPU {args.host_cpu}"
                 + "".join(f"; {c}: {x.tx_packet_s * 1e6:.2f} / {x.rx_packet_s * 1e6:.2f} us per packet sent / received, "
                           f"availability {x.availability:.2f}"
-                          f" ({x.source})" for c, x in cpus.items() if x.active) + ".\n\n")
+                          f" ({x.source})" for c, x in cpus.items() if x.active)
+                + "".join(f"; {c}'s switches on {w[0] * 1e6:.0f} / off {w[1] * 1e6:.0f} us (availability {w[2]:.2f})"
+                          for c, w in switches.items() if w[1] > 0)
+                + (f"; TCP buffers {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes" if tcp_buffers else "") + ".\n\n")
         (out / "results.md").write_text(head + table)
         meta = {"command": command, "started": started, "load_at_start": load_at_start,
                 "load_at_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
                 "site": f"ns-3 3.44, {topo.name}", "elapsed_s": round(time.monotonic() - t0, 1), "job": job,
                 "repetitions": args.repetitions, "sweep": {s: list(args.configs) for s in args.scenarios},
-                "host_cpu": {c: asdict(x) for c, x in cpus.items()}}
+                "host_cpu": {c: asdict(x) for c, x in cpus.items()},
+                "switch_cpu": {c: {"on_s": w[0], "off_s": w[1], "availability": w[2]} for c, w in switches.items()},
+                "tcp_buffers": list(tcp_buffers) if tcp_buffers else None}
         (out / "results.json").write_text(json.dumps({"meta": meta, "hosts": len(topo.hosts)}, indent=1) + "\n")
         if not args.tile:
             from simulator.packet.validation import write as write_validation

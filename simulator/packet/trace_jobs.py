@@ -63,6 +63,7 @@ class TraceJobSpec:
     queues: str = "fifo"  # the switch classes (module doc)
     start_s: float = 0.0
     collective: str = "ring"
+    bulk: bool = False  # only makes traffic: done from the start, so the run ends with the measured jobs
 
     def __post_init__(self) -> None:
         if self.overlap not in OVERLAPS:
@@ -127,7 +128,7 @@ class TraceJobRun:
 
     @property
     def done(self) -> bool:
-        return self.finished_ranks == self.n
+        return self.spec.bulk or self.finished_ranks == self.n
 
     def start(self) -> None:
         for rank in self.ranks:

@@ -5,7 +5,9 @@ The same tables as ``experiments/trace_configs.py`` (the simulator does not impo
 ``leafspine8_training.yaml`` (h1-h4 on l1, h5-h8 on l2, two spines, 51-packet queues):
 where the rings run, the background, the lossy spine link; per configuration the job's
 transport (kernel TCP or the DLCP transport), its scheduler and overlap, the switch classes
-and mechanisms. ``incast`` and ``hotspot`` (a parameter server, a bulk job) are not here.
+and mechanisms. ``hotspot``'s second job is bulk (``bulk_jobs``): the same configuration with no
+compute, in the job's class, sending until the measured job is done, not recorded (as
+``experiments/trace_sweep.py`` runs it). ``incast`` (a parameter server) is not here.
 
 :func:`scaled_job` builds the job a fabric sweep records (``plan.json``'s ``job``, read by
 :mod:`simulator.fabric_runs`): the H100 trace merged per layer as the trace worker does
@@ -43,6 +45,7 @@ class TraceScenario:
     scenario: Scenario
     lossy_links: tuple[tuple[str, str], ...] = ()
     link_loss: float = 0.0
+    bulk_jobs: tuple[int, ...] = ()  # job ids that only make traffic (module doc)
 
     @property
     def name(self) -> str:
@@ -60,6 +63,9 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
     TraceScenario(Scenario("multitenant", "two rings of the same configuration, h1-h5 and h2-h6; "
                            "request/response h3 asks h7", (Job(1, ("h1", "h5")), Job(2, ("h2", "h6"))),
                            (_rr("h3", "h7"),))),
+    TraceScenario(Scenario("hotspot", "ring h1-h5; a second job of the same class h2-h6 on the same leaves (bulk: "
+                           "no compute); request/response h3 asks h7", (Job(1, ("h1", "h5")), Job(2, ("h2", "h6"))),
+                           (_rr("h3", "h7"),)), bulk_jobs=(2,)),
     *(TraceScenario(Scenario(f"lossy-{pct:g}", f"ring h1-h5; the spine link s1-l2 loses {pct:g}% each way; "
                              "request/response h3 asks h7", (Job(1, ("h1", "h5")),), (_rr("h3", "h7"),)),
                     (("s1", "l2"),), pct / 100) for pct in (0.1, 1.0)),

@@ -13,6 +13,7 @@
 #include "ns3/network-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -33,6 +34,58 @@ MakeTos(uint32_t priority, bool eligible, bool ect)
 {
     return static_cast<uint8_t>(((priority & 7) << 5) | (eligible ? TOS_ELIGIBLE : 0) | (ect ? TOS_ECT0 : 0));
 }
+
+// ---------------------------------------------------------------------------------------
+// The CPU a software switch gets when it shares the machine's cores with the hosts: on for
+// `on` seconds, then off (another process runs) for `off`, repeating, `phase` seconds into
+// the first cycle at t = 0. While off the switch neither forwards (EcmpRouting) nor sends
+// from its ports (PortQueueDisc), so what arrives meanwhile reaches the ports in a burst.
+// `off` 0: always on (the default).
+struct SwitchSchedule
+{
+    double on = 0;
+    double off = 0;
+    double phase = 0;
+
+    bool Active() const
+    {
+        return off > 0 && on > 0;
+    }
+
+    // Seconds from `t` until the switch is on (0: on at `t`).
+    double UntilOn(double t) const
+    {
+        if (!Active())
+        {
+            return 0;
+        }
+        double period = on + off;
+        double x = t + phase - std::floor((t + phase) / period) * period;
+        return x < on ? 0.0 : period - x;
+    }
+
+    // When work of `cost` seconds of the switch's CPU, started at `t`, is done.
+    double Finish(double t, double cost) const
+    {
+        if (!Active())
+        {
+            return t + cost;
+        }
+        double period = on + off;
+        for (;;)
+        {
+            t += UntilOn(t);
+            double x = t + phase - std::floor((t + phase) / period) * period;
+            double left = on - x;
+            if (cost <= left)
+            {
+                return t + cost;
+            }
+            cost -= std::max(left, 0.0);
+            t += period - x; // the start of the next on period
+        }
+    }
+};
 
 // ---------------------------------------------------------------------------------------
 // Switch port: strict priority over `bands` FIFOs of `limit` packets each. A drop-eligible
@@ -63,6 +116,12 @@ class PortQueueDisc : public QueueDisc
         m_dropThreshold = dropThreshold;
         m_ecnThreshold = ecnThreshold;
         m_portScope = portScope;
+    }
+
+    // The switch's CPU (SwitchSchedule): while it is off the port sends nothing.
+    void SetSchedule(double on, double off, double phase)
+    {
+        m_schedule = SwitchSchedule{on, off, phase};
     }
 
     uint64_t overflowDrops = 0; // a full band
@@ -110,6 +169,24 @@ class PortQueueDisc : public QueueDisc
 
     Ptr<QueueDiscItem> DoDequeue() override
     {
+        if (m_schedule.Active() && GetNPackets() > 0)
+        {
+            double wait = m_schedule.UntilOn(Simulator::Now().GetSeconds());
+            if (wait > 0)
+            {
+                if (!m_resumePending)
+                {
+                    m_resumePending = true;
+                    Ptr<PortQueueDisc> self = this;
+                    // One nanosecond past the rounded end, so the port is on when it resumes.
+                    Simulator::Schedule(NanoSeconds(std::llround(wait * 1e9) + 1), [self]() {
+                        self->m_resumePending = false;
+                        self->Run();
+                    });
+                }
+                return nullptr;
+            }
+        }
         for (int32_t band = static_cast<int32_t>(m_bands) - 1; band >= 0; band--)
         {
             Ptr<QueueDiscItem> item = GetInternalQueue(band)->Dequeue();
@@ -143,6 +220,8 @@ class PortQueueDisc : public QueueDisc
     {
     }
 
+    SwitchSchedule m_schedule;
+    bool m_resumePending = false;
     uint32_t m_bands = 8;
     uint32_t m_limit = 32;
     uint32_t m_dropThreshold = 0;
@@ -203,6 +282,12 @@ class EcmpRouting : public Ipv4RoutingProtocol
         m_deliverLatency = Seconds(deliverLatency);
     }
 
+    // The switch's CPU (SwitchSchedule): forwarding waits for an on period.
+    void SetSchedule(double on, double off, double phase)
+    {
+        m_schedule = SwitchSchedule{on, off, phase};
+    }
+
     uint64_t sprayed = 0;
     uint64_t cpuDrops = 0;
     uint32_t cpuMaxBacklog = 0;
@@ -242,25 +327,26 @@ class EcmpRouting : public Ipv4RoutingProtocol
             ecb(p, header, Socket::ERROR_NOROUTETOHOST);
             return true;
         }
-        if (m_forwardCost.IsZero())
+        if (m_forwardCost.IsZero() && !m_schedule.Active())
         {
             ucb(route, p, header);
             return true;
         }
-        Time now = Simulator::Now();
-        if (m_busyUntil < now)
-        {
-            m_busyUntil = now;
-        }
-        auto waiting = static_cast<uint32_t>((m_busyUntil - now).GetDouble() / m_forwardCost.GetDouble());
-        if (waiting >= m_backlog)
+        double now = Simulator::Now().GetSeconds();
+        if (m_waiting > m_backlog) // one being forwarded and `backlog` waiting ahead of it
         {
             cpuDrops++;
             return true;
         }
-        cpuMaxBacklog = std::max(cpuMaxBacklog, waiting + 1);
-        m_busyUntil += m_forwardCost;
-        Simulator::Schedule(m_busyUntil - now, [ucb, route, p, header]() { ucb(route, p, header); });
+        cpuMaxBacklog = std::max(cpuMaxBacklog, m_waiting);
+        m_waiting++;
+        m_busyUntil = m_schedule.Finish(std::max(m_busyUntil, now), m_forwardCost.GetSeconds());
+        Ptr<EcmpRouting> self = this;
+        Simulator::Schedule(NanoSeconds(static_cast<int64_t>(std::llround((m_busyUntil - now) * 1e9))),
+                            [self, ucb, route, p, header]() {
+                                self->m_waiting--;
+                                ucb(route, p, header);
+                            });
         return true;
     }
 
@@ -361,7 +447,9 @@ class EcmpRouting : public Ipv4RoutingProtocol
     Time m_forwardCost;
     uint32_t m_backlog = 0;
     Time m_deliverLatency;
-    Time m_busyUntil;
+    double m_busyUntil = 0;
+    uint32_t m_waiting = 0; // packets not yet forwarded (one in hand, the rest waiting)
+    SwitchSchedule m_schedule;
 };
 
 inline Ptr<EcmpRouting>
