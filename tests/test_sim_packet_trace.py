@@ -45,7 +45,7 @@ def test_trace_tables_match_the_experiment() -> None:
     assert [switch_priority("layer", t) for t in (0, 17, 18, 35, 36, 53)] == [7, 7, 6, 6, 5, 5]
     assert switch_priority("job", 0) == 5 and switch_priority("fifo", 0) == switch_priority("tcp-class", 0) == 0
     with pytest.raises(PacketSimulationError, match="unknown trace scenario"):
-        sim.trace_scenario("incast")
+        sim.trace_scenario("nonesuch")
 
 
 def test_scaled_job_is_the_trace_workers() -> None:
@@ -134,6 +134,28 @@ def test_ddp_buckets_wait_for_the_ring_then_the_optimizer() -> None:
         assert [r["forward_wait_s"] for r in rank.records] == [0.0] * 3
     assert [s[0] for s in net.sent] == [100] * 12  # 3 iterations x 2 ranks x 2 steps of half the bucket
     assert {s[1] for s in net.sent} == {0}
+
+
+def test_a_parameter_server_sums_every_push_then_pulls_back() -> None:
+    # Server h0, workers h1 and h2. The one DDP bucket (both layers, 200 values) leaves when
+    # backward ends (6 ms): each worker's push takes 1 ms, the server's pulls 1 ms more once it
+    # holds both; then the 0.5 ms optimizer: 8.5 ms, however many workers (a ring of three: 10.5).
+    c = sim.trace_configuration("dlcp")
+    net = _FixedDelay(0.001)
+    spec = TraceJobSpec(1, ("h0", "h1", "h2"), TWO, sim.make_scheduler(sim.trace_configuration("ddp-tcp"), 1.0),
+                        "ddp", 3, grad_bound=0.1, collective="star")
+    job = TraceJobRun(spec, net, net.schedule, lambda: net.now_s, net.messages)  # type: ignore[arg-type]
+    job.start()
+    net.run()
+    assert job.done and job.ranks[0].records == []
+    for rank in job.ranks[1:]:
+        assert [round(r["iteration_s"] * 1e6) for r in rank.records] == [8_500] * 3
+        assert rank.reduced_values == 3 * 200
+    # Per iteration two pushes (the job's 10% bound, eligible) and two pulls (none), 200 values each.
+    assert [s[0] for s in net.sent] == [200] * 12
+    assert sorted((s[3], s[4]) for s in net.sent) == [(0.0, 0.0)] * 6 + [(0.1, 0.1)] * 6
+    bulk = TraceJobSpec(2, ("h3", "h4"), TWO, sim.make_scheduler(c, 1.0), c.overlap, 10**6, bulk=True)
+    assert TraceJobRun(bulk, net, net.schedule, lambda: net.now_s, {}).done  # type: ignore[arg-type]
 
 
 def test_layerwise_forward_waits_for_the_front_layer() -> None:

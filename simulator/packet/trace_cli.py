@@ -39,7 +39,7 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                    help="a fabric trace sweep (runs/*.json, plan.json): the job to simulate")
     p.add_argument("--topo", default="experiment",
                    help="experiment (leafspine8_training.yaml), a topology YAML, or leafspine:L,S,H")
-    p.add_argument("--scenarios", type=_names, default=["tcp"], help="comma-separated (tcp, multitenant, hotspot, lossy-0.1, lossy-1)")
+    p.add_argument("--scenarios", type=_names, default=["tcp"], help="comma-separated (tcp, incast, multitenant, hotspot, lossy-0.1, lossy-1)")
     p.add_argument("--configs", type=_names, default=["ddp-tcp", "ddp-tcp-qos", "p3-tcp", "dlcp"],
                    help="comma-separated trace configurations (ddp-tcp, ddp-tcp-qos, ddp-tcp-rto, p3-tcp, transport, "
                         "transport-qos, priority, dropping, spraying, dlcp)")
@@ -130,7 +130,7 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
         bulk = j.job_id in bulk_ids
         spec = TraceJobSpec(j.job_id, j.hosts, bulk_trace if bulk else trace, factory, config.overlap,
                             BULK_ITERATIONS if bulk else iterations, grad_bound=config.grad_bound,
-                            queues=config.queues, start_s=warmup_s, bulk=bulk)
+                            queues=config.queues, start_s=warmup_s, collective=j.collective, bulk=bulk)
         return TraceJobRun(spec, transport, schedule, now, messages)
 
     record = run(topo, scenario, config, settings, make_job=make_job)  # type: ignore[arg-type]

@@ -15,7 +15,10 @@ the simulation's clock instead of the host's:
 * after backward (and its tail), with DDP overlap or in the last iteration, the rank waits
   for every result, then runs the optimizer step; the next iteration starts at once.
 
-A transfer is one ring all-reduce (``2 (N - 1)`` steps, as :class:`JobRun`'s ring), named on
+With ``collective="star"`` rank 0 is a parameter server that computes nothing: each transfer
+is every worker's push of its values to the server (drop-eligible as a ring's reduce steps)
+and, once the server holds all pushes, the server's pull of the sum back to each worker (none
+eligible), as ``experiments/training``'s incast runs it. Otherwise a transfer is one ring all-reduce (``2 (N - 1)`` steps, as :class:`JobRun`'s ring), named on
 every rank by (iteration, its front layer, its ordinal among that layer's transfers), as
 the worker names it on the wire, so ranks that hand transfers out in different orders
 still meet. The reduce steps carry the transfer's loss bound and drop-eligible share (the
@@ -68,7 +71,11 @@ class TraceJobSpec:
     def __post_init__(self) -> None:
         if self.overlap not in OVERLAPS:
             raise PacketSimulationError(f"job {self.job_id}: overlap {self.overlap!r} is not one of {OVERLAPS}")
+        if self.collective not in ("ring", "star"):
+            raise PacketSimulationError(f"job {self.job_id}: collective {self.collective!r} is not ring or star")
         check_ranks(self.job_id, self.hosts, self.iterations)
+        if self.collective == "star" and len(self.hosts) < 2:
+            raise PacketSimulationError(f"job {self.job_id}: a parameter server needs a worker besides it")
 
 
 @dataclass
@@ -120,6 +127,9 @@ class TraceJobRun:
         self.order = list(spec.trace.forward_order) if spec.trace.forward_order else list(range(len(self.layers)))
         self.ranks = [_Rank(r) for r in range(self.n)]
         self.state: dict[tuple[int, int, int, int], _Reduce] = {}  # (rank, iteration, tid, part)
+        self.star = spec.collective == "star"
+        self.workers = self.ranks[1:] if self.star else self.ranks  # a star's rank 0 serves
+        self.pushes: dict[tuple[int, int, int], dict[int, int]] = {}  # star: (iteration, tid, part) -> worker -> values
         self.finished_ranks = 0
         t = spec.trace
         self.backward_s = sum(l.backward_s for l in self.layers) + t.backward_tail_s
@@ -128,10 +138,10 @@ class TraceJobRun:
 
     @property
     def done(self) -> bool:
-        return self.spec.bulk or self.finished_ranks == self.n
+        return self.spec.bulk or self.finished_ranks == len(self.workers)
 
     def start(self) -> None:
-        for rank in self.ranks:
+        for rank in self.workers:
             self.schedule(self.spec.start_s, lambda r=rank: self._iteration(r))
 
     # -- the compute loop ------------------------------------------------------------
@@ -253,6 +263,9 @@ class TraceJobRun:
         st = self.state.get((r, iteration, tid, part))
         if st is None or st.transfer is None or st.done:
             return
+        if self.star:
+            self._star_advance(r, iteration, tid, part, st)
+            return
         steps = 2 * (self.n - 1)
         transfer = st.transfer
         numel = sum(s.numel for s in transfer.segments)
@@ -276,6 +289,38 @@ class TraceJobRun:
             self._transfer_done(self.ranks[r], iteration, st.transfer)
             del self.state[(r, iteration, tid, part)]
 
+    def _star_advance(self, r: int, iteration: int, tid: int, part: int, st: _Reduce) -> None:
+        """A worker's push (step 0) once handed out; done when the server's pull (step 1) is in."""
+        transfer = st.transfer
+        if st.sent == 0:
+            st.sent = 1
+            loss = transfer.loss
+            share = loss.drop_eligible_share if loss is not None else self.spec.grad_bound
+            bound = loss.loss_bound if loss is not None else self.spec.grad_bound
+            values = max(1, sum(s.numel for s in transfer.segments))
+            msg = next(self._ids)
+            self.messages[msg] = (self, iteration, (tid, part), 0, r, 0)
+            self.transport.send(self.spec.hosts[r], self.spec.hosts[0], msg, values,
+                                switch_priority(self.spec.queues, tid), int(transfer.priority), bound, eligible=share)
+        if 1 in st.received:
+            st.done = True
+            self._transfer_done(self.ranks[r], iteration, transfer)
+            del self.state[(r, iteration, tid, part)]
+
+    def _serve(self, iteration: int, key: tuple[int, int], src: int, values: int) -> None:
+        """The server holds ``src``'s push; with every worker's, it sends the sum back to each."""
+        tid, part = key
+        held = self.pushes.setdefault((iteration, tid, part), {})
+        held[src] = values
+        if len(held) < len(self.workers):
+            return
+        del self.pushes[(iteration, tid, part)]
+        for w, size in sorted(held.items()):
+            msg = next(self._ids)
+            self.messages[msg] = (self, iteration, key, 1, 0, w)
+            self.transport.send(self.spec.hosts[0], self.spec.hosts[w], msg, size,
+                                switch_priority(self.spec.queues, tid), 0, 0.0, eligible=0.0)
+
     def _transfer_done(self, rank: _Rank, iteration: int, transfer: Any) -> None:
         rank.flights -= 1
         pending = rank.pending[iteration]
@@ -294,8 +339,19 @@ class TraceJobRun:
 
     def delivered(self, iteration: int, key: tuple[int, int], step: int, src: int, dst: int, values: int, lost: int,
                   packets: int) -> None:
-        """A ring step's message arrived at ``dst`` (``lost`` values zero-filled) from ``src``."""
+        """A ring step's (a star's push or pull) message arrived at ``dst`` (``lost`` values
+        zero-filled) from ``src``."""
         self.ranks[src].packets += packets
+        if self.star:
+            if step == 0:  # a push: the server reduces it
+                self.ranks[src].reduced_values += values
+                self.ranks[src].lost_values += lost
+                self._serve(iteration, key, src, values)
+                return
+            tid, part = key
+            self.state.setdefault((dst, iteration, tid, part), _Reduce()).received.add(step)
+            self._advance(dst, iteration, tid, part)
+            return
         if step < self.n - 1:
             self.ranks[dst].reduced_values += values
             self.ranks[dst].lost_values += lost

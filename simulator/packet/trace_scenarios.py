@@ -7,7 +7,8 @@ where the rings run, the background, the lossy spine link; per configuration the
 transport (kernel TCP or the DLCP transport), its scheduler and overlap, the switch classes
 and mechanisms. ``hotspot``'s second job is bulk (``bulk_jobs``): the same configuration with no
 compute, in the job's class, sending until the measured job is done, not recorded (as
-``experiments/trace_sweep.py`` runs it). ``incast`` (a parameter server) is not here.
+``experiments/trace_sweep.py`` runs it). ``incast``'s job is a parameter server on h1
+(:mod:`simulator.packet.trace_jobs`, ``collective="star"``).
 
 :func:`scaled_job` builds the job a fabric sweep records (``plan.json``'s ``job``, read by
 :mod:`simulator.fabric_runs`): the H100 trace merged per layer as the trace worker does
@@ -60,6 +61,9 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
     TraceScenario(Scenario("tcp", "ring h1-h5; long TCP h2->h5 and h6->h1; request/response h3 asks h7",
                            (Job(1, ("h1", "h5")),),
                            (Flow("h2", "h5", "tcp"), Flow("h6", "h1", "tcp"), _rr("h3", "h7")))),
+    TraceScenario(Scenario("incast", "parameter server h1, workers h5-h8; long TCP h2->h1; request/response h3 "
+                           "asks h1", (Job(1, ("h1", "h5", "h6", "h7", "h8"), collective="star"),),
+                           (Flow("h2", "h1", "tcp"), _rr("h3", "h1")))),
     TraceScenario(Scenario("multitenant", "two rings of the same configuration, h1-h5 and h2-h6; "
                            "request/response h3 asks h7", (Job(1, ("h1", "h5")), Job(2, ("h2", "h6"))),
                            (_rr("h3", "h7"),))),
