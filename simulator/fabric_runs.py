@@ -122,6 +122,9 @@ class Run:
     #: Jobs of the run, measured or not (multitenant: two alike; hotspot: the job and a bulk
     #: job of the same configuration that only sends), all through the same leaf switches.
     tenants: int = 1
+    #: The measured jobs' share of the switches' packet budget among all the run's jobs, by their
+    #: ranks' recorded CPU use (:func:`tenant_share`); None: not recorded (then 1 / tenants).
+    tenant_share: float | None = None
     #: The busiest host's rank as recorded since the per-process figures (commit c828d8c):
     #: CPU use as a share of a core and CPU wait as a share of wall time (a star's server; a
     #: ring's ranks: their means). None: not recorded.
@@ -240,6 +243,27 @@ def server_cost(jobs: list[dict[str, Any]]) -> float | None:
     return float(servers[0]["cpu_share"]) / worker / len(workers) if worker > 0 else None
 
 
+def tenant_share(jobs: list[dict[str, Any]], other_cpu: dict[str, Any]) -> float | None:
+    """What a measured job moves of all the run's jobs' packets through the shared switches,
+    by CPU use: its ranks' mean recorded use over the sum of every job's (the measured ones and
+    the bulk jobs ``other_cpu`` lists as ``jobN rankM``), the same transport doing alike work
+    per packet. Measured jobs alike (multitenant's two) give 1 / jobs. None when a use is missing."""
+    per_job: list[float] = []
+    for j in jobs:
+        uses = [r.get("cpu_share") for r in (j.get("ranks") or {}).values()]
+        if not uses or any(u is None for u in uses):
+            return None
+        per_job.append(statistics.mean(float(u) for u in uses))
+    bulk: dict[str, list[float]] = {}
+    for name, use in other_cpu.items():
+        if str(name).startswith("job"):
+            if use is None:
+                return None
+            bulk.setdefault(str(name).split()[0], []).append(float(use))
+    total = sum(per_job) + sum(statistics.mean(u) for u in bulk.values())
+    return statistics.mean(per_job) / total if per_job and total > 0 else None
+
+
 #: A sweep folder whose README.md starts so is marked as no result of the project's code
 #: (it ran on uncommitted edits, experiments/README.md): its runs are not validated against.
 NOT_A_RESULT = "# Not a result"
@@ -288,6 +312,7 @@ def load_runs(results: Path) -> list[Run]:
         bulk = {str(name).split()[0] for name in ((record.get("switch") or {}).get("other_cpu") or {})
                 if str(name).startswith("job")}  # "job2 rank0": the hotspot's bulk job's ranks
         run.tenants = max(1, len(jobs) + len(bulk))
+        run.tenant_share = tenant_share(jobs, (record.get("switch") or {}).get("other_cpu") or {})
         for j in jobs:
             for rank in (j.get("ranks") or {}).values():
                 if rank.get("starvation") is not None:
@@ -329,4 +354,4 @@ def load_runs(results: Path) -> list[Run]:
 
 
 __all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
-           "transport_epoch"]
+           "tenant_share", "transport_epoch"]

@@ -67,8 +67,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 }
 #: Model terms ``sim validate --without`` can leave out, to measure what each adds: a star's
 #: DLCP server's recorded CPU per packet relative to a worker's, the background's packets
-#: off the switches' budget, and the recorded spread of iterations about their median.
-TERMS = ("server-cost", "background", "spread")
+#: off the switches' budget, the recorded spread of iterations about their median, and the
+#: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal).
+TERMS = ("server-cost", "background", "spread", "tenant-use")
 #: The spread of iterations about their median (``spread``, :func:`iteration_spread`): for the
 #: trace-driven job, whose compute is a timed sleep, the family's runs in the other sweeps;
 #: a CNN run's host time is replayed from loopback runs, which carry its own.
@@ -199,7 +200,8 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
                           job_above_background=spec.above_background,
                           payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
         port = replace(port, share=port.share * share)
-        pps = host_pps(cost_s, cpu, 0.0 if "background" in without else run.background_pps) / run.tenants
+        tenants = run.tenant_share if run.tenant_share and "tenant-use" not in without else 1 / run.tenants
+        pps = host_pps(cost_s, cpu, 0.0 if "background" in without else run.background_pps) * tenants
         if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
             # The server's packets at its own recorded CPU per packet (the DLCP transport's
             # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).

@@ -73,3 +73,15 @@ def test_the_spread_of_iterations_comes_from_the_other_sweeps() -> None:
     assert spread[("c", "trace/tcp", "ddp-tcp")].tolist() == [0.5, 1.0, 1.5]
     pooled = iteration_spread(runs, by_config=False)[("c", "trace/tcp", "ddp-tcp")]
     assert pooled.tolist() == [0.5, 1.0, 1.5, 1.0, 1.0, 2.0]  # a's and b's kernel TCP runs
+
+
+def test_jobs_share_the_switches_by_their_ranks_cpu_use() -> None:
+    from simulator.fabric_runs import tenant_share
+
+    job = {"ranks": {"0": {"cpu_share": 0.3}, "1": {"cpu_share": 0.1}}}  # mean 0.2 of a core
+    # A bulk job whose ranks use 0.05 and 0.15 (mean 0.1): the measured job moves 0.2 / 0.3 of the packets.
+    assert tenant_share([job], {"job2 rank0": 0.05, "job2 rank1": 0.15, "gtl1": 0.5}) == pytest.approx(2 / 3)
+    assert tenant_share([job], {}) == pytest.approx(1.0)  # alone
+    other = {"ranks": {"0": {"cpu_share": 0.6}}}  # two measured jobs, both pooled: 0.4 / 0.8
+    assert tenant_share([job, other], {}) == pytest.approx(0.5)
+    assert tenant_share([{"ranks": {"0": {"cpu_share": None}}}], {}) is None
