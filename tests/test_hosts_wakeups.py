@@ -57,7 +57,7 @@ def test_a_take_is_woken_by_its_own_message_only() -> None:
         while len(tids) < WAITERS or any(_state(tid) != "S" for tid in tids.values()):
             assert time.monotonic() < deadline, "the waiting threads did not go to sleep within 30 s"
             time.sleep(0.05)
-        time.sleep(0.2)
+        time.sleep(0.5)  # every waiter is in its wait, not on its way to it
         before = {i: _switches(tid) for i, tid in tids.items()}
         for n in range(OTHERS):  # messages nobody waits for (yet): each one a delivery
             ep._deliver([_message(1000 + n)])
@@ -65,7 +65,7 @@ def test_a_take_is_woken_by_its_own_message_only() -> None:
         woken = sum(_switches(tid) - before[i] for i, tid in tids.items())
         # Each waiter woken by every delivery gives WAITERS x OTHERS (2,400) switches; woken
         # by its own message only, none. A spurious wake-up now and then stays far below.
-        assert woken <= 2 * WAITERS, f"{woken} thread switches of {WAITERS} waiters over {OTHERS} others' messages"
+        assert woken <= 3 * WAITERS, f"{woken} thread switches of {WAITERS} waiters over {OTHERS} others' messages"
         assert not got
         for i in range(WAITERS):
             ep._deliver([_message(i)])
