@@ -16,8 +16,9 @@ Each run is predicted from its scenario and what its record says of its conditio
 * **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c``, ``1 - s``
   the CPU share of the slower of the busiest host's rank and the switches, as the run
   records it per process (use over use and wait), else from its load (``cores / load``);
-  less the background's recorded packets, shared equally by the jobs that cross the same
-  switches (multitenant's two, hotspot's job and bulk job); a star's DLCP server handles its
+  less the background's recorded packets, shared by the jobs that cross the same switches
+  (multitenant's two, hotspot's job and bulk job) by their ranks' recorded CPU use, else
+  equally; a star's DLCP server handles its
   packets at its recorded CPU per packet relative to a worker's; added to each
   message's time on the wire, and a cost per packet ``c`` of
   its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: the cost with
@@ -33,7 +34,12 @@ Each run is predicted from its scenario and what its record says of its conditio
   round there costs Linux's tail loss probe (2 SRTT + 2 ms, then a round trip to repair;
   SRTT from the run's recorded request/response time, else the port model's); a bounded-loss
   stage does not wait. Timers run on the wall clock: the scaling rule stretches compute
-  (x k), not them. p50 and p99 come from seeded draws.
+  (x k), not them. p50 and p99 come from seeded draws, a trace-driven run's multiplied by
+  the spread of iterations about their median that the same configuration's runs in the
+  other sweeps recorded (:func:`iteration_spread`).
+* **Ranking**: per scenario, the configurations by p50, measured against predicted; a pair
+  counts as clearly ordered when 95% of resamples of whole runs keep its measured order, and
+  the table says whether every such pair is kept beside the strict ranking.
 * **Transport versions**: trace-driven runs are grouped, and DLCP families calibrated, per
   version of the DLCP transport they ran (:data:`simulator.fabric_runs.TRANSPORT_EPOCHS`).
 """
