@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from simulator.packet.host_cpu import (BENCH_DLCP_RX_S, BENCH_DLCP_TX_S, SWITCH_OFF_S, HostCpu, host_cpu,
-                                       linux_tcp_buffers, rank_cpu, switch_availability, switch_schedule)
+                                       linux_tcp_buffers, rank_cpu, server_cpu, switch_availability,
+                                       switch_schedule)
 from simulator.packet.runtime import PacketSimulationError, missing_reason
 from simulator.packet.topology import Port, tiny
 
@@ -101,6 +102,17 @@ def test_switch_schedule_from_the_runs_switch_cpu_and_wait(tmp_path: Path) -> No
         switch_schedule("ddp-tcp", folder)
     empty = _sweep(tmp_path / "old", [("ddp-tcp", [_rank(0.1, 1.0, {"bytes": 1448}, None)])])
     assert switch_schedule("dlcp", empty, 1e-3, availability_from=folder)[2] == pytest.approx(0.5)
+
+
+def test_a_parameter_servers_cpu_is_over_every_packet_it_handles(tmp_path: Path) -> None:
+    dlcp = {"packets": 900, "retransmitted": 100, "received_packets": 1000}
+    server = {"role": "server", "cpu_share": 0.5, "cpu_wait_share": 0.5, "totals": {}}
+    folder = _sweep(tmp_path / "sweep", [("dlcp", [server, _rank(0.2, 8.0, dlcp, 0.2), _rank(0.2, 6.0, dlcp, 0.2)])])
+    # 0.5 of a core over the longest worker's 8 s = 4 CPU s over the workers' 4,000 packets: 1 ms.
+    cpu = server_cpu(folder, "dlcp")
+    assert cpu is not None and (cpu.tx_packet_s, cpu.rx_packet_s, cpu.availability) == pytest.approx((1e-3, 1e-3, 0.5))
+    assert server_cpu(folder, "ddp-tcp") is None
+    assert rank_cpu(folder)["dlcp"].ranks == 2  # the server is no rank of its own
 
 
 def test_linux_tcp_buffers_are_the_sysctls_maxima(tmp_path: Path) -> None:

@@ -136,6 +136,42 @@ def rank_cpu(folder: Path) -> dict[str, RankCpu]:
             for c, v in per_packet.items()}
 
 
+def server_cpu(folder: Path, config: str) -> HostCpu | None:
+    """A parameter server's CPU per packet (configuration ``config`` of ``folder``'s runs, None
+    where no run has a ``server`` rank): its CPU seconds over every packet it takes in and sends
+    back (the workers' data packets, counted as :func:`rank_cpu` counts them, is what it
+    handles), and its own availability; medians over runs."""
+    per_packet: list[float] = []
+    available: list[float] = []
+    for record in _records(folder):
+        if str(record.get("config")) != config:
+            continue
+        for job in (record.get("jobs") or {}).values():
+            ranks = list((job.get("ranks") or {}).values())
+            servers = [r for r in ranks if r.get("role") == "server" and r.get("cpu_share") is not None]
+            workers = [r for r in ranks if r.get("role", "worker") == "worker" and r.get("records")]
+            if len(servers) != 1 or not workers:
+                continue
+            packets = 0
+            for w in workers:
+                totals = w.get("totals") or {}
+                if "received_packets" in totals:
+                    packets += int(totals.get("packets", 0)) + int(totals.get("retransmitted", 0)) + int(
+                        totals["received_packets"])
+                else:
+                    packets += 2 * int(totals.get("bytes", 0)) // SEGMENT_BYTES
+            wall = max(float(w["records"][-1]["ended_s"]) for w in workers)
+            share, wait = float(servers[0]["cpu_share"]), servers[0].get("cpu_wait_share")
+            if packets > 0:
+                per_packet.append(share * wall / packets)
+            if wait is not None and share > 0:
+                available.append(share / (share + float(wait)))
+    if not per_packet or not available:
+        return None
+    return HostCpu(statistics.median(per_packet), statistics.median(per_packet),
+                   availability=statistics.median(available), source=f"run: {folder.name}, its server")
+
+
 def host_cpu(source: str, config: str, comm: str, cpu_from: Path | None,
              availability_from: Path | None = None) -> HostCpu:
     """The host CPU of configuration ``config`` (transport ``comm``: tcp or dlcp) from

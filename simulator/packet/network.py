@@ -92,7 +92,8 @@ class Network:
 
 
 def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: int = 0,
-          costs: HostCosts = HostCosts(), host_cpu: HostCpu = HostCpu()) -> Network:
+          costs: HostCosts = HostCosts(), host_cpu: HostCpu = HostCpu(),
+          host_cpu_of: dict[str, HostCpu] | None = None) -> Network:
     """Build ``topology`` in ns-3 (module doc). ``seed`` derives every switch's ECMP seed."""
     ns, gf = load()
     topology.validate()
@@ -130,9 +131,10 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
         address.NewNetwork()
     net = Network(topology, nodes, {h: ip_of[(h, _neighbour(topology, h))] for h in topology.hosts},
                   devices=device_of)
-    if host_cpu.active:
-        for host in topology.hosts:
-            gf.SetHostCpu(nodes[host].GetId(), *host_cpu.wall_costs())
+    for host in topology.hosts:  # ``host_cpu_of``: hosts whose CPU differs (a parameter server)
+        cpu = (host_cpu_of or {}).get(host, host_cpu)
+        if cpu.active:
+            gf.SetHostCpu(nodes[host].GetId(), *cpu.wall_costs())
     port = topology.port
     for (me, other), dev in device_of.items():
         if me in switches:

@@ -58,6 +58,7 @@ class RunSettings:
     seed: int = 1
     costs: HostCosts = field(default_factory=HostCosts)  # the emulated fabric's software (none: a real one)
     host_cpu: HostCpu = field(default_factory=HostCpu)  # the ranks' transport CPU (none by default)
+    host_cpu_of: dict[str, HostCpu] = field(default_factory=dict)  # hosts whose CPU differs (a server)
     #: Long TCP flows as fast as TCP goes (0, ns-3's BulkSend) or offered at this rate (OnOff over TCP).
     background_tcp_mbps: float = 0.0
     time_limit_s: float = 600.0  # simulated seconds before the run is declared stuck
@@ -203,7 +204,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(settings.tcp_delack_count))
     ns.RngSeedManager.SetSeed(max(1, settings.seed))
     net = build(_topology_for(topology, config), seed=settings.seed, spray=config.spraying, spray_port=DLCP_PORT,
-                costs=settings.costs, host_cpu=settings.host_cpu)
+                costs=settings.costs, host_cpu=settings.host_cpu, host_cpu_of=settings.host_cpu_of)
     gloo = config.comm in ("gloo", "tcp")
     gloo_hosts = {h for j in scenario.jobs for h in j.hosts} if gloo else set()
     if settings.lossy_links and settings.link_loss > 0:
@@ -275,7 +276,9 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "rto_min_s": settings.rto_min_s, "tcp_buffer_bytes": settings.tcp_buffer_bytes,
                             "tcp_rcv_buffer_bytes": settings.tcp_rcv_buffer_bytes or settings.tcp_buffer_bytes,
                             "tcp_delack_count": settings.tcp_delack_count, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
-                            "host_cpu": {**asdict(settings.host_cpu), **net.host_cpu_busy(sorted({h for j in jobs for h in j.spec.hosts}))},
+                            "host_cpu": {**asdict(settings.host_cpu), **net.host_cpu_busy(sorted({h for j in jobs for h in j.spec.hosts})),
+                                         **({"of": {h: asdict(c) for h, c in settings.host_cpu_of.items()}}
+                                            if settings.host_cpu_of else {})},
                             "pacing": {"burst_s": settings.pacing_burst_s, "max_pps": settings.pacing_max_pps,
                                        "whole_burst": settings.pacing_whole_burst}, **settings.extra}
     ns.Simulator.Destroy()

@@ -87,10 +87,11 @@ def recorded_job(folder: Path) -> dict[str, Any]:
 def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, Any], *, iterations: int, seed: int,
               tile: bool = False, deliver_latency_s: float = 0.0, warmup_s: float = 1.0,
               background_tcp_mbps: float = 0.0, host_cpu: Any = None, switch: tuple[float, float] = (0.0, 0.0),
-              tcp_buffers: tuple[int, int] | None = None, progress: Any = None) -> dict[str, Any]:
+              tcp_buffers: tuple[int, int] | None = None, server_cpu: Any = None,
+              progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids).
     ``switch``: the switches' (on, off) seconds (0: always on); ``tcp_buffers``: TCP's (send,
-    receive) bytes (None: ns-3's)."""
+    receive) bytes (None: ns-3's); ``server_cpu``: a parameter server's host CPU (None: the ranks')."""
     from simulator.packet.host_cpu import SWITCH_FORWARD_S, HostCpu
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
@@ -117,6 +118,8 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
                            link_loss=ts.link_loss, progress=progress, tcp_delack_count=TCP_DELACK_COUNT,
                            background_tcp_mbps=background_tcp_mbps, host_cpu=host_cpu or HostCpu(),
+                           host_cpu_of={j.hosts[0]: server_cpu for j in scenario.jobs
+                                        if j.collective == "star" and server_cpu is not None},
                            extra={"job": f"{trace.name} {trace.precision}, {len(trace.layers)} layers, "
                                          f"{trace.numel:,} values, b = {b:.2f}, k = {k:g}",
                                   "scheduler": config.scheduler, "overlap": config.overlap})
@@ -154,7 +157,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
     from simulator.packet.report import comparison_markdown, keep_run, summarise
     from simulator.packet.report import load_runs as load_records
     from simulator.packet.runtime import load
-    from simulator.packet.host_cpu import SWITCH_OFF_S, host_cpu, linux_tcp_buffers, switch_schedule
+    from simulator.packet.host_cpu import SWITCH_OFF_S, host_cpu, linux_tcp_buffers, server_cpu, switch_schedule
     from simulator.packet.topology import from_spec
     from simulator.packet.trace_scenarios import TOPOLOGY8, trace_configuration
 
@@ -174,6 +177,11 @@ def _packet_trace(args: argparse.Namespace) -> int:
     for c, (on, off, a) in switches.items():
         if off > 0:
             say(f"switch CPU of {c}: availability {a:.2f}, on {on * 1e6:.0f} us / off {off * 1e6:.0f} us")
+    servers = {c: server_cpu(args.host_cpu_from or args.like, c) if args.host_cpu == "run" else None
+               for c in args.configs}
+    for c, cpu in servers.items():
+        if cpu is not None:
+            say(f"parameter server of {c}: {cpu.tx_packet_s * 1e6:.2f} us per packet, availability {cpu.availability:.2f}")
     tcp_buffers = linux_tcp_buffers() if args.tcp_buffers == "linux" else None
     if tcp_buffers:
         say(f"TCP buffers: {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes (send / receive, this kernel's maxima)")
@@ -203,6 +211,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         warmup_s=args.warmup_ms * 1e-3,
                                         background_tcp_mbps=args.background_tcp_mbps, host_cpu=cpus[config],
                                         switch=switches[config][:2], tcp_buffers=tcp_buffers,
+                                        server_cpu=servers[config],
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
                 index += 1
@@ -231,7 +240,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                 "repetitions": args.repetitions, "sweep": {s: list(args.configs) for s in args.scenarios},
                 "host_cpu": {c: asdict(x) for c, x in cpus.items()},
                 "switch_cpu": {c: {"on_s": w[0], "off_s": w[1], "availability": w[2]} for c, w in switches.items()},
-                "tcp_buffers": list(tcp_buffers) if tcp_buffers else None}
+                "tcp_buffers": list(tcp_buffers) if tcp_buffers else None,
+                "server_cpu": {c: asdict(x) for c, x in servers.items() if x is not None}}
         (out / "results.json").write_text(json.dumps({"meta": meta, "hosts": len(topo.hosts)}, indent=1) + "\n")
         if not args.tile:
             from simulator.packet.validation import write as write_validation
