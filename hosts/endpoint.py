@@ -198,7 +198,7 @@ class Endpoint:
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
         #: Senders waiting for window room (their own condition -> (priority, arrival)): room
         #: that frees wakes the highest priority, oldest one only, not every sender.
-        self._room_waiters: dict[threading.Condition, tuple[int, int]] = {}
+        self._room_waiters: dict[threading.Condition, tuple[int, int, int]] = {}  # (priority, arrival, room needed)
         self._room_order = itertools.count()
         self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}  # (peer, message, probe nonce)
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
@@ -586,18 +586,24 @@ class Endpoint:
             assert self.window.rtt is not None
             self.window.rtt.sample(seconds)
 
-    def _wait_room(self, wake: threading.Condition, prio: int) -> None:
-        """(Lock held.) `wake` waits for window room at priority `prio`."""
-        if wake not in self._room_waiters:
-            self._room_waiters[wake] = (prio, next(self._room_order))
+    def _wait_room(self, wake: threading.Condition, prio: int, need: int = 1) -> None:
+        """(Lock held.) `wake` waits for `need` packets of window room at priority `prio`."""
+        prior = self._room_waiters.get(wake)
+        self._room_waiters[wake] = (prio, next(self._room_order) if prior is None else prior[1], need)
 
     def _room_freed(self) -> None:
-        """(Lock held.) Wake the highest-priority, longest-waiting sender waiting for room,
-        if there is room; it passes the turn on when it leaves room behind."""
-        if self._room_waiters and int(self.window.flight_cap) - self.in_flight >= 1:
+        """(Lock held.) Wake the highest-priority, longest-waiting sender waiting for room
+        once there is as much room as it waits for (room short of that is kept for it, not
+        offered to lower priorities; a wake-up it could not use cost a thread switch); it
+        passes the turn on when it leaves room behind."""
+        if not self._room_waiters:
+            return
+        room = int(self.window.flight_cap) - self.in_flight
+        if room >= 1:
             wake = min(self._room_waiters, key=lambda c: (-self._room_waiters[c][0], self._room_waiters[c][1]))
-            del self._room_waiters[wake]
-            wake.notify()
+            if room >= self._room_waiters[wake][2]:
+                del self._room_waiters[wake]
+                wake.notify()
 
     def _room_wait_done(self, wake: threading.Condition) -> None:
         """(Lock held.) `wake` no longer waits for room."""
