@@ -142,7 +142,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--without", type=lambda text: frozenset(t for t in text.split(",") if t), default=frozenset(),
                      help="model terms to leave out, comma-separated: server-cost (a star server's recorded CPU per "
                           "packet), background (the background's packets off the switches' budget), spread (the "
-                          "iterations' recorded spread about their median, from the family's other sweeps)")
+                          "iterations' recorded spread about their median, from the other sweeps), tenant-use (jobs "
+                          "share the switches by their recorded CPU use, else equally), incast-flows (a star's TCP "
+                          "pushes as one flow per worker in the server's FIFO)")
     val.add_argument("--out", type=Path, default=None,
                      help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
     val.set_defaults(handler=_validate)

@@ -40,14 +40,18 @@ at the job's share of the port. A ring of ``N`` ranks: ``2(N-1)`` steps of ``M/N
 star (parameter server on rank 0): the server's port carries every worker's push and pull,
 one after the other; the pushes come in at the job's share of the port, the pulls leave it
 in the other direction, where incast's background (long TCP into the server) does not go:
-at the whole port (``CollectiveLink.pull_share``).
+at the whole port (``CollectiveLink.pull_share``). Kernel TCP's pushes are ``W`` flows into
+the server's FIFO beside the background's one (:func:`split_fifo`): ``W / (W + 1)`` of the
+port and Mathis' loss with the standing queue split ``W + 1`` ways. (A ring keeps the form
+above, the background's flow holding the queue; split between it and the job's flow, its
+loss would be four times as high: validated alike, see simulator/README.md.)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hosts.schedulers import Decision, Layer, Scheduler, Segment, Transfer, Wait
 from simulator.errors import SimulatorError
@@ -99,6 +103,21 @@ def port_model(*, port_pps: float, queue_packets: int, background: str, job_abov
     queued = (1 + CUBIC_BETA) / 2 * queue_packets
     window = queued + hops
     return PortModel(port_pps, 0.5, queued, (MATHIS_C / window) ** 2, hops, payload_bytes)
+
+
+def split_fifo(port: PortModel, flows: int) -> PortModel:
+    """A shared FIFO behind one long TCP flow (the background) that ``flows`` of the job's TCP
+    flows enter at once (a star's workers pushing to the server together): max-min gives the
+    job ``flows / (flows + 1)`` of the port, and the ``flows + 1`` flows hold the standing
+    queue between them, each a window of ``(queued + hops) / (flows + 1)``, so Mathis' loss is
+    ``(1.22 (flows + 1) / (queued + hops))^2``. A port without that loss (priority, UDP, no
+    background) is returned as it is."""
+    if flows < 1:
+        raise SimulatorError(f"a split FIFO needs at least one flow of the job, not {flows}")
+    if port.loss_rate == 0:
+        return port
+    window = (port.queued_packets + port.hops) / (flows + 1)
+    return replace(port, share=flows / (flows + 1), loss_rate=min(1.0, (MATHIS_C / window) ** 2))
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ from gradfabric.traces import merge_layers
 from hosts.schedulers import AlphaBeta, Scheduler, Transfer, create
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
-from simulator.fabric_model import DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model
+from simulator.fabric_model import (DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model,
+                                    split_fifo)
 from simulator.fabric_runs import Run, load_runs, not_results
 from simulator.host_model import COST_GRID, CPU_MEASURES, best_cost, cross_validated, host_pps, run_available
 from simulator.traces import ModelTrace, load_trace
@@ -75,7 +76,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: DLCP server's recorded CPU per packet relative to a worker's, the background's packets
 #: off the switches' budget, the recorded spread of iterations about their median, and the
 #: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal).
-TERMS = ("server-cost", "background", "spread", "tenant-use")
+TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows")
 #: The spread of iterations about their median (``spread``, :func:`iteration_spread`): for the
 #: trace-driven job, whose compute is a timed sleep, the family's runs in the other sweeps;
 #: a CNN run's host time is replayed from loopback runs, which carry its own.
@@ -205,6 +206,8 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         port = port_model(port_pps=run.port_pps, queue_packets=run.queue_packets, background=background,
                           job_above_background=spec.above_background,
                           payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
+        if collective == "star" and tcp and "incast-flows" not in without:
+            port = split_fifo(port, run.ranks - 1)  # every worker's push into the server's port at once
         port = replace(port, share=port.share * share)
         tenants = run.tenant_share if run.tenant_share and "tenant-use" not in without else 1 / run.tenants
         pps = host_pps(cost_s, cpu, 0.0 if "background" in without else run.background_pps) * tenants

@@ -85,3 +85,16 @@ def test_jobs_share_the_switches_by_their_ranks_cpu_use() -> None:
     other = {"ranks": {"0": {"cpu_share": 0.6}}}  # two measured jobs, both pooled: 0.4 / 0.8
     assert tenant_share([job, other], {}) == pytest.approx(0.5)
     assert tenant_share([{"ranks": {"0": {"cpu_share": None}}}], {}) is None
+
+
+def test_a_star_splits_the_fifo_between_its_pushes_and_the_background() -> None:
+    from simulator.fabric_model import split_fifo
+
+    fifo = port_model(port_pps=1000, queue_packets=32, background="tcp", job_above_background=False)
+    # CUBIC's standing queue 27.2 packets + 3 hops = 30.2, held by 4 pushes and the background's
+    # flow: 6.04 packets each, Mathis (1.22 / 6.04)^2 = 4.08%; max-min gives the pushes 4/5.
+    star = split_fifo(fifo, 4)
+    assert star.share == pytest.approx(0.8) and star.loss_rate == pytest.approx((1.22 / 6.04) ** 2)
+    assert star.queued_packets == fifo.queued_packets
+    above = port_model(port_pps=1000, queue_packets=32, background="tcp", job_above_background=True)
+    assert split_fifo(above, 4) == above  # one class up: no shared queue, no loss
