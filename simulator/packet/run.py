@@ -249,8 +249,9 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
         sim_t += step
         ns.Simulator.Stop(ns.Seconds(step))
         ns.Simulator.Run()
-        done = sum(min(r.iteration, j.spec.iterations) for j in jobs for r in j.ranks)
-        total = sum(j.spec.iterations * j.n for j in jobs)
+        measured = [j for j in jobs if not getattr(j.spec, "bulk", False)]
+        done = sum(min(r.iteration, j.spec.iterations) for j in measured for r in j.ranks)
+        total = sum(j.spec.iterations * j.n for j in measured)
         say(f"    t = {sim_t:.2f} s simulated, {time.monotonic() - wall0:.0f} s wall, {done}/{total} rank-iterations")
     end_s = gf.NowSeconds()
     seconds = end_s - settings.job_start_s
