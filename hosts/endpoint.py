@@ -32,7 +32,6 @@ import socket
 import struct
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -42,6 +41,7 @@ import numpy as np
 from hosts.auth import TAG_LEN, Signer
 from hosts.errors import HostError, TransportError
 from hosts.fastpath import BatchReceiver, BatchSender, native
+from hosts.inbox import Inbox
 from hosts.liveness import Liveness
 from hosts.marking import Marking, parse_marking
 from hosts.netdev import mtu_count
@@ -187,12 +187,7 @@ class Endpoint:
             _log.warning("hosts data path: the C data path was asked for but is unavailable; using Python")
         if nat is not None:
             self._tx, self._rx = BatchSender(nat, self._sock, key), BatchReceiver(nat, self._sock, key)
-        self._inbox: OrderedDict[MessageKey, Delivered] = OrderedDict()
-        self._inbox_lock = threading.Lock()
-        self._inbox_ready = threading.Condition(self._inbox_lock)  # receive(): any message
-        #: take(key) waiters: key -> [their condition (on the inbox lock), how many], woken by that key only
-        self._key_waits: dict[MessageKey, list[Any]] = {}
-        self._any_waiters = 0  # receive() waiters, woken by every message
+        self._inbox = Inbox()  # completed messages not taken yet
         self._lock = threading.RLock()  # guards the window, in_flight, chunk answers and the waiters below
         self._cond = threading.Condition(self._lock)
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
@@ -259,10 +254,7 @@ class Endpoint:
         with TransportError(`reason`) within about 50 ms (a job ending on an error elsewhere:
         waits for a live peer would otherwise last for ever)."""
         self.aborted = reason
-        with self._inbox_ready:
-            self._inbox_ready.notify_all()
-            for cond, _n in self._key_waits.values():
-                cond.notify_all()
+        self._inbox.wake_all()
 
     def __enter__(self) -> Endpoint:
         return self
@@ -276,8 +268,8 @@ class Endpoint:
         """The oldest completed message not taken yet (whose key satisfies `match`, when
         given); TransportError after `timeout` seconds. Other messages stay queued."""
         if match is None:
-            return self._wait_for(lambda: next(iter(self._inbox), None), timeout, "a complete message")
-        return self._wait_for(lambda: next((k for k in self._inbox if match(k)), None), timeout,
+            return self._wait_for(lambda: next(iter(self._inbox.messages), None), timeout, "a complete message")
+        return self._wait_for(lambda: next((k for k in self._inbox.messages if match(k)), None), timeout,
                               "a matching complete message")
 
     def take(self, key: MessageKey, timeout: float = 10.0, peer: Address | None = None) -> Delivered:
@@ -285,13 +277,13 @@ class Endpoint:
         `peer` (who sends it): wait as long as that peer is heard from (keep-alives are sent
         while waiting) and fail with PeerGoneError once it is silent for `timeout` seconds."""
         if peer is None:
-            return self._wait_for(lambda: key if key in self._inbox else None, timeout, f"message {key}", key)
+            return self._wait_for(lambda: key if key in self._inbox.messages else None, timeout, f"message {key}", key)
         since = time.monotonic()
         while True:
             if self.aborted is not None:
                 raise TransportError(f"waiting for {_describe_key(key)}: the endpoint was aborted ({self.aborted})")
             try:
-                return self._wait_for(lambda: key if key in self._inbox else None, self._keepalive_interval(timeout),
+                return self._wait_for(lambda: key if key in self._inbox.messages else None, self._keepalive_interval(timeout),
                                       f"message {key}", key)
             except TransportError:
                 self.liveness.check(peer, since, f"{_describe_key(key)}", limit=timeout)
@@ -310,39 +302,18 @@ class Endpoint:
 
     def _wait_for(self, pick: Callable[[], MessageKey | None], timeout: float, what: str,
                   only: MessageKey | None = None) -> Delivered:
-        """The message `pick` chooses, waiting up to `timeout` s. A wait for one key (`only`,
-        as ``take``) is woken by that message alone: with a notify to every waiter, each
-        delivery woke all of a rank's waiting all-reduces (68 on the trace job), one thread
-        switch and GIL hand-off each."""
-        deadline = time.monotonic() + timeout
-        with self._inbox_ready:
-            if only is None:
-                cond = self._inbox_ready
-                self._any_waiters += 1
-            else:
-                entry = self._key_waits.setdefault(only, [threading.Condition(self._inbox_lock), 0])
-                entry[1] += 1
-                cond = entry[0]
-            try:
-                while (key := pick()) is None:
-                    if self.aborted is not None:
-                        raise TransportError(f"waiting for {what}: the endpoint was aborted ({self.aborted})")
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        stats = self.reassembler.stats
-                        raise TransportError(
-                            f"no {what} within {timeout:.1f} s on {self.address[0]}:{self.address[1]} "
-                            f"({self.reassembler.open_messages} incomplete, {stats.completed} completed, "
-                            f"drops {dict(stats.drops)})")
-                    cond.wait(left)
-                return self._inbox.pop(key)
-            finally:
-                if only is None:
-                    self._any_waiters -= 1
-                else:
-                    entry[1] -= 1
-                    if not entry[1]:
-                        del self._key_waits[only]
+        """The message `pick` chooses, waiting up to `timeout` s (`only`: the one key it looks
+        for, so that only that message wakes the wait; :class:`hosts.inbox.Inbox`)."""
+        got = self._inbox.wait(pick, timeout, only, lambda: self.aborted is not None)
+        if got is not None:
+            return got
+        if self.aborted is not None:
+            raise TransportError(f"waiting for {what}: the endpoint was aborted ({self.aborted})")
+        stats = self.reassembler.stats
+        raise TransportError(
+            f"no {what} within {timeout:.1f} s on {self.address[0]}:{self.address[1]} "
+            f"({self.reassembler.open_messages} incomplete, {stats.completed} completed, "
+            f"drops {dict(stats.drops)})")
 
     def _receive_loop(self) -> None:
         if self._rx is not None:
@@ -392,14 +363,7 @@ class Endpoint:
                     self._deliver(delivered)
 
     def _deliver(self, delivered: list[Delivered]) -> None:
-        with self._inbox_ready:
-            for message in delivered:
-                self._inbox[message.key] = message
-                entry = self._key_waits.get(message.key)
-                if entry is not None:
-                    entry[0].notify_all()
-            if self._any_waiters:
-                self._inbox_ready.notify_all()
+        self._inbox.put(delivered)
 
     def _reply(self, replies: list[bytes], source: Address) -> None:
         for reply in replies:
