@@ -488,6 +488,5 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     return write_report(out, command, rows, rank_rows, points, errors, family_rows, note)
 
 
-__all__ = ["TERMS", "RunPrediction", "host_baseline", "merge_layers", "predict_run", "scaled_trace", "tail_repair_s", "validate",
-           "clear_verdict", "rank_row",
-           "Calibration", "calibrate", "iteration_spread"]
+__all__ = ["TERMS", "Calibration", "RunPrediction", "calibrate", "clear_verdict", "host_baseline", "iteration_spread",
+           "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]
