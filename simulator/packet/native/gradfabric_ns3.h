@@ -52,6 +52,13 @@ struct SwitchSchedule
         return off > 0 && on > 0;
     }
 
+    // The start of the on period of the cycle `t` falls in (cycles start with their on period).
+    double CycleStart(double t) const
+    {
+        double period = on + off;
+        return std::floor((t + phase) / period) * period - phase;
+    }
+
     // Seconds from `t` until the switch is on (0: on at `t`).
     double UntilOn(double t) const
     {
@@ -59,30 +66,33 @@ struct SwitchSchedule
         {
             return 0;
         }
-        double period = on + off;
-        double x = t + phase - std::floor((t + phase) / period) * period;
-        return x < on ? 0.0 : period - x;
+        double start = CycleStart(t);
+        if (t < start) // rounding put `t` just before its cycle
+        {
+            return start - t;
+        }
+        return t < start + on ? 0.0 : start + on + off - t;
     }
 
-    // When work of `cost` seconds of the switch's CPU, started at `t`, is done.
+    // When work of `cost` seconds of the switch's CPU, started at `t`, is done. Each pass moves
+    // to the next cycle, so rounding cannot hold it in place.
     double Finish(double t, double cost) const
     {
         if (!Active())
         {
             return t + cost;
         }
-        double period = on + off;
-        for (;;)
+        for (double start = CycleStart(t);; start += on + off)
         {
-            t += UntilOn(t);
-            double x = t + phase - std::floor((t + phase) / period) * period;
-            double left = on - x;
-            if (cost <= left)
+            t = std::max(t, start);
+            if (t < start + on)
             {
-                return t + cost;
+                if (t + cost <= start + on)
+                {
+                    return t + cost;
+                }
+                cost -= start + on - t;
             }
-            cost -= std::max(left, 0.0);
-            t += period - x; // the start of the next on period
         }
     }
 };
