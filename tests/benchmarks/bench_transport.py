@@ -3,12 +3,16 @@ socket carrying the same bytes in the same run.
 
 100 MB as 25 messages of 1M float32 (bound 0, ``IN_FLIGHT`` at once), one sender to one
 receiver, each in a process of its own, on the C data path (:mod:`hosts.fastpath`) and on the Python one; TCP
-moves the same 100 MB as 4 MB writes on one connection. Goodput counts from the first send
+moves the same 100 MB as 4 MB writes on one connection. The headline DLCP figure sizes its
+packets from the path's MTU (``Endpoint(count=None)``: 16,369 values per 64 kB datagram on
+loopback, as TCP's segments grow to loopback's MTU, and as the DDP hook's ``connect()``
+does); beside it the same transfer in 1,444-byte packets (361 values, the fabric's 1500-byte
+MTU), whose CPU per packet is the per-packet cost. Goodput counts from the first send
 until the sender holds the receiver's answer for the last message (TCP: until the
 receiver's one-byte acknowledgement of the last byte). CPU is each process's user plus
-system time over the transfer, per data packet (TCP: per 1,444 payload bytes, a DLCP
-packet's payload). The runs alternate (DLCP, TCP, DLCP, ...) and each figure is the median
-of ``ROUNDS``, so a busy machine weighs on both alike.
+system time over the transfer, per data packet of 1,444 bytes, or per 1,444 payload bytes
+(TCP, and DLCP's 64 kB datagrams). The runs alternate (DLCP 64 kB, DLCP 1,444 bytes, TCP,
+...) and each figure is the median of ``ROUNDS``, so a busy machine weighs on all alike.
 """
 
 from __future__ import annotations
@@ -39,12 +43,20 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _dlcp_receiver(ports: mp.Queue, out: mp.Queue, fast: bool) -> None:
+def _count(mtu: bool) -> int | None:
+    """Values per packet: None (from the path's MTU) or a full 1500-byte-MTU packet's."""
+    from hosts.wire import MAX_COUNT_MTU_1500
+
+    return None if mtu else MAX_COUNT_MTU_1500
+
+
+def _dlcp_receiver(ports: mp.Queue, out: mp.Queue, fast: bool, mtu: bool) -> None:
     from hosts.endpoint import Endpoint
     from hosts.wire import MsgType
 
     bounds = {MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}
-    with Endpoint(worker_id=2, host="127.0.0.1", bounds=bounds, fast=fast, linger=0.1) as endpoint:
+    with Endpoint(worker_id=2, host="127.0.0.1", bounds=bounds, fast=fast, linger=0.1,
+                  count=_count(mtu)) as endpoint:
         ports.put(endpoint.address[1])
         cpu = _cpu()
         for _ in range(MESSAGES):
@@ -53,14 +65,15 @@ def _dlcp_receiver(ports: mp.Queue, out: mp.Queue, fast: bool) -> None:
         out.put((_cpu() - cpu, endpoint.reassembler.stats.data_packets))
 
 
-def _dlcp_sender(port: int, out: mp.Queue, fast: bool) -> None:
+def _dlcp_sender(port: int, out: mp.Queue, fast: bool, mtu: bool) -> None:
     from hosts.endpoint import Endpoint
     from hosts.pacing import Aimd
     from hosts.wire import MsgType
 
     bounds = {MsgType.GRADIENT: 0.0, MsgType.PARAMETER: 0.0}
     tensors = [np.random.default_rng(i).standard_normal(ELEMENTS, dtype=np.float32) for i in range(MESSAGES)]
-    with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, fast=fast, aimd=Aimd(rate=10_000_000)) as ep:
+    with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, fast=fast, aimd=Aimd(rate=10_000_000),
+                  count=_count(mtu)) as ep:
         cpu, started = _cpu(), time.perf_counter()
         futures: deque[Future] = deque()
         packets = 0
@@ -121,34 +134,40 @@ def _pair(ctx: Any, receiver: Any, sender: Any, *args: Any) -> tuple[tuple, tupl
 
 
 def measure(rounds: int = ROUNDS) -> dict[str, float]:
-    """Median goodput (bytes/s) and CPU per packet (ns) of each side, DLCP (C and Python
-    data paths) and TCP, in alternating runs."""
+    """Median goodput (bytes/s) and CPU per packet and per 1,444 bytes (ns) of each side, DLCP
+    (C data path in 64 kB and 1,444-byte packets, Python data path) and TCP, in alternating runs."""
     ctx = mp.get_context("spawn")
     runs: dict[str, list[float]] = {}
 
     def note(name: str, value: float) -> None:
         runs.setdefault(name, []).append(value)
 
+    per = TOTAL / PAYLOAD
     for r in range(rounds):
-        for label, fast in (("c", True), ("python", False)):
+        for label, fast, mtu in (("mtu", True, True), ("c", True, False), ("python", False, False)):
             if label == "python" and r > 0:
                 continue  # the slow path once is enough to compare
-            (wall, tx_cpu, packets), (rx_cpu, rx_packets) = _pair(ctx, _dlcp_receiver, _dlcp_sender, fast)
+            (wall, tx_cpu, packets), (rx_cpu, rx_packets) = _pair(ctx, _dlcp_receiver, _dlcp_sender, fast, mtu)
             note(f"{label}_goodput", TOTAL / wall)
             note(f"{label}_tx_ns", tx_cpu / packets * 1e9)
             note(f"{label}_rx_ns", rx_cpu / max(rx_packets, 1) * 1e9)
-            print(f"bench transport: round {r + 1} DLCP ({label}) {TOTAL / wall / 1e6:,.0f} MB/s", flush=True)
+            note(f"{label}_tx_ns_1444", tx_cpu / per * 1e9)
+            note(f"{label}_rx_ns_1444", rx_cpu / per * 1e9)
+            print(f"bench transport: round {r + 1} DLCP ({label}) {TOTAL / wall / 1e6:,.0f} MB/s, "
+                  f"{packets:,} packets", flush=True)
         (wall, tx_cpu, _), (rx_cpu, _) = _pair(ctx, _tcp_receiver, _tcp_sender)
-        per = TOTAL / PAYLOAD
         note("tcp_goodput", TOTAL / wall)
         note("tcp_tx_ns", tx_cpu / per * 1e9)
         note("tcp_rx_ns", rx_cpu / per * 1e9)
-        note("round_ratio", runs["c_goodput"][-1] / runs["tcp_goodput"][-1])
-        print(f"bench transport: round {r + 1} TCP {TOTAL / wall / 1e6:,.0f} MB/s; DLCP (c) / TCP this round "
-              f"{runs['round_ratio'][-1]:.2f}", flush=True)
-    print("bench transport: DLCP (c) / TCP per round, median "
-          f"{statistics.median(runs['round_ratio']):.2f} ({', '.join(f'{x:.2f}' for x in runs['round_ratio'])})",
-          flush=True)
+        for label in ("mtu", "c"):
+            note(f"{label}_round_ratio", runs[f"{label}_goodput"][-1] / runs["tcp_goodput"][-1])
+        print(f"bench transport: round {r + 1} TCP {TOTAL / wall / 1e6:,.0f} MB/s; DLCP / TCP this round "
+              f"{runs['mtu_round_ratio'][-1]:.2f} (64 kB), {runs['c_round_ratio'][-1]:.2f} (1,444 bytes)",
+              flush=True)
+    for label, what in (("mtu", "64 kB packets"), ("c", "1,444-byte packets")):
+        ratios = runs[f"{label}_round_ratio"]
+        print(f"bench transport: DLCP ({what}) / TCP per round, median {statistics.median(ratios):.2f} "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})", flush=True)
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
@@ -156,8 +175,10 @@ def run() -> list[Figure]:
     m = measure()
     what = "loopback, 100 MB in 1M-element messages, bound 0"
     return [
-        Figure(f"DLCP goodput, C data path, {what}", m["c_goodput"] / 1e6, "TCP socket, same bytes",
-               m["tcp_goodput"] / 1e6, "MB/s"),
+        Figure(f"DLCP goodput, C data path, packets from the MTU (64 kB), {what}", m["mtu_goodput"] / 1e6,
+               "TCP socket, same bytes", m["tcp_goodput"] / 1e6, "MB/s"),
+        Figure(f"DLCP goodput, C data path, 1,444-byte packets, {what}", m["c_goodput"] / 1e6,
+               "TCP socket, same bytes", m["tcp_goodput"] / 1e6, "MB/s"),
         Figure(f"DLCP goodput, Python data path, {what}", m["python_goodput"] / 1e6, "TCP socket, same bytes",
                m["tcp_goodput"] / 1e6, "MB/s"),
         Figure("DLCP sender CPU per packet, C data path", m["c_tx_ns"], "Python data path", m["python_tx_ns"],
@@ -168,4 +189,8 @@ def run() -> list[Figure]:
                m["tcp_tx_ns"], "ns", higher_is_better=False),
         Figure("DLCP receiver CPU per packet, C data path", m["c_rx_ns"], "TCP receiver CPU per 1,444 bytes",
                m["tcp_rx_ns"], "ns", higher_is_better=False),
+        Figure("DLCP sender CPU per 1,444 bytes, C data path, 64 kB packets", m["mtu_tx_ns_1444"],
+               "TCP sender CPU per 1,444 bytes", m["tcp_tx_ns"], "ns", higher_is_better=False),
+        Figure("DLCP receiver CPU per 1,444 bytes, C data path, 64 kB packets", m["mtu_rx_ns_1444"],
+               "TCP receiver CPU per 1,444 bytes", m["tcp_rx_ns"], "ns", higher_is_better=False),
     ]
