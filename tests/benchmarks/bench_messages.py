@@ -1,0 +1,219 @@
+"""CPU per message of the DLCP transport for one 42-packet message at a time, against a plain
+TCP socket carrying the same bytes as framed messages in the same run.
+
+A DLCP rank of the trace job sends and receives 136 messages per iteration of 41 packets on
+average, one after another on each ring step, so what a message costs the host (not what a
+packet costs) sets its pace. Here a sender process sends `MESSAGES` messages of 15,162
+float32 values (42 packets of 361 values, a 1500-byte MTU) to a receiver process over
+loopback, one at a time: each send returns once the receiver holds the message (its
+answer), as a ring step waits for it. The receiver adds each message into its own array
+(``Reassembler.expect(..., add=True)``, as the ring's reduce steps do) and takes it
+(``Endpoint.take``). Gradient bound 0.1 (DLCP's drop rule marks packets), C data path.
+
+TCP sends each message as an 8-byte length and the values on one connection; the receiver
+reads the whole message into its array and answers one byte, which the sender waits for.
+
+CPU is each process's user plus system time over the messages after a warm-up, per message
+(and per DLCP data packet). The runs alternate (DLCP, TCP, DLCP, ...) and each figure is the
+median of the rounds, with the range, so a busy machine weighs on both alike.
+
+    python -m tests.benchmarks.bench_messages [--rounds 5] [--messages 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import socket
+import statistics
+import struct
+import time
+from typing import Any
+
+import numpy as np
+
+from tests.benchmarks.figure import Figure, print_table
+
+VALUES = 42 * 361 - 1  # 42 packets of up to 361 values
+MESSAGES = 300
+WARMUP = 20
+ROUNDS = 5
+BOUND = 0.1
+_LEN = struct.Struct("!Q")
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _values() -> np.ndarray:
+    return (np.random.default_rng(1).standard_normal(VALUES) * 1e-3).astype(np.float32)
+
+
+def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int) -> None:
+    from hosts.endpoint import Endpoint
+    from hosts.messages import MessageKey
+    from hosts.wire import MsgType
+
+    bounds = {MsgType.GRADIENT: BOUND, MsgType.PARAMETER: 0.0}
+    with Endpoint(worker_id=2, host="127.0.0.1", bounds=bounds, linger=0.1) as endpoint:
+        to_sender.put(endpoint.address)
+        peer = to_receiver.get(timeout=60)
+        buf = np.zeros(VALUES, dtype=np.float32)
+        keys = [MessageKey(1, 1, i, 0, MsgType.GRADIENT) for i in range(messages)]
+        for key in keys:  # every message is added into buf, as a ring's reduce step is
+            endpoint.reassembler.expect(key, buf, add=True)
+        cpu = wall = 0.0
+        for i, key in enumerate(keys):
+            if i == WARMUP:
+                cpu, wall = _cpu(), time.perf_counter()
+            endpoint.take(key, timeout=60, peer=peer)
+        out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, endpoint.reassembler.stats.data_packets))
+        endpoint.drain(quiet=0.2, limit=2)
+
+
+def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int) -> None:
+    from hosts.endpoint import Endpoint
+    from hosts.wire import MsgType
+
+    values = _values()
+    bounds = {MsgType.GRADIENT: BOUND, MsgType.PARAMETER: 0.0}
+    with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, linger=0.1) as endpoint:
+        dest = to_sender.get(timeout=60)
+        to_receiver.put(endpoint.address)
+        cpu = wall = 0.0
+        packets = 0
+        for i in range(messages):
+            if i == WARMUP:
+                cpu, wall = _cpu(), time.perf_counter()
+            report = endpoint.send(dest, values, tensor_id=0, iteration=i, num_layers=2)
+            if i >= WARMUP:
+                packets += report.packets + report.retransmitted
+        out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, packets))
+
+
+def _tcp_receiver(to_sender: Any, _to_receiver: Any, out: Any, messages: int) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    to_sender.put(srv.getsockname())
+    conn, _ = srv.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = np.zeros(VALUES, dtype=np.float32)
+    view = memoryview(buf).cast("B")
+    head = bytearray(_LEN.size)
+    cpu = wall = 0.0
+    for i in range(messages):
+        if i == WARMUP:
+            cpu, wall = _cpu(), time.perf_counter()
+        _read(conn, memoryview(head))
+        size = _LEN.unpack(head)[0]
+        _read(conn, view[:size])
+        conn.sendall(b"\x01")
+    out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, 0))
+    conn.close()
+    srv.close()
+
+
+def _read(conn: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = conn.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("the TCP peer closed mid-message")
+        got += n
+
+
+def _tcp_sender(to_sender: Any, _to_receiver: Any, out: Any, messages: int) -> None:
+    values = _values()
+    conn = socket.create_connection(to_sender.get(timeout=60))
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = memoryview(values).cast("B")
+    ack = bytearray(1)
+    cpu = wall = 0.0
+    for i in range(messages):
+        if i == WARMUP:
+            cpu, wall = _cpu(), time.perf_counter()
+        conn.sendall(_LEN.pack(len(payload)))
+        conn.sendall(payload)
+        _read(conn, memoryview(ack))
+    out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, 0))
+    conn.close()
+
+
+def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int]]:
+    """One run: {side: (CPU seconds, wall seconds, data packets)} over the measured messages."""
+    ctx = mp.get_context("spawn")
+    to_sender, to_receiver, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    recv_fn, send_fn = (_dlcp_receiver, _dlcp_sender) if kind == "dlcp" else (_tcp_receiver, _tcp_sender)
+    receiver = ctx.Process(target=recv_fn, args=(to_sender, to_receiver, out, messages))
+    sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages))
+    receiver.start()
+    sender.start()
+    got: dict[str, tuple[float, float, int]] = {}
+    try:
+        for _ in range(2):
+            side, cpu, wall, packets = out.get(timeout=300)
+            got[side] = (cpu, wall, packets)
+    finally:
+        for proc in (sender, receiver):
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    return got
+
+
+def measure(rounds: int = ROUNDS, messages: int = MESSAGES) -> dict[str, list[dict[str, float]]]:
+    """Alternating runs; per kind a list of {sender, receiver, both (µs CPU per message),
+    per_packet (µs, both sides, DLCP only), wall_ms (per message)}."""
+    results: dict[str, list[dict[str, float]]] = {"dlcp": [], "tcp": []}
+    measured = messages - WARMUP
+    for r in range(rounds):
+        for kind in ("dlcp", "tcp"):
+            got = _round(kind, messages)
+            s, rcv = got["sender"], got["receiver"]
+            row = {"sender": s[0] / measured * 1e6, "receiver": rcv[0] / measured * 1e6,
+                   "both": (s[0] + rcv[0]) / measured * 1e6, "wall_ms": s[1] / measured * 1e3}
+            if kind == "dlcp":
+                row["per_packet"] = (s[0] + rcv[0]) / max(1, s[2]) * 1e6
+                row["packets"] = s[2] / measured
+            results[kind].append(row)
+            print(f"round {r + 1} {kind}: " + ", ".join(f"{k} {v:,.2f}" for k, v in row.items()), flush=True)
+    return results
+
+
+def _summary(rows: list[dict[str, float]], field: str) -> str:
+    vals = [row[field] for row in rows]
+    return f"{statistics.median(vals):,.2f} ({min(vals):,.2f}-{max(vals):,.2f})"
+
+
+def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
+    results = measure(rounds, messages)
+    dlcp, tcp = results["dlcp"], results["tcp"]
+    for kind, rows in results.items():
+        fields = ["sender", "receiver", "both", "wall_ms"] + (["per_packet", "packets"] if kind == "dlcp" else [])
+        print(f"{kind}: " + "; ".join(f"{f} {_summary(rows, f)}" for f in fields) + " (µs CPU per message; "
+              "per_packet µs per data packet, both sides; wall_ms per message; median (range))")
+    med = lambda rows, f: statistics.median(r[f] for r in rows)  # noqa: E731
+    return [
+        Figure("DLCP CPU per 42-packet message, both sides", med(dlcp, "both"), "TCP framed message",
+               med(tcp, "both"), "µs", higher_is_better=False),
+        Figure("DLCP CPU per message, sender", med(dlcp, "sender"), "TCP sender", med(tcp, "sender"), "µs",
+               higher_is_better=False),
+        Figure("DLCP CPU per message, receiver", med(dlcp, "receiver"), "TCP receiver", med(tcp, "receiver"),
+               "µs", higher_is_better=False),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--messages", type=int, default=MESSAGES)
+    args = parser.parse_args()
+    print_table(run(args.rounds, args.messages))
+
+
+if __name__ == "__main__":
+    main()
