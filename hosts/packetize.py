@@ -103,18 +103,26 @@ class DropRule:
     def plan(self, mag_classes: np.ndarray, counts: np.ndarray, tensor_len: int,
              position: float) -> tuple[np.ndarray, tuple[int, int] | None]:
         """Marks as :meth:`eligible`, and with `split` the packet to cut and how many of its
-        first elements to mark so that the budget is used up (None: no cut)."""
-        marks = self.eligible(mag_classes, counts, tensor_len, position)
-        if not self.split:
-            return marks, None
-        left = self.budget(tensor_len, position) - int(counts[marks].sum())
-        if left <= 0:
+        first elements to mark so that the budget is used up (None: no cut). One sort serves
+        both (counts are never negative, so the packets within the budget are a prefix of
+        the order)."""
+        marks = np.zeros(len(counts), dtype=bool)
+        budget = self.budget(tensor_len, position)
+        if budget <= 0:
             return marks, None
         order = np.argsort(mag_classes, kind="stable")
-        rest = order[~marks[order] & (mag_classes[order] <= self.max_mag_class)]
-        if not rest.size or counts[rest[0]] <= left:
+        if self.max_mag_class < 255:
+            order = order[mag_classes[order] <= self.max_mag_class]
+        total = np.cumsum(counts[order])
+        stop = int(np.searchsorted(total, budget, side="right"))
+        marks[order[:stop]] = True
+        if not self.split or stop >= order.size:
             return marks, None
-        return marks, (int(rest[0]), left)
+        left = budget - (int(total[stop - 1]) if stop else 0)
+        first = int(order[stop])
+        if left <= 0 or counts[first] <= left:
+            return marks, None
+        return marks, (first, left)
 
 
 @dataclass
@@ -131,6 +139,7 @@ class PacketBatch:
     tos: np.ndarray | None = None  # IP TOS byte of each packet (None: the socket's)
     classes_pending: bool = False  # mag_class not filled in: the C sender writes it as each packet leaves
     _native: Any = None  # C pointers (hosts.fastpath), made on first use
+    _eligible: np.ndarray | None = None  # the drop-eligible marks packetize set (flags never lose them)
 
     def __len__(self) -> int:
         return len(self.nvals)
@@ -161,7 +170,9 @@ class PacketBatch:
 
     @property
     def eligible(self) -> np.ndarray:
-        return (self.headers["flags"] & Flags.DROP_ELIGIBLE) != 0
+        if self._eligible is None:
+            self._eligible = (self.headers["flags"] & Flags.DROP_ELIGIBLE) != 0
+        return self._eligible
 
     @property
     def counts(self) -> np.ndarray:
@@ -222,13 +233,13 @@ def packetize(
         if cut is not None:  # packet k becomes its first `head` values (marked) and the rest
             k, head = cut
             at = int(starts[k])
-            pieces = (flat[at:at + head], flat[at + head:at + int(counts[k])])
-            starts = np.insert(starts, k + 1, at + head)
-            counts = np.insert(counts, k + 1, int(counts[k]) - head)
+            rest = int(counts[k]) - head
+            starts = _insert(starts, k, at + head)
+            counts = _insert(counts, k, rest)
             counts[k] = head
-            classes = np.insert(classes, k + 1, magnitude_class(pieces[1]))
-            classes[k] = magnitude_class(pieces[0])
-            marks = np.insert(marks, k + 1, False)
+            classes = _insert(classes, k, _class_of(flat[at + head:at + head + rest]))
+            classes[k] = _class_of(flat[at:at + head])
+            marks = _insert(marks, k, False)
             marks[k] = True
             n += 1
     rows = np.zeros((n, HEADER_LEN), dtype=np.uint8)
@@ -250,4 +261,19 @@ def packetize(
     flags[-1] |= int(Flags.LAST)
     headers["flags"] = flags
     return PacketBatch(rows=rows, values=flat, count=count, headers=headers, nvals=counts.astype(np.uint16),
-                       starts=starts, classes_pending=pending)
+                       starts=starts, classes_pending=pending, _eligible=marks)
+
+
+def _insert(array: np.ndarray, k: int, value: Any) -> np.ndarray:
+    """`array` with `value` inserted after index `k` (np.insert's work without its overhead)."""
+    out = np.empty(array.size + 1, dtype=array.dtype)
+    out[:k + 1] = array[:k + 1]
+    out[k + 1] = value
+    out[k + 2:] = array[k + 1:]
+    return out
+
+
+def _class_of(piece: np.ndarray) -> int:
+    """Magnitude class of a contiguous float32 piece: in C when the C path is there."""
+    got = fastpath.classes(piece, max(1, piece.size)) if piece.size else None
+    return int(got[0]) if got is not None else magnitude_class(piece)

@@ -244,4 +244,22 @@ def test_cut_packet_lets_the_marked_values_fill_the_bound_also_in_small_tensors(
         # marked packets hold the smallest magnitudes: none above a whole unmarked packet's class
         classes = cut.headers["mag_class"]
         assert classes[cut.eligible].max() <= classes[~cut.eligible & (cut.counts == 361)].min()
+        # both pieces of the cut packet carry their own values' class
+        assert [int(c) for c in classes] == [magnitude_class(tensor[s:s + c]) for s, c in zip(starts, cut.counts)]
+        assert np.array_equal(cut.eligible, (cut.headers["flags"] & Flags.DROP_ELIGIBLE) != 0)
     assert whole.counts[whole.eligible].sum() < budget  # whole packets alone fall short
+
+
+def test_drop_rule_plan_marks_the_smallest_classes_within_the_budget_and_skips_high_classes() -> None:
+    # Classes 5, 1, 9, 1, 200 with 10 values each, budget 25 (bound 0.5 of 50): packets 1 and 3
+    # (class 1) fit (20), packet 0 (class 5) is cut at 5; with max_mag_class 4 only class 1 counts.
+    classes = np.array([5, 1, 9, 1, 200], dtype=np.uint8)
+    counts = np.full(5, 10, dtype=np.int64)
+    marks, cut = DropRule(bound=0.5, back_share=1.0, split=True).plan(classes, counts, 50, 0.0)
+    assert marks.tolist() == [False, True, False, True, False] and cut == (0, 5)
+    marks, cut = DropRule(bound=0.5, back_share=1.0, max_mag_class=4, split=True).plan(classes, counts, 50, 0.0)
+    assert marks.tolist() == [False, True, False, True, False] and cut is None
+    marks, cut = DropRule(bound=0.5, back_share=1.0).plan(classes, counts, 50, 0.0)
+    assert marks.tolist() == [False, True, False, True, False] and cut is None
+    marks, cut = DropRule(bound=0.2, back_share=1.0, split=True).plan(classes, counts, 50, 0.0)
+    assert marks.tolist() == [False, True, False, False, False] and cut is None  # 10 fits exactly
