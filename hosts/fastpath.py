@@ -106,9 +106,10 @@ class Native:
         return self.ffi.from_buffer(ctype, array, require_writable=False)
 
 
-def classes(values: np.ndarray, count: int) -> np.ndarray | None:
-    """Magnitude classes of each run of `count` float32 values in C; None without the C path."""
-    nat = native()
+def classes(values: np.ndarray, count: int, nat: Native | None = None) -> np.ndarray | None:
+    """Magnitude classes of each run of `count` float32 values in C (`nat`: the loaded
+    library, when the caller has it); None without the C path."""
+    nat = nat or native()
     if nat is None:
         return None
     out = np.zeros(max(1, -(-values.size // count)), dtype=np.uint8)

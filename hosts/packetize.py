@@ -219,7 +219,8 @@ def packetize(
     starts = np.arange(n, dtype=np.int64) * count
     counts = np.minimum(count, flat.size - starts)
     pending = not with_classes and (drop_rule is None or drop_rule.bound <= 0)  # marks nothing
-    classes = np.zeros(n, dtype=np.uint8) if pending else fastpath.classes(flat, count)
+    nat = None if pending else fastpath.native()
+    classes = np.zeros(n, dtype=np.uint8) if pending else fastpath.classes(flat, count, nat)
     if classes is None:
         full, rest = divmod(flat.size, count)
         classes = np.zeros(n, dtype=np.uint8)
@@ -237,8 +238,8 @@ def packetize(
             starts = _insert(starts, k, at + head)
             counts = _insert(counts, k, rest)
             counts[k] = head
-            classes = _insert(classes, k, _class_of(flat[at + head:at + head + rest]))
-            classes[k] = _class_of(flat[at:at + head])
+            classes = _insert(classes, k, _class_of(flat[at + head:at + head + rest], nat))
+            classes[k] = _class_of(flat[at:at + head], nat)
             marks = _insert(marks, k, False)
             marks[k] = True
             n += 1
@@ -273,7 +274,7 @@ def _insert(array: np.ndarray, k: int, value: Any) -> np.ndarray:
     return out
 
 
-def _class_of(piece: np.ndarray) -> int:
-    """Magnitude class of a contiguous float32 piece: in C when the C path is there."""
-    got = fastpath.classes(piece, max(1, piece.size)) if piece.size else None
+def _class_of(piece: np.ndarray, nat: Any) -> int:
+    """Magnitude class of a contiguous float32 piece: in C when the C path (`nat`) is there."""
+    got = fastpath.classes(piece, piece.size, nat) if piece.size and nat is not None else None
     return int(got[0]) if got is not None else magnitude_class(piece)

@@ -25,6 +25,7 @@ are given up first).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,12 @@ _KINDS = (MsgType.GRADIENT, MsgType.PARAMETER)
 _F32 = np.dtype("<f4")
 SPARE_MAPS = 32  # completed messages whose have/seqs maps are kept for reuse...
 SPARE_MAP_BYTES = 128 << 20  # ...holding at most this many bytes in all
+
+
+@functools.lru_cache(maxsize=1024)
+def _ones(nbits: int) -> bytes:
+    """The bitmap of `nbits` packets that all arrived (LSB-first, as :func:`pack_bitmap`)."""
+    return b"\xff" * (nbits // 8) + (bytes([(1 << (nbits % 8)) - 1]) if nbits % 8 else b"")
 
 
 class DropReason(str, Enum):
@@ -384,7 +391,7 @@ class Reassembler:
             self.stats.probes += 1
             # A completed message needs nothing more; the bitmap tells what it completed with.
             return self._bitmaps(key, tensor_len, first, self._final_bits(key, first, n_packets), nonce,
-                                 complete=True), []
+                                 complete=True, nbits=n_packets), []
         asm = self._open.get(key)
         if asm is None:  # nothing of it arrived: say so in 28 bytes, allocate nothing
             self.stats.probes += 1
@@ -398,11 +405,12 @@ class Reassembler:
             return self._bitmaps(key, tensor_len, first, bits, nonce, complete=True), [delivered]
         return self._bitmaps(key, tensor_len, first, bits, nonce), []
 
-    def _final_bits(self, key: MessageKey, first: int, n_packets: int) -> np.ndarray:
-        """Which of packets first .. first + n_packets - 1 a completed message holds."""
+    def _final_bits(self, key: MessageKey, first: int, n_packets: int) -> np.ndarray | None:
+        """Which of packets first .. first + n_packets - 1 a completed message holds (None:
+        all of them, as it completed with every element)."""
         packed = self._done_bits.get(key)
         if packed is None:
-            return np.ones(n_packets, dtype=bool)  # completed with every element
+            return None
         bits = np.unpackbits(packed, bitorder="little").astype(bool)
         out = np.zeros(n_packets, dtype=bool)
         part = bits[first:first + n_packets]
@@ -415,22 +423,24 @@ class Reassembler:
             self._echo.clear()
         self._echo.add(key)
 
-    def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray, nonce: int = 0,
-                 complete: bool = False) -> list[bytes]:
+    def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray | None, nonce: int = 0,
+                 complete: bool = False, nbits: int = 0) -> list[bytes]:
+        """The answers to a probe: `bits` says which packets arrived (None: all `nbits`)."""
         replies = []
         flags = Flags.LAST if complete else 0
         if key in self._echo:
             self._echo.discard(key)
             flags |= Flags.ECN_ECHO
             self.stats.ecn_echoes += 1
-        for start in range(0, max(bits.size, 1), BITMAP_BITS_PER_PACKET):
-            chunk = bits[start:start + BITMAP_BITS_PER_PACKET]
+        size = nbits if bits is None else bits.size
+        for start in range(0, max(size, 1), BITMAP_BITS_PER_PACKET):
+            count = min(BITMAP_BITS_PER_PACKET, size - start) if size else 0
             header = HEADER_STRUCT.pack(
                 (VERSION << 4) | MsgType.BITMAP, flags, key.job_id, key.worker_id, key.tensor_id,
-                key.iteration, first + start, tensor_len, chunk.size, int(key.kind), 7,
+                key.iteration, first + start, tensor_len, count, int(key.kind), 7,
                 nonce + start // BITMAP_BITS_PER_PACKET,
             )
-            replies.append(header + pack_bitmap(chunk))
+            replies.append(header + (_ones(count) if bits is None else pack_bitmap(bits[start:start + count])))
         self.stats.bitmaps_sent += len(replies)
         return replies
 

@@ -87,7 +87,7 @@ class ChunkWait:
         if nbits:
             if nbits != self.nbits or len(payload) * 8 < nbits:
                 return False
-            self.bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little").astype(bool)
+            self.bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little").view(bool)
         else:
             self.empty = True
         self.complete = bool(flags & Flags.LAST)

@@ -123,8 +123,12 @@ class MessageSender:
         self.prio = prio
         self.n = len(batch)
         self.counts = batch.counts
-        self.received = np.zeros(self.n, dtype=bool)
-        self.final = np.zeros(self.n, dtype=bool)  # an answer after completion covered it: `received` is final there
+        # The per-packet flags, one allocation per message (rows of one array, each contiguous).
+        (self.received,
+         self.final,  # an answer after completion covered it: `received` is final there
+         self.sent_once,
+         self.shown_missing,  # an answer showed it missing at least once
+         self.resent, self.confirmed_lost, self.resend_queued) = np.zeros((7, self.n), dtype=bool)
         self.pending = Pending(np.arange(self.n, dtype=np.int64))
         self.chunks: list[_Chunk] = []
         self.complete = False
@@ -135,16 +139,11 @@ class MessageSender:
         self.round_lost = 0
         self.cut_this_round = False
         self.tentative: tuple[float, float, int, float] | None = None  # a cut to undo if the loss was only late
-        self.sent_once = np.zeros(self.n, dtype=bool)
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
         self.rounds = self.retransmitted = self.probes = self.echoes = self.timeouts = self.chunk_count = 0
         self.started = self.last_sent = time.monotonic()
         self.timing = SendTiming(created=self.started, cwnd_start=endpoint.window.cwnd)
-        self.shown_missing = np.zeros(self.n, dtype=bool)  # an answer showed it missing at least once
-        self.resent = np.zeros(self.n, dtype=bool)
-        self.confirmed_lost = np.zeros(self.n, dtype=bool)
-        self.resend_queued = np.zeros(self.n, dtype=bool)
         self._wake = threading.Condition(endpoint._lock)  # answers to this message, and room for it
 
     # -- the loop -------------------------------------------------------------------------
@@ -181,18 +180,23 @@ class MessageSender:
         finally:
             self._release_all()
         self.timing.ended, self.timing.cwnd_end = time.monotonic(), self.ep.window.cwnd
-        lost = ~self.received
-        missing = int(self.counts[lost].sum())
-        exact = bool(self.received.all()) or (self.complete and not self.chunks)
-        classes = self.batch.headers["mag_class"][lost]
-        by_class = {int(c): int(self.counts[lost][classes == c].sum()) for c in np.unique(classes)}
+        missing, by_class = 0, {}
+        if not self.received.all():
+            lost = ~self.received
+            lost_counts = self.counts[lost]
+            missing = int(lost_counts.sum())
+            classes = self.batch.headers["mag_class"][lost]
+            by_class = {int(c): int(lost_counts[classes == c].sum()) for c in np.unique(classes)}
+        exact = not missing or (self.complete and not self.chunks)
+        eligible = self.batch.eligible
         return SendReport(
             key=self.key, packets=self.n, payload_bytes=self.elements * 4, retransmitted=self.retransmitted,
-            rounds=self.rounds, probes=self.probes, missing=missing, eligible=int(self.batch.eligible.sum()),
+            rounds=self.rounds, probes=self.probes, missing=missing, eligible=int(np.count_nonzero(eligible)),
             seconds=time.perf_counter() - started, ecn_echoes=self.echoes, timeouts=self.timeouts,
             chunks=self.chunk_count, lost_by_class=by_class,
-            eligible_elements=int(self.counts[self.batch.eligible].sum()),
-            reordered=int((self.shown_missing & self.received & ~self.resent).sum()),
+            eligible_elements=int(self.counts[eligible].sum()),
+            reordered=int(np.count_nonzero(self.shown_missing & self.received & ~self.resent))
+            if self.shown_missing.any() else 0,
             unconfirmed=0 if exact else missing, timing=self.timing,
         )
 
