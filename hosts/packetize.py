@@ -20,6 +20,7 @@ Drop-eligibility rule (documented policy, applied per message):
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ import numpy as np
 
 from hosts import fastpath
 from hosts.errors import TransportError
-from hosts.wire import HEADER_DTYPE, HEADER_LEN, MAX_COUNT_MTU_1500, VERSION, Flags, MsgType
+from hosts.wire import HEADER_DTYPE, HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, Flags, MsgType
 
 
 def as_float32(tensor: Any) -> np.ndarray:
@@ -243,19 +244,17 @@ def packetize(
             marks = _insert(marks, k, False)
             marks[k] = True
             n += 1
-    rows = np.zeros((n, HEADER_LEN), dtype=np.uint8)
+    try:  # the fields every packet of the message shares, packed once and copied to each row
+        template = HEADER_STRUCT.pack((VERSION << 4) | int(kind), 0, job_id, worker_id, tensor_id, iteration, 0,
+                                      total, 0, 0, prio_hint, 0)
+    except struct.error as exc:
+        raise OverflowError(f"a header field of tensor {tensor_id} is out of range: {exc}") from exc
+    rows = np.empty((n, HEADER_LEN), dtype=np.uint8)
+    rows[:] = np.frombuffer(template, np.uint8)
     headers = rows.view(HEADER_DTYPE).reshape(n)
-    offsets = starts + start
-    headers["ver_type"] = (VERSION << 4) | int(kind)
-    headers["job_id"] = job_id
-    headers["worker_id"] = worker_id
-    headers["tensor_id"] = tensor_id
-    headers["iteration"] = iteration
-    headers["offset"] = offsets
-    headers["tensor_len"] = total
+    headers["offset"] = starts + start
     headers["count"] = counts
     headers["mag_class"] = classes
-    headers["prio_hint"] = prio_hint
     headers["seq"] = np.arange(seq_base, seq_base + n)
     flags = np.zeros(n, dtype=np.uint8)
     flags[marks] |= int(Flags.DROP_ELIGIBLE)

@@ -299,20 +299,21 @@ class MessageSender:
         elif wait.bits is not None:
             if sent_at is not None and (wait.complete or wait.bits.any()):
                 self.held_probe_sent = max(self.held_probe_sent, sent_at)
-            newly = int((wait.bits & ~self.received[lo:hi] & self.sent_once[lo:hi]).sum())
-            self.received[lo:hi] |= wait.bits
+            seen = self.received[lo:hi]
+            newly = int(np.count_nonzero(wait.bits & ~seen & self.sent_once[lo:hi]))
+            seen |= wait.bits
             if wait.complete:  # what the receiver completed with: nothing arrives there any more
                 self.final[lo:hi] = True
         self.timing.last_answer = wait.answered
         if wait.complete:
             self.complete = True
             self.timing.completed = self.timing.completed or wait.answered
-        missing = chunk.packets[~self.received[chunk.packets]]
-        lost = int(self.counts[missing].sum())
-        self.round_lost += lost
-        self.shown_missing[missing] = True
-        for packet in missing.tolist():
-            self.suspects.setdefault(packet, wait.answered)
+        if chunk.packets.size and not self.received[lo:hi].all():  # its packets lie in lo..hi - 1
+            missing = chunk.packets[~self.received[chunk.packets]]
+            self.round_lost += int(self.counts[missing].sum())
+            self.shown_missing[missing] = True
+            for packet in missing.tolist():
+                self.suspects.setdefault(packet, wait.answered)
         congested = False
         if chunk.confirms is not None:  # an early confirmation: what is still missing is lost
             self.confirming.difference_update(chunk.confirms.tolist())
