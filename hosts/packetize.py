@@ -34,6 +34,8 @@ from hosts.wire import HEADER_DTYPE, HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_15
 
 def as_float32(tensor: Any) -> np.ndarray:
     """A flat float32 view or copy of a numpy array or a torch-like tensor (``.numpy()``)."""
+    if type(tensor) is np.ndarray and tensor.dtype == np.float32 and tensor.ndim == 1 and tensor.flags.c_contiguous:
+        return tensor  # already what is asked for (the usual case: no attribute probes)
     if hasattr(tensor, "detach"):
         tensor = tensor.detach()
     if hasattr(tensor, "cpu"):

@@ -64,3 +64,15 @@ def test_a_message_completed_with_loss_answers_which_packets_it_holds() -> None:
     for payload in (_answers(replies)[0][3], again[0][3]):
         bits = np.unpackbits(np.frombuffer(payload, np.uint8), bitorder="little")[:100]
         assert np.flatnonzero(bits == 0).tolist() == [2, 17]
+
+
+def test_as_float32_passes_a_flat_float32_array_through_and_converts_anything_else() -> None:
+    from hosts.packetize import as_float32
+
+    flat = np.arange(6, dtype=np.float32)
+    assert as_float32(flat) is flat  # no copy, no new view: the sender's usual case
+    for other in (np.arange(6, dtype=np.float64), flat.reshape(2, 3), np.arange(12, dtype=np.float32)[::2],
+                  np.arange(6, dtype=">f4")):
+        got = as_float32(other)
+        assert got.dtype == np.float32 and got.ndim == 1 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, np.asarray(other, dtype=np.float64).reshape(-1))
