@@ -41,7 +41,7 @@ import numpy as np
 from hosts.auth import TAG_LEN, Signer
 from hosts.errors import HostError, TransportError
 from hosts.fastpath import BatchReceiver, BatchSender, native
-from hosts.inbox import Inbox
+from hosts.inbox import Finals, Inbox
 from hosts.liveness import Liveness
 from hosts.marking import Marking, parse_marking
 from hosts.netdev import mtu_count
@@ -188,6 +188,7 @@ class Endpoint:
         if nat is not None:
             self._tx, self._rx = BatchSender(nat, self._sock, key), BatchReceiver(nat, self._sock, key)
         self._inbox = Inbox()  # completed messages not taken yet
+        self._finals = Finals()  # completed messages whose senders may not know it yet
         self._lock = threading.RLock()  # guards the window, in_flight, chunk answers and the waiters below
         self._cond = threading.Condition(self._lock)
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
@@ -238,12 +239,18 @@ class Endpoint:
 
     def close(self) -> None:
         """Stop after lingering: while data or probes arrived within the last `linger`
-        seconds, keep answering until `linger` seconds pass quietly (at most 8 x linger)."""
+        seconds, keep answering until `linger` seconds pass quietly (at most 8 x linger);
+        then while a sender may not know yet that its message completed here (at most
+        4 x max_rto; :class:`hosts.inbox.Finals`)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=False)
         if self.linger > 0 and self._thread.is_alive():
             deadline = time.monotonic() + 8 * self.linger
             while (now := time.monotonic()) < deadline and now - self._last_peer_rx < self.linger:
+                time.sleep(min(0.02, self.linger))
+            deadline = time.monotonic() + 4 * self.max_rto  # then until senders know (hosts.inbox.Finals)
+            while (now := time.monotonic()) < deadline and (now - self._last_peer_rx < self.linger or self._finals.owed(
+                    now, self._rtts, self.linger, self.max_rto)):
                 time.sleep(min(0.02, self.linger))
         self._stop.set()
         self._thread.join(timeout=2)
@@ -354,23 +361,23 @@ class Endpoint:
                 self._last_peer_rx = now
                 ce = bool(ancillary) and ancillary[0][1] == socket.IP_TOS and ancillary[0][2][0] & ECN_CE == ECN_CE
                 replies, delivered = handle(data, source, ce)
-                for reply in replies:
-                    try:
-                        self._sock.sendto(reply if signer is None else signer.sign(reply), source)
-                    except OSError:
-                        self.reassembler.stats.drops["reply_failed"] += 1
+                if replies:
+                    self._reply(replies, source)
                 if delivered:
                     self._deliver(delivered)
 
     def _deliver(self, delivered: list[Delivered]) -> None:
+        self._finals.completed(delivered, time.monotonic())
         self._inbox.put(delivered)
 
     def _reply(self, replies: list[bytes], source: Address) -> None:
+        now = time.monotonic()
         for reply in replies:
             try:
                 self._sock.sendto(reply if self.signer is None else self.signer.sign(reply), source)
             except OSError:
                 self.reassembler.stats.drops["reply_failed"] += 1
+            self._finals.replied(reply, source, now)
 
     def _receive_batches(self, rx: BatchReceiver) -> None:
         """The receive loop of the C data path: batches of datagrams, runs of one message's
