@@ -180,8 +180,23 @@ def run_ranks(fabric: Any, work: Path, *, mb: float = MB, iterations: int = ITER
     return result
 
 
+def _drops_by_queue(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """Tail drops in the switches' traffic managers between two counter snapshots, by priority
+    queue and reason, all ports (gloo's TCP is in queue 0, the hook's buckets in the policy's
+    layer queues)."""
+    by: dict[str, int] = {}
+    for name, now in after.items():
+        for (_, queue, reason), n in (now.minus(before[name]).queue_drops or {}).items():
+            by[f"queue {queue} {reason}"] = by.get(f"queue {queue} {reason}", 0) + n
+    return dict(sorted(by.items()))
+
+
 def measure(runs: int = RUNS, mb: float = MB, iterations: int = ITERATIONS) -> list[dict[str, Any]]:
-    """`runs` runs on one booted fabric (module doc); each run's result with its p50s."""
+    """`runs` runs on one booted fabric (module doc); each run's result with its p50s and the
+    fabric's counters over it (both sides together: queue drops, magnitude drops, the job's
+    ECN marks, host qdisc drops, and the hosts' TCP retransmissions and timeouts, gloo's)."""
+    from experiments.trace_sweep import TraceSite
+
     done = []
     with netns_lock(), tempfile.TemporaryDirectory(prefix="gf-ddp-fabric-") as tmp:
         work = Path(tmp)
@@ -189,8 +204,15 @@ def measure(runs: int = RUNS, mb: float = MB, iterations: int = ITERATIONS) -> l
         booting = time.monotonic()
         with training_fabric(work, say=lambda msg: None) as fabric:
             print(f"bench ddp_hook_fabric: fabric up in {time.monotonic() - booting:.0f} s", flush=True)
+            site = TraceSite(fabric)
             for i in range(runs):
+                before = site.snapshot()
                 r = run_ranks(fabric, work, mb=mb, iterations=iterations)
+                after = site.snapshot()
+                f = site.figures(before, after, [JOB])
+                r["switch"] = {k: f[k] for k in ("queue_drops", "magnitude_drops", "ecn_marks", "host_qdisc_drops",
+                                                 "tcp_retransmitted", "tcp_timeouts")}
+                r["switch"]["queue_drops_by_queue"] = _drops_by_queue(before["counters"], after["counters"])
                 r["p50"] = {k: statistics.median(v) for k, v in r["times"].items()}
                 r["load"] = os.getloadavg()[0]
                 done.append(r)
@@ -204,6 +226,7 @@ def measure(runs: int = RUNS, mb: float = MB, iterations: int = ITERATIONS) -> l
                       f"{', '.join(f'{n} {w:.2f}' for n, w in r['cpu_wait'].items() if w is not None)}"
                       + (f"; CPU-BOUND: {', '.join(bound)} (this run's figure is not the network's)" if bound
                          else ""), flush=True)
+                print(f"    fabric over the run (both sides): {r['switch']}", flush=True)
     return done
 
 
