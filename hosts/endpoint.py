@@ -16,8 +16,8 @@ notes who was heard (:mod:`hosts.liveness`), hands data and probes to a
 :meth:`Endpoint.receive` / :meth:`Endpoint.take`, and routes bitmaps to the chunk waiting
 for them. Waits that depend on one peer (``take(..., peer=...)``) send keep-alives while
 they wait and fail only when that peer is silent. :meth:`Endpoint.close` lingers while
-peers still talk (at most `linger` seconds of quiet), so a sender whose last message
-completed on data still gets its bitmap.
+peers still talk and while a sender may not know yet that its message completed here (it
+ends only on such an answer), then says goodbye, so that a sender still waiting fails now.
 
 The data path uses plain UDP sockets and the struct/numpy codec of :mod:`hosts.wire`;
 Scapy is not involved here (it is far too slow per packet).
@@ -42,7 +42,7 @@ from hosts.auth import TAG_LEN, Signer
 from hosts.errors import HostError, TransportError
 from hosts.fastpath import BatchReceiver, BatchSender, native
 from hosts.inbox import Finals, Inbox
-from hosts.liveness import Liveness
+from hosts.liveness import Liveness, goodbye, say_goodbye
 from hosts.marking import Marking, parse_marking
 from hosts.netdev import mtu_count
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
@@ -238,10 +238,10 @@ class Endpoint:
             time.sleep(min(0.05, quiet))
 
     def close(self) -> None:
-        """Stop after lingering: while data or probes arrived within the last `linger`
-        seconds, keep answering until `linger` seconds pass quietly (at most 8 x linger);
-        then while a sender may not know yet that its message completed here (at most
-        4 x max_rto; :class:`hosts.inbox.Finals`)."""
+        """Stop after lingering: while data or probes arrived within the last `linger` seconds, keep
+        answering until `linger` seconds pass quietly (at most 8 x linger); then while a sender may
+        not know yet that its message completed here (at most 4 x max_rto; hosts.inbox.Finals);
+        then say goodbye to the peers heard from (hosts.liveness)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=False)
         if self.linger > 0 and self._thread.is_alive():
@@ -252,6 +252,8 @@ class Endpoint:
             while (now := time.monotonic()) < deadline and (now - self._last_peer_rx < self.linger or self._finals.owed(
                     now, self._rtts, self.linger, self.max_rto)):
                 time.sleep(min(0.02, self.linger))
+        if self._thread.is_alive():  # whoever still waits for this endpoint fails now (hosts.liveness)
+            say_goodbye(self._send_control, self.liveness.peers(), goodbye(self.job_id, self.worker_id))
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close()

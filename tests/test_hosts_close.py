@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from hosts.endpoint import Endpoint
+from hosts.errors import PeerGoneError
 from hosts.inbox import Finals
 from hosts.messages import Delivered, MessageKey
 from hosts.pacing import RttEstimator
@@ -54,6 +56,33 @@ def test_a_sender_whose_last_probes_were_lost_completes_after_the_receiver_was_t
     assert lost, "the relay lost no probe: the case was not made"
     assert report.missing == 0 and report.unconfirmed == 0
     assert report.probes > len(lost)  # a probe after the losses was answered
+
+
+def test_a_sender_still_waiting_for_a_receiver_that_closed_is_told_so_at_once() -> None:
+    """Every probe of the message is lost: the receiver completes it on data, waits for the
+    sender's question as long as it may (max_rto + linger), then closes and says goodbye. The
+    sender fails at its next probe timer, naming the peer that closed, instead of after its
+    peer timeout (60 s here) of silence."""
+
+    def verdict(header: Header, data: bytes) -> int:
+        return 0 if header.msg_type == MsgType.PROBE and header.iteration == 2 else 1
+
+    values = np.arange(1000, dtype=np.float32)
+    with Endpoint(worker_id=1, bounds=RELIABLE, peer_timeout=60, max_rto=0.5) as sender:
+        receiver = Endpoint(worker_id=2, bounds=RELIABLE, max_rto=0.5)
+        try:
+            with Relay(receiver.address, verdict) as relay:
+                where = relay.address
+                sender.send(where, values, tensor_id=3, iteration=1)
+                future = sender.send_async(where, values, tensor_id=3, iteration=2)
+                receiver.take(MessageKey(1, 1, 2, 3, MsgType.GRADIENT), timeout=30)
+                receiver.close()
+                with pytest.raises(PeerGoneError) as caught:
+                    future.result(timeout=30)
+        finally:
+            receiver.close()
+    assert caught.value.peer == where
+    assert "closed its endpoint" in str(caught.value) and "iteration 2" in str(caught.value)
 
 
 def _final(key: MessageKey) -> bytes:
