@@ -276,7 +276,10 @@ def connect(model: torch.nn.Module, *, host: str | None = None, port: int = 0, j
 
     The endpoint binds the address :func:`advertised_host` picks (`host`, else
     ``$GRADFABRIC_DLCP_HOST``, else the process group's interface); a loopback address
-    advertised by ranks on different hosts is refused. `grad_bound` is the share of a
+    advertised by ranks on different hosts is refused. `port`: the UDP port it binds; switches
+    running ``p4src/dlcp.p4`` parse DLCP only on ``hosts.wire.DLCP_PORT`` (19600), so on such a
+    fabric give ``port=DLCP_PORT`` (one rank per host); 0 picks a free port, whose packets the
+    switches forward as plain UDP (no layer priority, spraying, ECN or dropping). `grad_bound` is the share of a
     bucket's values the reduce stage may lose (zero-filled); 0 makes the transport reliable.
     `param_bound` does the same for the gather stage. `port_rate`: the packets/s of the slowest
     port on the ranks' paths, when known (``hosts.endpoint.Endpoint``'s port-rate mode: the
