@@ -143,12 +143,12 @@ def _dlcp_message(ns3, cpu: HostCpu) -> list[int]:  # type: ignore[no-untyped-de
 @needs_ns3
 def test_dlcp_packets_wait_for_the_sending_and_receiving_cpu(ns3) -> None:  # type: ignore[no-untyped-def]
     # No cost: data 0 reaches h2 at 12.016 + 1 + 120.16 + 1 = 134.176 us, data 1 at 254.336
-    # (behind it at the port), the probe at 259.296 us and completes the message.
-    assert _dlcp_message(ns3, HostCpu()) == [259_296]
+    # (behind it at the port) and completes the message: every packet is in (the probe behind
+    # it, at 259.296 us, finds it complete).
+    assert _dlcp_message(ns3, HostCpu()) == [254_336]
     # 0.5 / 1 ms of CPU per packet sent / received at availability 0.5: 1 / 2 ms of wall. The
     # data leave h1 at 1 and 2 ms, the probe (no cost) behind the second; h2 takes data 0 in at
-    # 1.134176 + 2 = 3.134176 ms, data 1 (arrived at 2.134176) at 5.134176 ms, then the probe
-    # (arrived at 2.139136 ms): complete at 5.134176 ms.
+    # 1.134176 + 2 = 3.134176 ms, data 1 (arrived at 2.134176) at 5.134176 ms: complete then.
     costs = HostCpu(0.5e-3, 1e-3, availability=0.5)
     assert _dlcp_message(ns3, costs) == [pytest.approx(5_134_176, abs=2)]
     # A receiver's CPU per message: 0.25 ms more (0.5 ms of wall) after the message's last work.
@@ -171,8 +171,8 @@ def test_ring_of_two_steps_take_the_hand_computed_cpu_per_packet() -> None:
     # tests/test_sim_packet_jobs.py's ring of two (100 Mbit/s links, one 782-byte data packet
     # and its 62-byte probe per step: the data is in at 127.12 us, the probe at 132.08 us),
     # with 100 / 200 us of CPU per packet sent / received at availability 0.5 (200 / 400 us of
-    # wall). A step: the data leaves after 200 us, is taken in 400 us after it arrived, the
-    # probe (in meanwhile) right after: 200 + 127.12 + 400 = 727.12 us. Iteration: 3 ms of
+    # wall). A step: the data leaves after 200 us and, taken in 400 us after it arrived,
+    # completes it (every packet in): 200 + 127.12 + 400 = 727.12 us. Iteration: 3 ms of
     # compute and two steps.
     topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
     scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))

@@ -66,16 +66,16 @@ def test_ring_of_two_iterates_in_compute_plus_two_hand_computed_steps() -> None:
 
     # h1 -- s1 -- h2 at 100 Mbit/s, 1 us each way. One bucket of 360 values: each rank sends
     # 180 values per step, a 782-byte frame (32 DLCP + 720 + 8 UDP + 20 IPv4 + 2 PPP; 62.56 us
-    # per link) followed by its 62-byte probe (4.96 us). The probe waits behind the data at
-    # s1 and is delivered, completing the step, at 2 * 62.56 + 4.96 + 2 * 1 = 132.08 us; the
-    # next step leaves at once. Iteration: 1 ms forward + 2 ms backward + 2 steps.
+    # per link) followed by its 62-byte probe (4.96 us). The data packet completes the step on
+    # arrival (every packet in), at 2 * 62.56 + 2 * 1 = 127.12 us; the next step leaves at
+    # once. Iteration: 1 ms forward + 2 ms backward + 2 steps.
     topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
     scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
     record = run(topo, scenario, sim.configuration("qos"), RunSettings(_one_bucket(360), iterations=3))
     for rank in ("0", "1"):
         records = record["jobs"]["1"]["ranks"][rank]["records"]
         assert [r["iteration"] for r in records] == [0, 1, 2]
-        assert [round(r["iteration_s"] * 1e9) for r in records] == [3_000_000 + 2 * 132_080] * 3
+        assert [round(r["iteration_s"] * 1e9) for r in records] == [3_000_000 + 2 * 127_120] * 3
         assert record["jobs"]["1"]["ranks"][rank]["totals"]["packets"] == 2 * 3  # one data packet per step sent
     assert record["simulation"]["ports"]["overflow_drops"] == 0
 
@@ -88,7 +88,7 @@ def test_whole_burst_pacing_holds_the_second_step_to_the_next_burst() -> None:
     # The ring of two above, its hosts pacing in 1 ms bursts at 10,000 packets/s (10 packets a
     # burst; 2 x cwnd / SRTT, over 10^5 packets/s at these round trips, is above that ceiling),
     # each chunk charged a whole burst: step 0 leaves at 3 ms and is charged until 4 ms, so
-    # step 1, received at 3.13208 ms, leaves at 4 ms and arrives 132.08 us later. The next
+    # step 1, received at 3.12712 ms, leaves at 4 ms and arrives 127.12 us later. The next
     # iteration's step 0 comes over 1 ms after that burst: idle time earns no credit.
     topo = tiny(1e8, 1e8, 1e-6, Port(rate_bps=1e8))
     scenario = sim.Scenario("pair", "ring h1-h2", (sim.Job(1, ("h1", "h2")),))
@@ -97,7 +97,7 @@ def test_whole_burst_pacing_holds_the_second_step_to_the_next_burst() -> None:
     record = run(topo, scenario, sim.configuration("qos"), settings)
     for rank in ("0", "1"):
         records = record["jobs"]["1"]["ranks"][rank]["records"]
-        assert [round(r["iteration_s"] * 1e9) for r in records] == [4_000_000 + 132_080] * 3
+        assert [round(r["iteration_s"] * 1e9) for r in records] == [4_000_000 + 127_120] * 3
     assert record["simulation"]["pacing"] == {"burst_s": 0.001, "max_pps": 10_000, "whole_burst": True}
 
 

@@ -36,3 +36,16 @@ def test_rows_pool_every_rank_and_show_the_network_beside(tmp_path: Path) -> Non
     md = write(tmp_path / "out", "cmd", [fabric], [("m", sim)])
     assert "median absolute p50 error 50% over 2 groups, 0 within 10%" in md
     assert (tmp_path / "out" / "validation.png").stat().st_size > 0
+
+
+def test_folders_of_one_model_are_pooled(tmp_path: Path) -> None:
+    fabric, one, two = tmp_path / "fabric", tmp_path / "one", tmp_path / "two"
+    _run(fabric, "a", "gloo", [0.020, 0.020, 0.020], [0.004], 90.0)
+    _run(one, "a", "gloo", [0.010, 0.010, 0.010], [0.001], 100.0)
+    _run(two, "b", "gloo", [0.030, 0.030, 0.030, 0.030], [0.003], 300.0)
+    result = compare([fabric], [("m", one), ("m", two)])
+    # One row: 6 iterations of 10 ms and 8 of 30 ms pooled, p50 30 ms (+50%); the network
+    # figures are the medians over both folders' flows (2 ms, 200 Mbit/s).
+    assert [r[4:10] for r in result["rows"]] == [["m", "1", "1", "20.0", "30.0", "+50%"]]
+    assert result["rows"][0][13:] == ["4.00 / 2.00", "90 / 200"]
+    assert result["errors"] == {"m": [0.5]}

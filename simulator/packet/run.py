@@ -34,6 +34,9 @@ VALUES_PER_PACKET = 360
 BG_PORT = 5201
 #: BulkSend's write size with buffers above it (its default 512 bytes slows a MiB buffer's run tenfold).
 BULK_WRITE_BYTES = 65_536
+#: The DLCP endpoints' counters summed into a run's record (DlcpStats, native/gradfabric_dlcp_wire.h).
+DLCP_COUNTERS = ("packets", "retransmitted", "probes", "probeTimeouts", "ecnEchoes", "windowCuts", "cutsUndone",
+                 "confirms", "reordered")
 
 
 @dataclass
@@ -49,6 +52,12 @@ class RunSettings:
     dlcp_max_window: float = 64.0
     dlcp_chunk: int = 16
     dlcp_reorder_grace_s: float = 0.0  # sprayed fabrics: the last probe waits max(this, SRTT)
+    #: The hosts' reorder handling (hosts/endpoint.py's defaults): a packet shown missing is
+    #: confirmed lost this long after, at most this many confirmations end a round, allowances
+    #: are capped at the RTO's ceiling.
+    dlcp_confirm_grace_s: float = 0.005
+    dlcp_max_confirms: int = 20
+    dlcp_max_rto_s: float = 2.0
     spraying: bool = False
     #: The hosts' pacer (DlcpEndpoint::SetPacing): burst interval (0: none), rate ceiling, and
     #: whether a chunk is charged a whole burst (the hosts' pacer until 2026-11-26).
@@ -107,6 +116,7 @@ class _Transport:
             ep = self.gf.DlcpEndpoint(self.net.nodes[host], DLCP_PORT, s.dlcp_chunk, s.dlcp_initial_window,
                                       s.dlcp_max_window, s.dlcp_min_rto_s, max(s.dlcp_min_rto_s, 0.005))
             ep.onReceived = self.dlcp_received
+            ep.SetReorder(s.dlcp_confirm_grace_s, s.dlcp_max_confirms, s.dlcp_max_rto_s)
             if s.spraying:
                 ep.SetLastGrace(s.dlcp_reorder_grace_s)
             if s.pacing_burst_s > 0:
@@ -269,10 +279,11 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                 totals = record["jobs"][str(job.spec.job_id)]["ranks"][str(job.spec.hosts.index(host))]["totals"]
                 totals["retransmitted"] += int(ep.stats.retransmitted)
     ports = net.queue_totals()
+    dlcp = {k: sum(int(getattr(ep.stats, k)) for ep in transport.endpoints.values()) for k in DLCP_COUNTERS}
     record["switch"] = {"magnitude_drops": ports["early_drops"], "ecn_marks": ports["ecn_marks"]}
     record["simulation"] = {"engine": "ns-3 3.44", "topology": topology.name, "hosts": len(topology.hosts),
                             "switches": len(topology.switches), "simulated_s": round(end_s, 4),
-                            "wall_s": round(time.monotonic() - wall0, 2), "ports": ports,
+                            "wall_s": round(time.monotonic() - wall0, 2), "ports": ports, "dlcp": dlcp,
                             "workload": settings.workload.note, "ordering": settings.ordering,
                             "rto_min_s": settings.rto_min_s, "tcp_buffer_bytes": settings.tcp_buffer_bytes,
                             "tcp_rcv_buffer_bytes": settings.tcp_rcv_buffer_bytes or settings.tcp_buffer_bytes,

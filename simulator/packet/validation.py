@@ -87,10 +87,13 @@ def compare(fabric: Sequence[Path], models: Sequence[tuple[str, Path]]) -> dict[
     rank_rows: list[list[str]] = []
     points: list[tuple[str, float, float, float, float]] = []
     errors: dict[str, list[float]] = {}
+    folders_of: dict[str, list[Path]] = defaultdict(list)  # a model may come in several folders: pooled
     for name, folder in models:
-        simulated = _group(load_runs(folder))
-        net_sim = network_figures([folder])
-        errors.setdefault(name, [])  # a model may come in several folders
+        folders_of[name].append(folder)
+    for name, folders in folders_of.items():
+        simulated = _group([r for folder in folders for r in load_runs(folder)])
+        net_sim = network_figures(folders)
+        errors.setdefault(name, [])
         by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
         for key in sorted(set(simulated) & set(measured)):
             kind, scenario, pps, config = key
@@ -185,7 +188,8 @@ def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[tupl
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m simulator.packet.validation", description=__doc__.splitlines()[0])
     p.add_argument("--fabric", type=Path, action="append", required=True, help="a fabric sweep folder (repeatable)")
-    p.add_argument("--model", action="append", required=True, help="NAME=DIR: an ns-3 result folder (repeatable)")
+    p.add_argument("--model", action="append", required=True,
+                   help="NAME=DIR: an ns-3 result folder (repeatable; folders of one NAME are pooled)")
     p.add_argument("--notes", type=Path, default=None, help="a Markdown file put above the table")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)

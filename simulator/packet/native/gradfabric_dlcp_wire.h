@@ -46,6 +46,9 @@ struct DlcpStats
     uint64_t probeTimeouts = 0;
     uint64_t ecnEchoes = 0;
     uint64_t windowCuts = 0;
+    uint64_t cutsUndone = 0; // cuts taken back: the loss behind them was reordering
+    uint64_t confirms = 0;   // confirming probes before a resend
+    uint64_t reordered = 0;  // packets an answer showed missing that arrived without a resend
     uint64_t lostValues = 0; // zero-filled values of messages this endpoint received
     uint64_t receivedValues = 0;
 };
