@@ -9,8 +9,10 @@ loopback benchmark's worker), one process per Mininet host: rank 0 on h1 and ran
 (leaf l1), rank 1 on h5 (leaf l2), so the ring's hops h1 -> h5 and h5 -> h2 cross the spines
 (with two leaves, one hop of a three-rank ring stays on a leaf). Torch's gloo process group
 rendezvouses at h1's address over each host's interface (``GLOO_SOCKET_IFNAME``); the hook's
-``connect()`` advertises the address of that interface, never loopback, and its senders keep
-to the ports' 20,000 packets/s (``port_rate``, as the trace experiment's DLCP ranks do).
+``connect()`` advertises the address of that interface, never loopback, binds the DLCP port
+(``hosts.wire.DLCP_PORT``: the switches parse DLCP only on it, so on any other port the
+policy would see plain UDP), and its senders keep to the ports' 20,000 packets/s
+(``port_rate``), as the trace experiment's DLCP ranks do.
 
 Each run starts the three ranks anew; within it plain DDP (gloo) and DDP with the hook train
 the same MLP, iterations interleaved. Each run's ratio of p50 iteration times (hook / gloo)
@@ -117,6 +119,7 @@ def run_ranks(fabric: Any, work: Path, *, mb: float = MB, iterations: int = ITER
     ``seconds``."""
     from experiments.trace_sweep import process_figures, process_sample
     from gradfabric.paths import ROOT
+    from hosts.wire import DLCP_PORT
 
     worker = Path(__file__).with_name("ddp_hook_worker.py")
     out = work / f"rank0-{uuid.uuid4().hex[:6]}.json"
@@ -130,7 +133,7 @@ def run_ranks(fabric: Any, work: Path, *, mb: float = MB, iterations: int = ITER
             "LOCAL_RANK": "0", "WORLD_SIZE": str(len(nodes)), "GLOO_SOCKET_IFNAME": node.defaultIntf().name,
             "OMP_NUM_THREADS": "1"}
         argv = [sys.executable, str(worker), "--mb", str(mb), "--iterations", str(iterations), "--warmup",
-                str(warmup), "--collective", collective, "--port-rate", str(PORT_PPS), "--out", str(out)]
+                str(warmup), "--collective", collective, "--port-rate", str(PORT_PPS), "--port", str(DLCP_PORT), "--out", str(out)]
         if check:
             argv.append("--check")
         log = open(work / f"rank{rank}.log", "w")  # noqa: SIM115 (closed below)

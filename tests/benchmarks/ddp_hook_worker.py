@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--collective", default="ring")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--port-rate", type=float, default=None, help="packets/s of the slowest port (fabric)")
+    parser.add_argument("--port", type=int, default=0, help="UDP port of the hook's endpoint (fabric: DLCP_PORT)")
     parser.add_argument("--check", action="store_true", help="then compare the hook with gloo (module doc)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -76,7 +77,8 @@ def main() -> None:
     rank = dist.get_rank()
     gloo = DDP(_model(args.mb))
     hooked = DDP(_model(args.mb))
-    state = connect(hooked.module, collective=args.collective, aimd=Aimd(rate=10_000_000), port_rate=args.port_rate)
+    state = connect(hooked.module, collective=args.collective, aimd=Aimd(rate=10_000_000), port_rate=args.port_rate,
+                    port=args.port)
     hooked.register_comm_hook(state, dlcp_allreduce_hook)
     width = gloo.module[0].in_features
     x = torch.randn(8, width, generator=torch.Generator().manual_seed(rank))
