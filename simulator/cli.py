@@ -134,17 +134,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="runs of the same job without the fabric (`experiment training --loopback`): their "
                           "iteration times replace the trace's compute (the hosts' own time, replayed)")
     val.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
-    val.add_argument("--cpu", default="summed", choices=("summed", "recorded", "recorded-summed", "wall"),
-                     help="how a run's CPU share is taken: the rank's summed figure and the load for every run "
-                          "(summed, default); per process where the run records it, else from the load (recorded), "
-                          "else from the rank's summed figure and the load (recorded-summed); 1 - the wait share of "
-                          "wall time (wall)")
+    val.add_argument("--cpu", default="dlcp-recorded",
+                     choices=("summed", "recorded", "recorded-summed", "wall", "recorded-apart", "dlcp-recorded"),
+                     help="how a run's CPU share is taken: the DLCP transport's runs per process where recorded, "
+                          "calibrated apart, kernel TCP's the rank's summed figure and the load (dlcp-recorded, "
+                          "default); the summed figure and the load for every run (summed); per process where the "
+                          "run records it, else from the load (recorded), else from the rank's summed figure and "
+                          "the load (recorded-summed), or that calibrated apart (recorded-apart); 1 - the wait "
+                          "share of wall time (wall)")
     val.add_argument("--without", type=lambda text: frozenset(t for t in text.split(",") if t), default=frozenset(),
                      help="model terms to leave out, comma-separated: server-cost (a star server's recorded CPU per "
                           "packet), background (the background's packets off the switches' budget), spread (the "
                           "iterations' recorded spread about their median, from the other sweeps), tenant-use (jobs "
                           "share the switches by their recorded CPU use, else equally), incast-flows (a star's TCP "
-                          "pushes as one flow per worker in the server's FIFO)")
+                          "pushes as one flow per worker in the server's FIFO), message-cost (the DLCP transport's "
+                          "measured CPU per message on the GSO transport's runs)")
     val.add_argument("--out", type=Path, default=None,
                      help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
     val.set_defaults(handler=_validate)
@@ -267,7 +271,7 @@ def _validate(args: argparse.Namespace) -> int:
         command += f" --baseline {_shown(args.baseline)}"
     if args.traces != DEFAULT_TRACES:
         command += f" --traces {_shown(args.traces)}"
-    if args.cpu != "summed":
+    if args.cpu != "dlcp-recorded":
         command += f" --cpu {args.cpu}"
     if args.without:
         command += f" --without {','.join(sorted(args.without))}"

@@ -134,6 +134,9 @@ class CollectiveLink:
     #: the background shares (incast's long TCP flows into the server): the share of the port
     #: the pulls get (None: the port model's, as the pushes).
     pull_share: float | None = None
+    #: The busiest host's CPU time per message it sends and receives, at the CPU share it got
+    #: (the DLCP transport's per-message work: packing, state, answers, wake-ups); 0: none.
+    message_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ranks < 2 or self.collective not in ("ring", "star"):
@@ -155,9 +158,10 @@ class CollectiveLink:
         if self.collective == "star" and self.pull_share is not None:  # pulls at their own share
             half = self.wire_bytes(transfer.nbytes) / 2
             wire = half / self.port.bytes_per_s + half / (self.pull_share * self.port.port_pps * self.port.payload_bytes)
+        messages = self.host_messages() * self.message_s
         if math.isinf(self.host_pps):
-            return wire
-        return wire + self.host_packets(transfer.nbytes) / self.host_pps
+            return wire + messages
+        return wire + messages + self.host_packets(transfer.nbytes) / self.host_pps
 
     def round_trip_s(self, transfer: Transfer) -> float:
         return self.steps() * self.port.step_latency_s
@@ -166,6 +170,13 @@ class CollectiveLink:
         """Packets of one message on the busiest port."""
         per_step = self.wire_bytes(nbytes) / self.steps()
         return self.steps() * self.port.packets(per_step)
+
+    def host_messages(self) -> int:
+        """Messages the busiest host sends and receives for one collective, each counted once
+        for both its ends: a ring member sends one and receives one per step (``2(N-1)``
+        steps); a star's server receives every worker's push and sends every pull, a push's
+        receiving end and a pull's sending end for each of its ``N-1`` workers."""
+        return self.steps() if self.collective == "ring" else self.ranks - 1
 
     def host_packets(self, nbytes: int) -> int:
         """Packets the busiest host sends and receives for one message: a ring member

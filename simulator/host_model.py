@@ -80,11 +80,18 @@ def path_available(starvation: float | None, load: float | None, cores: int = CO
 
 
 #: How :func:`run_available` takes a run's CPU share (``sim validate --cpu``): the rank's
-#: summed figure and the load for every run (``summed``, the default: it validates best,
-#: simulator/README.md); per process where recorded, else from the load (``recorded``), else
-#: the rank's summed figure and the load (``recorded-summed``); the wait share of wall time
-#: as the share lacked, ``1 - w``, rank and most-waiting switch, else as ``recorded`` (``wall``).
-CPU_MEASURES = ("summed", "recorded", "recorded-summed", "wall")
+#: summed figure and the load for every run (``summed``); per process where recorded, else from
+#: the load (``recorded``), else the rank's summed figure and the load (``recorded-summed``); the
+#: wait share of wall time as the share lacked, ``1 - w``, rank and most-waiting switch, else as
+#: ``recorded`` (``wall``); per process where recorded, else summed, each calibrated apart
+#: (``recorded-apart``); and the default, ``dlcp-recorded``: as ``recorded-apart`` for the DLCP
+#: transport's runs, whose packet work runs in the rank's process, ``summed`` for kernel TCP's,
+#: whose packet work runs in softirq, charged to no process (simulator/README.md, Validation).
+CPU_MEASURES = ("summed", "recorded", "recorded-summed", "wall", "recorded-apart", "dlcp-recorded")
+DEFAULT_CPU_MEASURE = "dlcp-recorded"
+#: Measures whose per-process shares are calibrated in families of their own (a cost per
+#: packet on that scale is fitted only on runs that carry the record).
+CALIBRATED_APART = ("recorded-apart", "dlcp-recorded")
 
 
 def process_available(use: float | None, wait: float | None) -> float | None:
@@ -109,7 +116,9 @@ def run_available(run: Run, measure: str = "summed", cores: int = CORES) -> tupl
     if measure not in CPU_MEASURES:
         raise SimulatorError(f"unknown CPU measure {measure!r}; choose from {', '.join(CPU_MEASURES)}")
     rank, switches = process_available(run.cpu_use, run.cpu_wait), switches_available(run.switch_cpu)
-    if measure in ("recorded", "recorded-summed") and rank is not None and switches is not None:
+    own = measure != "dlcp-recorded" or run.spec.comm == "dlcp"
+    if measure in ("recorded", "recorded-summed") + CALIBRATED_APART and own and rank is not None \
+            and switches is not None:
         return min(rank, switches), "per process"
     if measure == "wall" and run.cpu_wait is not None and run.switch_cpu:
         worst = max(w for _, w in run.switch_cpu.values())
@@ -167,5 +176,5 @@ def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Seq
     return out
 
 
-__all__ = ["CORES", "COST_GRID", "CPU_MEASURES", "available", "best_cost", "cross_validated", "host_pps",
+__all__ = ["CALIBRATED_APART", "CORES", "COST_GRID", "CPU_MEASURES", "DEFAULT_CPU_MEASURE", "available", "best_cost", "cross_validated", "host_pps",
            "path_available", "process_available", "run_available", "starvation_from_load", "switches_available"]

@@ -14,13 +14,15 @@ Each run is predicted from its scenario and what its record says of its conditio
 * **The fabric** (:mod:`simulator.fabric_model`): port rate and queue depth, the background
   and collective of the scenario, whether the job's queue is above the background's.
 * **The hosts** (:mod:`simulator.host_model`): a packet-rate ceiling ``(1 - s) / c``, ``1 - s``
-  the CPU share of the slower of the busiest host's rank and the switches, as the run
-  records it per process (use over use and wait), else from its load (``cores / load``);
+  the CPU share of the slower of the busiest host's rank and the switches: by default, for the
+  DLCP transport's runs that record it per process (use over use and wait; their cost ``c``
+  calibrated apart, :func:`cost_family`), else the rank's summed starvation and the load;
   less the background's recorded packets, shared by the jobs that cross the same switches
   (multitenant's two, hotspot's job and bulk job) by their ranks' recorded CPU use, else
   equally; a star's DLCP server handles its
   packets at its recorded CPU per packet relative to a worker's; added to each
-  message's time on the wire, and a cost per packet ``c`` of
+  message's time on the wire, with the DLCP transport's measured CPU per message
+  (:data:`DLCP_MESSAGE_CPU_S`, the GSO transport's runs) at the same CPU share, and a cost per packet ``c`` of
   its family (job, transport, scheduler) **calibrated leave-one-sweep-out**: the cost with
   the smallest median p50 error over the family's runs in the other sweeps, never on the
   sweep predicted. A family no other sweep ran is left
@@ -63,7 +65,8 @@ from simulator.errors import SimulatorError
 from simulator.fabric_model import (DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model,
                                     split_fifo)
 from simulator.fabric_runs import Run, load_runs, not_results
-from simulator.host_model import COST_GRID, CPU_MEASURES, best_cost, cross_validated, host_pps, run_available
+from simulator.host_model import (CALIBRATED_APART, COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, best_cost,
+                                   cross_validated, host_pps, run_available)
 from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import write_report
 
@@ -75,8 +78,17 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: Model terms ``sim validate --without`` can leave out, to measure what each adds: a star's
 #: DLCP server's recorded CPU per packet relative to a worker's, the background's packets
 #: off the switches' budget, the recorded spread of iterations about their median, and the
-#: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal).
-TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows")
+#: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal), a star's
+#: kernel-TCP pushes as one flow per worker, and the DLCP transport's CPU per message.
+TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost")
+#: CPU per message of the DLCP transport, sender's and receiver's together (experiments/README.md,
+#: "Where a DLCP rank's time goes": 20-23 us per packet for both sides sending one 42-packet
+#: message at a time between two endpoints on loopback, about 0.9 ms a message, in Python per
+#: message rather than per packet); a figure measured apart from the fabric's runs.
+DLCP_MESSAGE_CPU_S = 0.9e-3
+#: Transport versions (:data:`simulator.fabric_runs.TRANSPORT_EPOCHS`) the figure was measured on:
+#: the GSO transport; the earlier ones moved messages another way and are not covered by it.
+MESSAGE_COST_EPOCHS = ("gso",)
 #: The spread of iterations about their median (``spread``, :func:`iteration_spread`): for the
 #: trace-driven job, whose compute is a timed sleep, the family's runs in the other sweeps;
 #: a CNN run's host time is replayed from loopback runs, which carry its own.
@@ -180,7 +192,7 @@ def tail_repair_s(srtt_s: float, rto_s: float) -> float:
 
 def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Sequence[float] | None = None,
                 baseline_available: float = 1.0, draws: int = DRAWS_PER_RUN, seed: int = 0,
-                cpu_measure: str = "summed", without: frozenset[str] = frozenset()) -> RunPrediction:
+                cpu_measure: str = DEFAULT_CPU_MEASURE, without: frozenset[str] = frozenset()) -> RunPrediction:
     """The model's iteration times for ``run`` with a host cost of ``cost_s`` per packet (module
     doc), its CPU share taken by ``cpu_measure`` (:data:`simulator.host_model.CPU_MEASURES`),
     the :data:`TERMS` named in ``without`` left out."""
@@ -215,7 +227,12 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
             # The server's packets at its own recorded CPU per packet (the DLCP transport's
             # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).
             pps /= run.server_cost
-        link = CollectiveLink(port, run.ranks, collective, pps, pull_share=share if collective == "star" else None)
+        message_s = DLCP_MESSAGE_CPU_S / cpu if not tcp and run.epoch in MESSAGE_COST_EPOCHS \
+            and "message-cost" not in without else 0.0
+        if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
+            message_s *= run.server_cost
+        link = CollectiveLink(port, run.ranks, collective, pps, pull_share=share if collective == "star" else None,
+                              message_s=message_s)
         result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
                           forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
                           optimizer_s=job.optimizer_s)
@@ -251,7 +268,16 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
     return RunPrediction(base + extra, exposed, "; ".join(note))
 
 
-def host_baseline(folder: Path, cpu_measure: str = "summed") -> dict[str, tuple[list[float], float]]:
+def cost_family(run: Run, cpu_measure: str) -> str:
+    """The host-cost family ``run`` is calibrated in: its :attr:`Run.family`, and with a CPU
+    measure of :data:`simulator.host_model.CALIBRATED_APART`, whether its CPU share is the
+    per-process record (a cost per packet on that scale is fitted only on runs that carry it)."""
+    if cpu_measure in CALIBRATED_APART and run_available(run, cpu_measure)[1] == "per process":
+        return f"{run.family} [per process]"
+    return run.family
+
+
+def host_baseline(folder: Path, cpu_measure: str = DEFAULT_CPU_MEASURE) -> dict[str, tuple[list[float], float]]:
     """Iteration times of runs without the fabric (``--loopback``) per configuration and per
     communication (``comm:gloo``, ``comm:dlcp``), with the CPU share those runs got."""
     found: dict[str, tuple[list[float], list[float]]] = {}
@@ -345,7 +371,7 @@ class Calibration:
 
 
 def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: dict[str, tuple[list[float], float]],
-              *, progress: bool = True, cpu_measure: str = "summed",
+              *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
               without: frozenset[str] = frozenset()) -> Calibration:
     """Predict every run's p50 on the grid of host costs (the slow part of :func:`validate`)."""
     import sys
@@ -363,7 +389,7 @@ def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: 
                                                            draws=CALIBRATION_DRAWS, cpu_measure=cpu_measure,
                                                            without=without).draws))
                                for cost in COST_GRID])
-            cal.calibration.append((run.sweep, run.family, run.p50_s))
+            cal.calibration.append((run.sweep, cost_family(run, cpu_measure), run.p50_s))
         except SimulatorError as exc:
             cal.reasons[i] = str(exc)
     return cal
@@ -388,7 +414,7 @@ def iteration_spread(runs: Sequence[Run], kinds: Sequence[str] = SPREAD_KINDS,
 
 
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
-             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = "summed",
+             baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
              without: frozenset[str] = frozenset(), calibrated: Calibration | None = None) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
@@ -443,9 +469,10 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                 run = runs[i]
                 if i in reasons:
                     raise SimulatorError(reasons[i])
-                if (run.sweep, run.family) not in costs:
-                    raise SimulatorError(f"family {run.family} ran in no other sweep: uncalibrated")
-                cost, n = costs[(run.sweep, run.family)]
+                family = cost_family(run, cpu_measure)
+                if (run.sweep, family) not in costs:
+                    raise SimulatorError(f"family {family} ran in no other sweep: uncalibrated")
+                cost, n = costs[(run.sweep, family)]
                 inp = inputs[i]
                 pred = predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
                                    baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
@@ -477,7 +504,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         rows.append(base + [f"{p50_0 * 1e3:,.1f}", cost_text, f"{p50 * 1e3:,.1f}", f"{e50:+.0%}",
                             f"{m99 * 1e3:,.1f}", f"{p99 * 1e3:,.1f}", f"{e99:+.0%}", mexp,
                             f"{statistics.median(p.exposed_s for p in preds) * 1e3:,.1f}",
-                            f"family {members[0].family}; " + notes[0].split("; ", 2)[-1]])
+                            f"family {cost_family(members[0], cpu_measure)}; " + notes[0].split("; ", 2)[-1]])
     rank_rows = [[kind, scenario, f"{pps:,.0f}"]
                  + rank_row({c: v[0] for c, v in values.items()}, {c: v[1] for c, v in values.items()},
                             {c: run_times[(kind, scenario, pps, c)] for c in values})
@@ -488,5 +515,6 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     return write_report(out, command, rows, rank_rows, points, errors, family_rows, note)
 
 
-__all__ = ["TERMS", "Calibration", "RunPrediction", "calibrate", "clear_verdict", "host_baseline", "iteration_spread",
+__all__ = ["DLCP_MESSAGE_CPU_S", "TERMS", "Calibration", "RunPrediction", "calibrate", "clear_verdict", "cost_family",
+           "host_baseline", "iteration_spread",
            "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]
