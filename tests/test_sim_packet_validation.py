@@ -49,3 +49,18 @@ def test_folders_of_one_model_are_pooled(tmp_path: Path) -> None:
     assert [r[4:10] for r in result["rows"]] == [["m", "1", "1", "20.0", "30.0", "+50%"]]
     assert result["rows"][0][13:] == ["4.00 / 2.00", "90 / 200"]
     assert result["errors"] == {"m": [0.5]}
+
+
+def test_a_models_folder_may_be_read_for_some_configurations_only(tmp_path: Path) -> None:
+    from simulator.packet.validation import parse_model
+
+    fabric, old, new = tmp_path / "fabric", tmp_path / "old", tmp_path / "new"
+    _run(fabric, "a", "gloo", [0.020, 0.020, 0.020], [0.004], 90.0)
+    _run(fabric, "b", "qos", [0.040, 0.040, 0.040], [0.004], 90.0)
+    _run(old, "a", "gloo", [0.030, 0.030, 0.030], [0.001], 100.0)
+    _run(old, "b", "qos", [0.080, 0.080, 0.080], [0.001], 100.0)  # not read: qos only from `new`
+    _run(new, "b", "qos", [0.044, 0.044, 0.044], [0.003], 300.0)
+    models = [parse_model(f"m={old}::gloo"), parse_model(f"m={new}")]
+    assert models[0] == ("m", old, frozenset({"gloo"}))
+    rows = {r[3]: r for r in compare([fabric], models)["rows"]}
+    assert (rows["gloo"][9], rows["qos"][9], rows["qos"][14]) == ("+50%", "+10%", "90 / 300")

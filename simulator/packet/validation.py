@@ -47,18 +47,20 @@ def _pooled(runs: Sequence[Run], q: float) -> float:
     return float(np.percentile([t for r in runs for t in r.iterations], q))
 
 
-def network_figures(folders: Sequence[Path]) -> dict[tuple[str, str], dict[str, float]]:
+def network_figures(folders: Sequence[Path], configs: Sequence[frozenset[str] | None] | None = None
+                    ) -> dict[tuple[str, str], dict[str, float]]:
     """(scenario, configuration) -> median request/response FCT (s) and long-TCP goodput
-    (Mbit/s) over every run's background flows."""
+    (Mbit/s) over every run's background flows (``configs``: per folder, those read; None: all)."""
     fct: dict[tuple[str, str], list[float]] = defaultdict(list)
     tcp: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for folder in folders:
+    for i, folder in enumerate(folders):
+        only = configs[i] if configs else None
         for path in sorted(folder.rglob("runs/*.json")):
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError) as exc:
                 raise SimulatorError(f"{path}: not a run record: {exc}") from None
-            if record.get("status") != "ok":
+            if record.get("status") != "ok" or (only is not None and str(record.get("config")) not in only):
                 continue
             key = (str(record.get("scenario")), str(record.get("config")))
             for flow in record.get("background") or []:
@@ -79,7 +81,19 @@ def _fmt(x: float, scale: float = 1e3, digits: int = 1) -> str:
     return "-" if x != x else f"{x * scale:.{digits}f}"
 
 
-def compare(fabric: Sequence[Path], models: Sequence[tuple[str, Path]]) -> dict[str, Any]:
+Model = tuple[str, Path] | tuple[str, Path, frozenset[str] | None]  # name, folder, configurations read (None: all)
+
+
+def parse_model(item: str) -> Model:
+    """``NAME=DIR`` or ``NAME=DIR::CONFIG,CONFIG`` (only those configurations' runs of DIR)."""
+    name, sep, rest = item.partition("=")
+    folder, _, only = rest.partition("::")
+    if not sep or not name or not folder:
+        raise SimulatorError(f"--model {item!r}: expected NAME=DIR or NAME=DIR::CONFIG,...")
+    return (name, Path(folder), frozenset(c for c in only.split(",") if c) or None)
+
+
+def compare(fabric: Sequence[Path], models: Sequence[Model]) -> dict[str, Any]:
     """Rows, ranking rows, plot points and errors per model (module doc)."""
     measured = _group([r for folder in fabric for r in load_runs(folder)])
     net_fabric = network_figures(fabric)
@@ -87,12 +101,12 @@ def compare(fabric: Sequence[Path], models: Sequence[tuple[str, Path]]) -> dict[
     rank_rows: list[list[str]] = []
     points: list[tuple[str, float, float, float, float]] = []
     errors: dict[str, list[float]] = {}
-    folders_of: dict[str, list[Path]] = defaultdict(list)  # a model may come in several folders: pooled
-    for name, folder in models:
-        folders_of[name].append(folder)
+    folders_of: dict[str, list[tuple[Path, frozenset[str] | None]]] = defaultdict(list)  # several folders: pooled
+    for model in models:
+        folders_of[model[0]].append((model[1], model[2] if len(model) > 2 else None))  # type: ignore[misc]
     for name, folders in folders_of.items():
-        simulated = _group([r for folder in folders for r in load_runs(folder)])
-        net_sim = network_figures(folders)
+        simulated = _group([r for folder, only in folders for r in load_runs(folder) if only is None or r.config in only])
+        net_sim = network_figures([f for f, _ in folders], [only for _, only in folders])
         errors.setdefault(name, [])
         by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
         for key in sorted(set(simulated) & set(measured)):
@@ -157,7 +171,7 @@ def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) 
     plt.close(fig)
 
 
-def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[tuple[str, Path]],
+def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[Model],
           notes: str = "") -> str:
     """Write validation.md, .csv and .png under ``out``; return the Markdown."""
     result = compare(fabric, models)
@@ -175,7 +189,8 @@ def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[tupl
                         f"{sum(1 for x in e if x <= 0.10)} within 10%" for name, e in result["errors"].items() if e)
     md = ("# ns-3 against the fabric's runs\n\n"
           f"Made by `{command}`. Fabric runs: {', '.join(f'`{f}`' for f in fabric)}; ns-3 models: "
-          + ", ".join(f"{name} (`{path}`)" for name, path in models) + ".\n\n"
+          + ", ".join(f"{m[0]} (`{m[1]}`" + (f", {', '.join(sorted(m[2]))}" if len(m) > 2 and m[2] else "") + ")"
+                      for m in models) + ".\n\n"
           f"{summary} (target 10%).\n\n" + (notes + "\n\n" if notes else "")
           + _table(HEADER, result["rows"])
           + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
@@ -189,16 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m simulator.packet.validation", description=__doc__.splitlines()[0])
     p.add_argument("--fabric", type=Path, action="append", required=True, help="a fabric sweep folder (repeatable)")
     p.add_argument("--model", action="append", required=True,
-                   help="NAME=DIR: an ns-3 result folder (repeatable; folders of one NAME are pooled)")
+                   help="NAME=DIR[::CONFIG,...]: an ns-3 result folder, or only those configurations' runs "
+                        "(repeatable; folders of one NAME are pooled)")
     p.add_argument("--notes", type=Path, default=None, help="a Markdown file put above the table")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    models = []
-    for item in args.model:
-        name, sep, folder = item.partition("=")
-        if not sep or not name or not folder:
-            raise SimulatorError(f"--model {item!r}: expected NAME=DIR")
-        models.append((name, Path(folder)))
+    models = [parse_model(item) for item in args.model]
     command = "python -m simulator.packet.validation " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     notes = args.notes.read_text().strip() if args.notes else ""
     print(write(args.out, command, args.fabric, models, notes), end="")
