@@ -133,7 +133,8 @@ def run_ranks(fabric: Any, work: Path, *, mb: float = MB, iterations: int = ITER
             "LOCAL_RANK": "0", "WORLD_SIZE": str(len(nodes)), "GLOO_SOCKET_IFNAME": node.defaultIntf().name,
             "OMP_NUM_THREADS": "1"}
         argv = [sys.executable, str(worker), "--mb", str(mb), "--iterations", str(iterations), "--warmup",
-                str(warmup), "--collective", collective, "--port-rate", str(PORT_PPS), "--port", str(DLCP_PORT), "--out", str(out)]
+                str(warmup), "--collective", collective, "--port-rate", str(PORT_PPS), "--port", str(DLCP_PORT),
+                "--out", str(out)]
         if check:
             argv.append("--check")
         log = open(work / f"rank{rank}.log", "w")  # noqa: SIM115 (closed below)
@@ -170,7 +171,8 @@ def run_ranks(fabric: Any, work: Path, *, mb: float = MB, iterations: int = ITER
     cpu: dict[str, float] = {}
     wait: dict[str, float | None] = {}
     for r, rank in enumerate(result["ranks"]):  # each rank's process over its timed iterations
-        cpu[f"rank{r}"] = round(sum(sum(v) for v in rank["cpu"].values()) / sum(sum(v) for v in rank["times"].values()), 3)
+        used, wall = (sum(sum(v) for v in rank[k].values()) for k in ("cpu", "times"))
+        cpu[f"rank{r}"] = round(used / wall, 3)
     for a, b in zip(samples, samples[1:]):  # each switch's busiest window of about SAMPLE_S
         shares, waits = process_figures(a, b)
         for name, share in shares.items():

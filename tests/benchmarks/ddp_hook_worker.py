@@ -4,8 +4,8 @@ Plain DDP (gloo's all-reduce) and DDP with the DLCP hook (bound 0) train the sam
 ``--mb`` MB of float32 gradients, iterations interleaved (gloo, hook, gloo, ...), so a busy
 machine weighs on both alike; rank 0 writes each side's iteration times, the CPU time its
 process used per iteration (s, all threads) and the address every rank's endpoint advertised
-as JSON, and every rank's times and CPU. ``--check`` (after the timed iterations): the gradients of one more iteration of each
-against each other, and one all-reduce of integer-valued float32 through the hook against
+as JSON, and every rank's times and CPU. ``--check`` (after the timed iterations): the
+gradients of one more iteration of each against each other, and one all-reduce of integer-valued float32 through the hook against
 gloo's (sums and the mean exact in float32, so bound 0 must give equal values).
 """
 
