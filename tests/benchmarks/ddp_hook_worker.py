@@ -2,11 +2,13 @@
 
 Plain DDP (gloo's all-reduce) and DDP with the DLCP hook (bound 0) train the same MLP of
 ``--mb`` MB of float32 gradients, iterations interleaved (gloo, hook, gloo, ...), so a busy
-machine weighs on both alike; rank 0 writes each side's iteration times, the CPU time its
-process used per iteration (s, all threads) and the address every rank's endpoint advertised
-as JSON, and every rank's times and CPU. ``--check`` (after the timed iterations): the
-gradients of one more iteration of each against each other, and one all-reduce of integer-valued float32 through the hook against
-gloo's (sums and the mean exact in float32, so bound 0 must give equal values).
+machine weighs on both alike; rank 0 writes as JSON each side's iteration times, the CPU
+time its process used per iteration (s, all threads), every rank's times and CPU, and the
+address every rank's endpoint advertised. ``--check`` (after the timed iterations): the
+gradients of one more iteration of each against each other, and one all-reduce of
+integer-valued float32 through the hook against gloo's (sums and the mean exact in
+float32, so bound 0 must give equal values). ``--port`` binds the hook's endpoint to a
+port (the DLCP port on a fabric), ``--port-rate`` gives it the ports' packets/s.
 """
 
 from __future__ import annotations
