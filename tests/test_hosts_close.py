@@ -17,6 +17,7 @@ from hosts.inbox import Finals
 from hosts.messages import Delivered, MessageKey
 from hosts.pacing import RttEstimator
 from hosts.relay import Relay
+from hosts.ring import RingAllReduce
 from hosts.wire import HEADER_STRUCT, VERSION, Flags, Header, MsgType
 from tests.hosts_paths import datapath  # noqa: F401  (both data paths)
 
@@ -83,6 +84,40 @@ def test_a_sender_still_waiting_for_a_receiver_that_closed_is_told_so_at_once() 
             receiver.close()
     assert caught.value.peer == where
     assert "closed its endpoint" in str(caught.value) and "iteration 2" in str(caught.value)
+
+
+def test_a_two_rank_ring_whose_neighbour_closes_at_once_completes() -> None:
+    """The trace job's case: rank 0 completes its all-reduce when rank 1's all-gather chunk
+    arrives and closes at once, while the probes of that chunk are lost for 0.6 s (rank 1's
+    inline send waits for their answer). Rank 1's all-reduce completes with the exact sum
+    (before, it waited for a closed port until its peer timeout)."""
+    first_seen: list[float] = []
+
+    def verdict(header: Header, data: bytes) -> int:
+        if header.msg_type == MsgType.PROBE and header.iteration == 1:  # step 1: the all-gather chunk
+            first_seen.append(time.monotonic())
+            return 0 if time.monotonic() < first_seen[0] + 0.6 else 1
+        return 1
+
+    rank0 = Endpoint(worker_id=0, bounds=RELIABLE, max_rto=4.0)
+    rank1 = Endpoint(worker_id=1, bounds=RELIABLE, peer_timeout=10, max_rto=0.5)
+    values = [np.random.default_rng(r).normal(size=5_000).astype(np.float32) for r in (0, 1)]
+    try:
+        with Relay(rank0.address, verdict) as relay:
+            rings = [RingAllReduce(rank0, 0, [rank0.address, rank1.address], inline_sends=True),
+                     RingAllReduce(rank1, 1, [relay.address, rank1.address], inline_sends=True)]
+            later = rings[1].allreduce_async(values[1], iteration=0, timeout=10)
+            mine, _ = rings[0].allreduce(values[0], iteration=0, timeout=10)
+            rank0.close()
+            theirs, report = later.result(timeout=30)
+            rings[1].close()
+    finally:
+        rank0.close()
+        rank1.close()
+    assert len(first_seen) > 1, "rank 1's all-gather chunk was not probed again: the case was not made"
+    np.testing.assert_allclose(theirs, values[0] + values[1], rtol=1e-6)
+    np.testing.assert_array_equal(theirs, mine)
+    assert all(s.missing == 0 for s in report.sends)
 
 
 def _final(key: MessageKey) -> bytes:
