@@ -99,6 +99,7 @@ class Finals:
         self._probers: set[Address] = set()
 
     def completed(self, delivered: list[Delivered], now: float) -> None:
+        """Note messages that completed here at `now`."""
         with self._lock:
             for message in delivered:
                 entry = self._entries.get(message.key)

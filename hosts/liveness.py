@@ -37,6 +37,7 @@ def say_goodbye(send: Callable[[bytes, Address], object], peers: list[Address], 
 
 
 def is_goodbye(header: bytes | memoryview) -> bool:
+    """Whether `header` is a peer's :func:`goodbye`."""
     return (len(header) >= HEADER_LEN and header[0] & 0x0F == MsgType.BITMAP and bool(header[1] & Flags.LAST)
             and HEADER_STRUCT.unpack_from(header)[7] == 0)
 
