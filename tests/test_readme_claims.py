@@ -211,9 +211,7 @@ MEASURED: list[tuple[str, str, object]] = [
     ("hosts/README.md", r"DLCP ranks moved about ([\d,]+)-([\d,]+) packets/s on",
      lambda m: None if f"moved at about {m[1]}-{m[2]} packets/s" in normalized(ROOT / TRACE_QUICK / "README.md")
      else f"{TRACE_QUICK}/README.md does not state {m[1]}-{m[2]} packets/s"),
-    ("hosts/README.md", r"At the fabric's ([\d,]+) packets/s ports",
-     lambda m: None if shown_as(m[1], TRACE_FABRIC()) else f"{m[1]} is not the trace fabric's {TRACE_FABRIC()}"),
-    ("hosts/README.md", r"\(ports ([\d,]+) packets/s, 51-packet queues\)",
+    ("hosts/README.md", r"ports (?:of )?([\d,]+) packets/s, 51-packet queues\)",
      lambda m: None if shown_as(m[1], TRACE_FABRIC()) else f"{m[1]} is not the trace fabric's {TRACE_FABRIC()}"),
     # sampled pacing rates of an instrumented run: medians below the port rate they were capped by
     ("hosts/README.md", r"medians of ([\d,]+)-([\d,]+) packets/s",
