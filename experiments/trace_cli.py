@@ -31,6 +31,13 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
                    help="mark a run cpu_starved (left out of the headline) when a process had a thread waiting "
                         "for a CPU more than this share of the wall time (default 0.5; 1: never)")
     p.set_defaults(handler=_experiment_trace)
+    side = kinds.add_parser("trace-summary", help="one table and plot of the paired speed-ups of several trace "
+                                                  "sweep folders (each folder's own figures)")
+    side.add_argument("folders", type=Path, nargs="+", help="folders of `experiment trace` (results.json, plan.json)")
+    side.add_argument("--out", type=Path, default=None,
+                      help="folder for summary.md and summary.png (default: a new build/results/trace/summary-<UTC "
+                           "time>/)")
+    side.set_defaults(handler=_experiment_trace_summary)
 
 
 def _experiment_trace(args: argparse.Namespace) -> int:
@@ -70,4 +77,16 @@ def _experiment_trace(args: argparse.Namespace) -> int:
             raise ExperimentError("--starved-share must be in (0, 1]")
         settings.starved_share = args.starved_share
     run_trace_sweep(settings)
+    return 0
+
+
+def _experiment_trace_summary(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from experiments.trace_summary import write_summary
+    from gradfabric.paths import build_dir
+
+    out = args.out or build_dir() / "results" / "trace" / f"summary-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    rows = write_summary(list(args.folders), out)
+    print(f"{len(rows)} rows from {len(args.folders)} folder(s): {out / 'summary.md'}, {out / 'summary.png'}")
     return 0
