@@ -14,8 +14,15 @@ TCP sends each message as an 8-byte length and the values on one connection; the
 reads the whole message into its array and answers one byte, which the sender waits for.
 
 CPU is each process's user plus system time over the messages after a warm-up, per message
-(and per DLCP data packet). The runs alternate (DLCP, TCP, DLCP, ...) and each figure is the
-median of the rounds, with the range, so a busy machine weighs on both alike.
+(and per DLCP data packet); voluntary context switches (both processes, all threads) per
+message beside it. The runs alternate (DLCP, DLCP with a small window, TCP, ...) and each
+figure is the median of the rounds, with the range, so a busy machine weighs on all alike.
+
+The small-window mode holds the sender's window at 22 packets (``Window(cwnd=22,
+max_cwnd=22)``, the congestion window a trace rank holds on the fabric, where the window is
+full 80-87 % of the time): a message then goes in several chunks, each with its probe and
+answer. What a chunk beyond the first costs is the CPU difference of the two DLCP modes over
+their difference in chunks per message.
 
     python -m tests.benchmarks.bench_messages [--rounds 5] [--messages 300]
 """
@@ -40,6 +47,8 @@ MESSAGES = 300
 WARMUP = 20
 ROUNDS = 5
 BOUND = 0.1
+SMALL_WINDOW = 22  # packets: a trace rank's congestion window on the fabric
+KINDS = ("dlcp", "dlcp-w22", "tcp")
 _LEN = struct.Struct("!Q")
 
 
@@ -48,11 +57,16 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _switches() -> int:
+    """Voluntary context switches of this process (all its threads) so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
 def _values() -> np.ndarray:
     return (np.random.default_rng(1).standard_normal(VALUES) * 1e-3).astype(np.float32)
 
 
-def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int) -> None:
+def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None) -> None:
     from hosts.endpoint import Endpoint
     from hosts.messages import MessageKey
     from hosts.wire import MsgType
@@ -66,35 +80,40 @@ def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int) ->
         for key in keys:  # every message is added into buf, as a ring's reduce step is
             endpoint.reassembler.expect(key, buf, add=True)
         cpu = wall = 0.0
+        switches = 0
         for i, key in enumerate(keys):
             if i == WARMUP:
-                cpu, wall = _cpu(), time.perf_counter()
+                cpu, wall, switches = _cpu(), time.perf_counter(), _switches()
             endpoint.take(key, timeout=60, peer=peer)
-        out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, endpoint.reassembler.stats.data_packets))
+        out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, endpoint.reassembler.stats.data_packets,
+                 _switches() - switches, 0))
         endpoint.drain(quiet=0.2, limit=2)
 
 
-def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int) -> None:
+def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None) -> None:
     from hosts.endpoint import Endpoint
+    from hosts.pacing import Window
     from hosts.wire import MsgType
 
     values = _values()
     bounds = {MsgType.GRADIENT: BOUND, MsgType.PARAMETER: 0.0}
-    with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, linger=0.1) as endpoint:
+    held = Window(cwnd=window, max_cwnd=window) if window else None
+    with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, linger=0.1, window=held) as endpoint:
         dest = to_sender.get(timeout=60)
         to_receiver.put(endpoint.address)
         cpu = wall = 0.0
-        packets = 0
+        packets = chunks = switches = 0
         for i in range(messages):
             if i == WARMUP:
-                cpu, wall = _cpu(), time.perf_counter()
+                cpu, wall, switches = _cpu(), time.perf_counter(), _switches()
             report = endpoint.send(dest, values, tensor_id=0, iteration=i, num_layers=2)
             if i >= WARMUP:
                 packets += report.packets + report.retransmitted
-        out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, packets))
+                chunks += report.chunks
+        out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, packets, _switches() - switches, chunks))
 
 
-def _tcp_receiver(to_sender: Any, _to_receiver: Any, out: Any, messages: int) -> None:
+def _tcp_receiver(to_sender: Any, _to_receiver: Any, out: Any, messages: int, _window: int | None) -> None:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -105,14 +124,15 @@ def _tcp_receiver(to_sender: Any, _to_receiver: Any, out: Any, messages: int) ->
     view = memoryview(buf).cast("B")
     head = bytearray(_LEN.size)
     cpu = wall = 0.0
+    switches = 0
     for i in range(messages):
         if i == WARMUP:
-            cpu, wall = _cpu(), time.perf_counter()
+            cpu, wall, switches = _cpu(), time.perf_counter(), _switches()
         _read(conn, memoryview(head))
         size = _LEN.unpack(head)[0]
         _read(conn, view[:size])
         conn.sendall(b"\x01")
-    out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, 0))
+    out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, 0, _switches() - switches, 0))
     conn.close()
     srv.close()
 
@@ -126,37 +146,41 @@ def _read(conn: socket.socket, view: memoryview) -> None:
         got += n
 
 
-def _tcp_sender(to_sender: Any, _to_receiver: Any, out: Any, messages: int) -> None:
+def _tcp_sender(to_sender: Any, _to_receiver: Any, out: Any, messages: int, _window: int | None) -> None:
     values = _values()
     conn = socket.create_connection(to_sender.get(timeout=60))
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     payload = memoryview(values).cast("B")
     ack = bytearray(1)
     cpu = wall = 0.0
+    switches = 0
     for i in range(messages):
         if i == WARMUP:
-            cpu, wall = _cpu(), time.perf_counter()
+            cpu, wall, switches = _cpu(), time.perf_counter(), _switches()
         conn.sendall(_LEN.pack(len(payload)))
         conn.sendall(payload)
         _read(conn, memoryview(ack))
-    out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, 0))
+    out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, 0, _switches() - switches, 0))
     conn.close()
 
 
-def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int]]:
-    """One run: {side: (CPU seconds, wall seconds, data packets)} over the measured messages."""
+def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int, int, int]]:
+    """One run: {side: (CPU seconds, wall seconds, data packets, voluntary switches, chunks)}
+    over the measured messages."""
     ctx = mp.get_context("spawn")
     to_sender, to_receiver, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
-    recv_fn, send_fn = (_dlcp_receiver, _dlcp_sender) if kind == "dlcp" else (_tcp_receiver, _tcp_sender)
-    receiver = ctx.Process(target=recv_fn, args=(to_sender, to_receiver, out, messages))
-    sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages))
+    dlcp = kind.startswith("dlcp")
+    recv_fn, send_fn = (_dlcp_receiver, _dlcp_sender) if dlcp else (_tcp_receiver, _tcp_sender)
+    window = SMALL_WINDOW if kind == "dlcp-w22" else None
+    receiver = ctx.Process(target=recv_fn, args=(to_sender, to_receiver, out, messages, window))
+    sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages, window))
     receiver.start()
     sender.start()
-    got: dict[str, tuple[float, float, int]] = {}
+    got: dict[str, tuple[float, float, int, int, int]] = {}
     try:
         for _ in range(2):
-            side, cpu, wall, packets = out.get(timeout=300)
-            got[side] = (cpu, wall, packets)
+            side, cpu, wall, packets, switches, chunks = out.get(timeout=300)
+            got[side] = (cpu, wall, packets, switches, chunks)
     finally:
         for proc in (sender, receiver):
             proc.join(timeout=30)
@@ -165,20 +189,24 @@ def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int]]:
     return got
 
 
-def measure(rounds: int = ROUNDS, messages: int = MESSAGES) -> dict[str, list[dict[str, float]]]:
+def measure(rounds: int = ROUNDS, messages: int = MESSAGES,
+            kinds: tuple[str, ...] = KINDS) -> dict[str, list[dict[str, float]]]:
     """Alternating runs; per kind a list of {sender, receiver, both (µs CPU per message),
-    per_packet (µs, both sides, DLCP only), wall_ms (per message)}."""
-    results: dict[str, list[dict[str, float]]] = {"dlcp": [], "tcp": []}
+    switches (voluntary, both processes, per message), wall_ms (per message), and for DLCP
+    per_packet (µs, both sides), packets and chunks (per message)}."""
+    results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     measured = messages - WARMUP
     for r in range(rounds):
-        for kind in ("dlcp", "tcp"):
+        for kind in kinds:
             got = _round(kind, messages)
             s, rcv = got["sender"], got["receiver"]
             row = {"sender": s[0] / measured * 1e6, "receiver": rcv[0] / measured * 1e6,
-                   "both": (s[0] + rcv[0]) / measured * 1e6, "wall_ms": s[1] / measured * 1e3}
-            if kind == "dlcp":
+                   "both": (s[0] + rcv[0]) / measured * 1e6, "switches": (s[3] + rcv[3]) / measured,
+                   "wall_ms": s[1] / measured * 1e3}
+            if kind.startswith("dlcp"):
                 row["per_packet"] = (s[0] + rcv[0]) / max(1, s[2]) * 1e6
                 row["packets"] = s[2] / measured
+                row["chunks"] = s[4] / measured
             results[kind].append(row)
             print(f"round {r + 1} {kind}: " + ", ".join(f"{k} {v:,.2f}" for k, v in row.items()), flush=True)
     return results
@@ -189,13 +217,27 @@ def _summary(rows: list[dict[str, float]], field: str) -> str:
     return f"{statistics.median(vals):,.2f} ({min(vals):,.2f}-{max(vals):,.2f})"
 
 
+def per_chunk(full: list[dict[str, float]], small: list[dict[str, float]], field: str = "both") -> float:
+    """`field` per chunk beyond a message's first: the small window's figure less the full
+    window's, over the chunks per message it adds (medians of the rounds)."""
+    med = lambda rows, f: statistics.median(r[f] for r in rows)  # noqa: E731
+    extra = med(small, "chunks") - med(full, "chunks")
+    return (med(small, field) - med(full, field)) / extra if extra > 0 else float("nan")
+
+
 def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
     results = measure(rounds, messages)
-    dlcp, tcp = results["dlcp"], results["tcp"]
+    dlcp, small, tcp = results["dlcp"], results["dlcp-w22"], results["tcp"]
     for kind, rows in results.items():
-        fields = ["sender", "receiver", "both", "wall_ms"] + (["per_packet", "packets"] if kind == "dlcp" else [])
+        fields = ["sender", "receiver", "both", "switches", "wall_ms"] + (
+            ["per_packet", "packets", "chunks"] if kind.startswith("dlcp") else [])
         print(f"{kind}: " + "; ".join(f"{f} {_summary(rows, f)}" for f in fields) + " (µs CPU per message; "
-              "per_packet µs per data packet, both sides; wall_ms per message; median (range))")
+              "switches voluntary per message, both processes; per_packet µs per data packet, both sides; "
+              "wall_ms per message; median (range))")
+    print(f"per chunk beyond the first (window {SMALL_WINDOW} against the full window): "
+          f"{per_chunk(dlcp, small):,.1f} µs CPU both sides (sender {per_chunk(dlcp, small, 'sender'):,.1f}, "
+          f"receiver {per_chunk(dlcp, small, 'receiver'):,.1f}), "
+          f"{per_chunk(dlcp, small, 'switches'):,.2f} voluntary switches")
     med = lambda rows, f: statistics.median(r[f] for r in rows)  # noqa: E731
     return [
         Figure("DLCP CPU per 42-packet message, both sides", med(dlcp, "both"), "TCP framed message",
@@ -204,6 +246,12 @@ def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
                higher_is_better=False),
         Figure("DLCP CPU per message, receiver", med(dlcp, "receiver"), "TCP receiver", med(tcp, "receiver"),
                "µs", higher_is_better=False),
+        Figure(f"DLCP CPU per message, window {SMALL_WINDOW}, both sides", med(small, "both"),
+               "TCP framed message", med(tcp, "both"), "µs", higher_is_better=False),
+        Figure(f"DLCP CPU per chunk beyond the first (window {SMALL_WINDOW}), both sides",
+               per_chunk(dlcp, small), "TCP framed message", med(tcp, "both"), "µs", higher_is_better=False),
+        Figure(f"DLCP voluntary switches per message, window {SMALL_WINDOW}", med(small, "switches"),
+               "TCP framed message", med(tcp, "switches"), "", higher_is_better=False),
     ]
 
 
