@@ -139,7 +139,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _fmt(x: Any, scale: float = 1.0, digits: int = 0) -> str:
+def format_number(x: Any, scale: float = 1.0, digits: int = 0) -> str:
+    """A table cell: ``x * scale`` with thousands separators and ``digits`` decimals; empty for None or NaN."""
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:,.{digits}f}"
 
 
@@ -153,15 +154,17 @@ def error_line(error: str, limit: int) -> str:
 def _wait(row: dict[str, Any]) -> str:
     """The CPU wait cell: the wait share, or the earlier summed figure marked as such."""
     if row.get("max_cpu_wait_share") is not None:
-        return _fmt(row["max_cpu_wait_share"], 1, 2)
-    return f"{_fmt(row['max_starvation'], 1, 2)} (summed)" if row.get("max_starvation") is not None else ""
+        return format_number(row["max_cpu_wait_share"], 1, 2)
+    return f"{format_number(row['max_starvation'], 1, 2)} (summed)" if row.get("max_starvation") is not None else ""
 
 
-def _ci(s: dict[str, Any]) -> str:
-    if s["median"] is None:
+def format_ratio(s: dict[str, Any] | None, pairs: bool = True) -> str:
+    """A paired ratio cell (:func:`paired_ratio`'s dict): ``1.23x [1.10, 1.40]``, ``(no CI)`` when it has
+    none, then ``n=pairs`` unless ``pairs`` is false; empty when there is no ratio."""
+    if not s or s.get("median") is None:
         return ""
-    ci = f" [{s['low']:.2f}, {s['high']:.2f}]" if s["low"] is not None else " (no CI)"
-    return f"{s['median']:.2f}x{ci} n={s['pairs']}"
+    ci = f" [{s['low']:.2f}, {s['high']:.2f}]" if s.get("low") is not None else " (no CI)"
+    return f"{s['median']:.2f}x{ci}" + (f" n={s['pairs']}" if pairs else "")
 
 
 def write_trace_report(out: Path) -> dict[str, Any]:
@@ -195,14 +198,14 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for cfg, r in rows.items():
             lines.append(
-                f"| {cfg} | {r['runs']} ({r['cpu_bound']}) | {_fmt(r['p50_s'], 1e3)} / {_fmt(r['p99_s'], 1e3)} / "
-                f"{_fmt(r['max_s'], 1e3)} | {_fmt(r['exposed_s'], 1e3)} | {_fmt(r['forward_wait_s'], 1e3)} | "
-                f"{_fmt(r['overlap_share'], 100)}% | "
-                f"{_fmt(r['ratio'], 1, 2)} | {_ci(r['speedup_p50'])} | {_ci(r['speedup_p99'])} | "
-                f"{_fmt(r['loss_share'], 100, 3)}% | {_fmt(r['magnitude_drops'])} / {_fmt(r['ecn_marks'])} / {_fmt(r['link_loss_drops'])} | "
-                f"{_fmt(r['queue_drops'])} | {_fmt(r['host_qdisc_drops'])} | {_fmt(r['tcp_retransmitted'])} / "
-                f"{_fmt(r['tcp_timeouts'])} | {_fmt(r['bg_goodput_mbps'], 1, 1)} | {_fmt(r['rr_fct_p99_ms'], 1, 1)} | "
-                f"{_fmt(r['max_cpu_share'], 1, 2)} / {_wait(r)} |")
+                f"| {cfg} | {r['runs']} ({r['cpu_bound']}) | {format_number(r['p50_s'], 1e3)} / {format_number(r['p99_s'], 1e3)} / "
+                f"{format_number(r['max_s'], 1e3)} | {format_number(r['exposed_s'], 1e3)} | {format_number(r['forward_wait_s'], 1e3)} | "
+                f"{format_number(r['overlap_share'], 100)}% | "
+                f"{format_number(r['ratio'], 1, 2)} | {format_ratio(r['speedup_p50'])} | {format_ratio(r['speedup_p99'])} | "
+                f"{format_number(r['loss_share'], 100, 3)}% | {format_number(r['magnitude_drops'])} / {format_number(r['ecn_marks'])} / {format_number(r['link_loss_drops'])} | "
+                f"{format_number(r['queue_drops'])} | {format_number(r['host_qdisc_drops'])} | {format_number(r['tcp_retransmitted'])} / "
+                f"{format_number(r['tcp_timeouts'])} | {format_number(r['bg_goodput_mbps'], 1, 1)} | {format_number(r['rr_fct_p99_ms'], 1, 1)} | "
+                f"{format_number(r['max_cpu_share'], 1, 2)} / {_wait(r)} |")
         if any(r.get("max_cpu_wait_share") is None and r.get("max_starvation") is not None for r in rows.values()):
             lines.append("\n(summed): runs recorded before the wait share; the figure is a rank's waits summed over "
                          "its threads over their runnable time, which its own threads inflate.")

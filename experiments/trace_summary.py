@@ -9,12 +9,11 @@ scenarios are one sweep's parts (one commit) or not.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from experiments.errors import ExperimentError
-from experiments.trace_report import BASELINE
+from experiments.trace_report import BASELINE, format_number, format_ratio
 
 
 def load_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -29,17 +28,6 @@ def load_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     except (ValueError, KeyError) as e:
         raise ExperimentError(f"{folder}: unreadable plan.json or results.json ({e})") from e
     return plan, summary
-
-
-def _ratio(s: dict[str, Any] | None) -> str:
-    if not s or s.get("median") is None:
-        return ""
-    ci = f" [{s['low']:.2f}, {s['high']:.2f}]" if s.get("low") is not None else " (no CI)"
-    return f"{s['median']:.2f}x{ci}"
-
-
-def _num(x: Any, scale: float = 1.0, digits: int = 0) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:,.{digits}f}"
 
 
 def summary_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -76,10 +64,11 @@ def write_summary(folders: list[Path], out: Path) -> list[dict[str, Any]]:
              "values zero-filled | mag. drops / ECN marks | queue drops | RR FCT p99 (ms) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['scenario']} | {r['config']} | {r['runs']} ({r['cpu_bound']}) | {_num(r['p50_s'], 1e3)} | "
-                     f"{_ratio(r.get('speedup_p50'))} | {_ratio(r.get('speedup_p99'))} | "
-                     f"{_num(r['loss_share'], 100, 3)}% | {_num(r['magnitude_drops'])} / {_num(r['ecn_marks'])} | "
-                     f"{_num(r['queue_drops'])} | {_num(r['rr_fct_p99_ms'], 1, 1)} |")
+        lines.append(f"| {r['scenario']} | {r['config']} | {r['runs']} ({r['cpu_bound']}) | "
+                     f"{format_number(r['p50_s'], 1e3)} | {format_ratio(r.get('speedup_p50'), pairs=False)} | "
+                     f"{format_ratio(r.get('speedup_p99'), pairs=False)} | {format_number(r['loss_share'], 100, 3)}% | "
+                     f"{format_number(r['magnitude_drops'])} / {format_number(r['ecn_marks'])} | "
+                     f"{format_number(r['queue_drops'])} | {format_number(r['rr_fct_p99_ms'], 1, 1)} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     _plot(rows, out / "summary.png")
     return rows
