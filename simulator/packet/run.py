@@ -47,7 +47,11 @@ class RunSettings:
     in_flight: int = 4
     job_start_s: float = 1.0
     rto_min_s: float = 0.2  # Linux's default, as the fabric's hosts run
-    dlcp_min_rto_s: float = 0.001
+    #: The hosts' probe timer (hosts/pacing.py's RttEstimator, hosts/endpoint.py): 10 ms floor and
+    #: 200 ms before the first RTT sample, as the fabric's ranks run them (seconds of the fabric,
+    #: which ns-3 simulates at its own port rates: not scaled by the trace job's k).
+    dlcp_min_rto_s: float = 0.01
+    dlcp_initial_rto_s: float = 0.2
     dlcp_initial_window: float = 10.0
     dlcp_max_window: float = 64.0
     dlcp_chunk: int = 16
@@ -114,7 +118,7 @@ class _Transport:
         if host not in self.endpoints:
             s = self.settings
             ep = self.gf.DlcpEndpoint(self.net.nodes[host], DLCP_PORT, s.dlcp_chunk, s.dlcp_initial_window,
-                                      s.dlcp_max_window, s.dlcp_min_rto_s, max(s.dlcp_min_rto_s, 0.005))
+                                      s.dlcp_max_window, s.dlcp_min_rto_s, max(s.dlcp_min_rto_s, s.dlcp_initial_rto_s))
             ep.onReceived = self.dlcp_received
             ep.SetReorder(s.dlcp_confirm_grace_s, s.dlcp_max_confirms, s.dlcp_max_rto_s)
             if s.spraying:

@@ -39,6 +39,11 @@ class DlcpSenderBase
         return m_cwnd;
     }
 
+    double Alpha() const // DCTCP's estimate of the share of packets marked
+    {
+        return m_alpha;
+    }
+
     // Pacing as the fabric's hosts do (hosts/pacing.py): bursts every `burst` s of max(1, rate x
     // burst) packets, rate = gain x cwnd / SRTT (gain 2 in slow start, else 1.25; `maxRate` before
     // an RTT sample; within [200, maxRate] pkt/s). `wholeBurst`: a chunk is charged a whole burst
@@ -214,22 +219,45 @@ class DlcpSenderBase
             return;
         }
         stats.probeTimeouts++;
-        ct->second.rto = std::min(ct->second.rto * 2, 64 * m_minRto + 1.0);
+        ct->second.rto = std::min(ct->second.rto * 2, std::max(m_maxRto, m_minRto)); // hosts' back-off
         ct->second.sentAt = -1; // no RTT sample from a re-sent probe (Karn)
         SendProbe(it->second, ct->second);
     }
 
-    bool Cut(double now) // halve the window, at most once per smoothed round trip
+    // The window to `beta` of itself (loss over the bound: half), at most once per round trip
+    // (the SRTT, the RTO before a sample), as hosts/pacing.py's Window.on_congestion.
+    bool Cut(double now, double beta = 0.5)
     {
-        if (now - m_lastCut <= std::max(m_srtt, 0.0))
+        if (now - m_lastCut < (m_srtt < 0 ? m_rto : m_srtt))
         {
             return false;
         }
-        m_cwnd = std::max(2.0, m_cwnd / 2);
-        m_ssthresh = m_cwnd;
+        m_ssthresh = std::max(2.0, m_cwnd * beta);
+        m_cwnd = m_ssthresh;
         m_lastCut = now;
         stats.windowCuts++;
         return true;
+    }
+
+    // DCTCP (RFC 8257), as hosts/pacing.py's Window: `acked` data packets answered, `marked` of
+    // them by an answer with an ECN echo; once per round trip alpha moves towards the share
+    // marked since its last move, by the gain 1/16.
+    void OnMarks(double now, uint32_t acked, uint32_t marked)
+    {
+        m_acked += acked;
+        m_marked += marked;
+        if (now - m_alphaAt >= (m_srtt < 0 ? m_rto : m_srtt) && m_acked > 0)
+        {
+            double share = std::min(1.0, double(m_marked) / double(m_acked));
+            m_alpha = (1 - ECN_GAIN) * m_alpha + ECN_GAIN * share;
+            m_acked = m_marked = 0;
+            m_alphaAt = now;
+        }
+    }
+
+    bool EcnCut(double now) // an ECN echo: the window cut by alpha / 2 (DCTCP)
+    {
+        return Cut(now, 1.0 - m_alpha / 2);
     }
 
     void Sample(double r) // an RTT sample (RFC 6298)
@@ -244,8 +272,11 @@ class DlcpSenderBase
             m_rttvar = 0.75 * m_rttvar + 0.25 * std::fabs(m_srtt - r);
             m_srtt = 0.875 * m_srtt + 0.125 * r;
         }
-        m_rto = std::max(m_minRto, m_srtt + 4 * m_rttvar);
+        m_rto = std::min(m_maxRto, std::max(m_minRto, m_srtt + std::max(RTO_GRANULARITY, 4 * m_rttvar)));
     }
+
+    static constexpr double ECN_GAIN = 1.0 / 16;
+    static constexpr double RTO_GRANULARITY = 0.001; // hosts/pacing.py's RttEstimator.granularity
 
     Ptr<Node> m_node;
     uint32_t m_nodeId;
@@ -260,6 +291,9 @@ class DlcpSenderBase
     double m_srtt = -1;
     double m_rttvar = 0;
     double m_lastCut = -1e9;
+    double m_alpha = 1.0; // DCTCP's estimate of the share marked (OnMarks)
+    double m_alphaAt = -1e9;
+    uint64_t m_acked = 0, m_marked = 0;
     double m_lastGrace = -1;
     double m_confirmGrace = 0.005;
     uint32_t m_maxConfirms = 20;

@@ -4,8 +4,8 @@
 //    congestion window (slow start, then additive increase), a probe after every chunk
 //    answered by a bitmap of its range, probes re-sent after an RTO (RFC 6298 estimator,
 //    doubled per attempt). Late is not lost: the window is cut (at most once per round trip)
-//    on an ECN echo or once the loss answers showed this round exceeds the bound, and that
-//    cut is taken back when the packets arrive after all; packets shown missing are resent
+//    on an ECN echo (by alpha / 2, alpha the share of packets marked, as DCTCP) or by half
+//    once the loss answers showed this round exceeds the bound, and that cut is taken back when the packets arrive after all; packets shown missing are resent
 //    only after a confirming probe a reorder grace later still shows them missing (the
 //    fewest that bring the loss within the bound), or, every chunk answered and over the
 //    bound, after confirmations that stop improving. Within the bound a last-flagged probe,
@@ -155,6 +155,7 @@ class DlcpEndpoint : public DlcpSenderBase
             o.cutThisRound = congested = true;
             tentative = m_maxConfirms > 0 && w.aux == 0;
         }
+        OnMarks(now, newly, w.aux > 0 ? newly : 0);
         if (congested)
         {
             double cwnd = m_cwnd, ssthresh = m_ssthresh;
@@ -168,7 +169,7 @@ class DlcpEndpoint : public DlcpSenderBase
         }
         else if (echo)
         {
-            Cut(now);
+            EcnCut(now);
         }
         else if (newly > 0)
         {
