@@ -112,8 +112,9 @@ class Assembly:
         elif fits:
             assert initial is not None
             self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
-        else:
-            self.values = np.zeros(tensor_len, dtype=_F32)
+        else:  # not zeroed: the values that never arrive are set to 0 at completion
+            self.values = np.empty(tensor_len, dtype=_F32)
+            self.fill = 0.0
         self.raw = memoryview(self.values).cast("B")  # the values' bytes, for plain copies
         if maps is not None and len(maps[0]) == len(maps[1]) == tensor_len:
             self.have, self.seqs, last = maps
