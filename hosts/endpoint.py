@@ -440,6 +440,8 @@ class Endpoint:
             return
         with self._cond:
             if wait.fill(start, nbits, data[HEADER_LEN:], flags, nonce, now):
+                if wait.owner is not None and not wait.owner.on_answer():
+                    return  # taken here while its sender sleeps (hosts.sender.MessageSender.on_answer)
                 if wait.wake is not None:
                     wait.wake.notify()  # only the sender this answer is for
                 else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -33,6 +34,8 @@ class SendTiming:
     cwnd_end: float = 0.0
     finals: int = 0  # last-flagged probes over the whole message (within the bound, not complete)
     confirms: int = 0  # confirmations of loss over the bound before a new round
+    inline_answers: int = 0  # answers taken on the receive thread while the sender slept
+    wakes: int = 0  # times the receive thread woke the sender for an answer
 
 
 @dataclass
@@ -64,10 +67,16 @@ class SendReport:
         return self.missing / (self.payload_bytes // 4) if self.payload_bytes else 0.0
 
 
+class AnswerTaker(Protocol):
+    """A sender that takes its chunks' answers on the receive thread while it sleeps."""
+
+    def on_answer(self) -> bool: ...
+
+
 class ChunkWait:
     """The answer to a chunk's probe, filled in by the receive thread."""
 
-    __slots__ = ("first", "nbits", "bits", "answered", "complete", "empty", "echo", "nonce", "wake")
+    __slots__ = ("first", "nbits", "bits", "answered", "complete", "empty", "echo", "nonce", "wake", "owner")
 
     def __init__(self, first: int, nbits: int) -> None:
         self.first = first  # sequence number
@@ -79,6 +88,8 @@ class ChunkWait:
         self.echo = False
         self.nonce = -1
         self.wake: threading.Condition | None = None  # the sender's, notified by the answer
+        #: The sender, whose ``on_answer`` the receive thread calls with the lock held (None: notify `wake`).
+        self.owner: AnswerTaker | None = None
 
     def fill(self, start: int, nbits: int, payload: memoryview, flags: int, nonce: int, now: float) -> bool:
         """Take a bitmap answer; False when it does not fit this chunk."""

@@ -145,6 +145,9 @@ class MessageSender:
         self.started = self.last_sent = time.monotonic()
         self.timing = SendTiming(created=self.started, cwnd_start=endpoint.window.cwnd)
         self._wake = threading.Condition(endpoint._lock)  # answers to this message, and room for it
+        #: The sender's thread sleeps in `_sleep` (endpoint lock): the receive thread may take
+        #: this message's answers itself (`on_answer`) and wake the thread only if it must act.
+        self.parked = False
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -242,6 +245,7 @@ class MessageSender:
               confirms: np.ndarray | None = None) -> None:
         wait = ChunkWait(self.seq_base + first, nbits)
         wait.wake = self._wake
+        wait.owner = self
         chunk = _Chunk(first=first, nbits=nbits, packets=packets, last=last, wait=wait, confirms=confirms)
         self.chunks.append(chunk)
         self.chunk_count += 1
@@ -281,6 +285,28 @@ class MessageSender:
                                   waiting_for=f"a bitmap for {_name(self.key)}", limit=ep.peer_timeout)
                 self.timeouts += 1
                 self._probe(chunk)
+
+    def on_answer(self) -> bool:
+        """(Endpoint lock held; the receive thread, an answer to this message filled in.) While
+        the sender's thread sleeps, take the answered chunks here, so that the room they free
+        wakes only the sender it goes to (``_room_freed``); whether this sender's thread must
+        wake: its message completed, no chunk is left unanswered, or the answers changed what
+        it sends next (resends queued, packets shown missing). Room for its pending packets
+        wakes it through the room waiters. Awake, it takes the answers itself (False: nothing
+        done here, wake it)."""
+        if not self.parked:
+            return True
+        pending, suspects = len(self.pending), len(self.suspects)
+        for chunk in [c for c in self.chunks if c.wait.answered]:
+            self.chunks.remove(chunk)
+            self.ep._unregister(self.dest, self.key, chunk.sent, chunk.wait)
+            self._answered(chunk, chunk.wait)
+            self.timing.inline_answers += 1
+        wake = (self.complete or not self.chunks or len(self.pending) != pending
+                or len(self.suspects) != suspects)
+        if wake:
+            self.timing.wakes += 1
+        return wake
 
     def _answered(self, chunk: _Chunk, wait: ChunkWait) -> None:
         ep = self.ep
@@ -479,7 +505,11 @@ class MessageSender:
                 # the room _fill takes: a whole chunk while others are unanswered, else any
                 need = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.flight_cap) // 2)) if self.chunks else 1
                 ep._wait_room(self._wake, self.prio, need)
-            self._wake.wait(min(max(timeout, 0.0), 0.05))
+            self.parked = True
+            try:
+                self._wake.wait(min(max(timeout, 0.0), 0.05))
+            finally:
+                self.parked = False
             ep._room_wait_done(self._wake)
         waited = time.monotonic() - now
         if self.pending:

@@ -1,0 +1,115 @@
+"""An answer to a sleeping sender's chunk is taken on the receive thread (hosts/sender.py,
+``MessageSender.on_answer``): its credit returns, the window grows and what arrived is noted
+there, and the sender's thread is woken only when it must act (its message completed, no
+chunk left unanswered, packets shown missing), not for every chunk. An awake sender takes
+its answers itself, as before."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from hosts.endpoint import Endpoint
+from hosts.messages import MessageKey
+from hosts.pacing import Window
+from hosts.packetize import packetize
+from hosts.sender import MessageSender
+from hosts.wire import HEADER_STRUCT, VERSION, MsgType, pack_bitmap
+
+COUNT = 361
+PACKETS = 22  # two chunks of 11 in a window of 22
+
+
+class _Counting(threading.Condition):
+    def __init__(self, lock: threading.RLock) -> None:
+        super().__init__(lock)
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+@pytest.fixture
+def rig() -> Iterator[tuple[Endpoint, MessageSender, _Counting, tuple[str, int]]]:
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the peer: nobody answers, we do
+    sink.bind(("127.0.0.1", 0))
+    ep = Endpoint(worker_id=1, linger=0, window=Window(cwnd=22.0, max_cwnd=200.0))
+    dest = sink.getsockname()
+    values = np.linspace(-1.0, 1.0, PACKETS * COUNT, dtype=np.float32)
+    key = MessageKey(1, 1, 0, 5, MsgType.GRADIENT)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=5, iteration=0,
+                      count=COUNT, prio_hint=3)
+    sender = MessageSender(ep, dest, batch, key, seq_base=0, tensor_len=values.size, bound=0.1,
+                           elements=values.size, is_part=False, prio=3)
+    wake = _Counting(ep._lock)
+    sender._wake = wake
+    try:
+        sender._fill()
+        yield ep, sender, wake, dest
+    finally:
+        sender._release_all()
+        ep.close()
+        sink.close()
+
+
+def _answer(ep: Endpoint, sender: MessageSender, index: int, arrived: np.ndarray, dest: tuple[str, int]) -> None:
+    chunk = sender.chunks[index]
+    nonce = next(iter(chunk.sent))
+    key = sender.key
+    header = HEADER_STRUCT.pack((VERSION << 4) | MsgType.BITMAP, 0, key.job_id, key.worker_id, key.tensor_id,
+                                key.iteration, chunk.first, PACKETS * COUNT, chunk.nbits, int(key.kind), 7, nonce)
+    ep._on_bitmap(memoryview(header + pack_bitmap(arrived)), dest, time.monotonic())
+
+
+def test_two_chunks_of_eleven_are_in_flight(rig: tuple[Endpoint, MessageSender, _Counting, tuple[str, int]]) -> None:
+    ep, sender, _wake, _dest = rig
+    assert [(c.first, c.nbits) for c in sender.chunks] == [(0, 11), (11, 11)]
+    assert ep.in_flight == 22 and not sender.pending
+
+
+def test_a_sleeping_senders_answer_is_taken_on_the_receive_thread_without_waking_it(
+        rig: tuple[Endpoint, MessageSender, _Counting, tuple[str, int]]) -> None:
+    ep, sender, wake, dest = rig
+    with ep._cond:
+        sender.parked = True
+    _answer(ep, sender, 0, np.ones(11, dtype=bool), dest)
+    assert wake.notified == 0  # another chunk is unanswered and nothing is left to send: sleep on
+    assert [c.first for c in sender.chunks] == [11]
+    assert ep.in_flight == 11  # the first chunk's credit is back
+    assert sender.received[:11].all() and not sender.received[11:].any()
+    assert ep.window.cwnd == 33.0  # slow start: +11 for 11 packets acknowledged
+    assert sender.timing.inline_answers == 1
+    _answer(ep, sender, 0, np.ones(11, dtype=bool), dest)
+    assert wake.notified == 1  # every chunk answered: the sender decides what comes next
+    assert not sender.chunks and ep.in_flight == 0 and sender.received.all()
+
+
+def test_packets_shown_missing_wake_the_sleeping_sender(
+        rig: tuple[Endpoint, MessageSender, _Counting, tuple[str, int]]) -> None:
+    ep, sender, wake, dest = rig
+    with ep._cond:
+        sender.parked = True
+    arrived = np.ones(11, dtype=bool)
+    arrived[[3, 7]] = False
+    _answer(ep, sender, 0, arrived, dest)
+    assert wake.notified == 1
+    assert sorted(sender.suspects) == [3, 7]
+    assert sender.shown_missing[[3, 7]].all() and sender.shown_missing.sum() == 2
+
+
+def test_an_awake_sender_takes_its_answer_itself(
+        rig: tuple[Endpoint, MessageSender, _Counting, tuple[str, int]]) -> None:
+    ep, sender, wake, dest = rig
+    _answer(ep, sender, 0, np.ones(11, dtype=bool), dest)
+    assert wake.notified == 1
+    assert len(sender.chunks) == 2 and sender.chunks[0].wait.answered > 0
+    assert ep.in_flight == 22 and not sender.received.any()  # untouched until its thread collects
+    sender._collect()
+    assert ep.in_flight == 11 and sender.received[:11].all()
+    assert sender.timing.inline_answers == 0
