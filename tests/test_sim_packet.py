@@ -169,6 +169,23 @@ def test_a_switch_whose_cpu_is_off_holds_its_arrivals_and_its_ports(ns3) -> None
 
 
 @needs_ns3
+def test_a_switch_given_its_own_schedule_holds_as_the_shared_one_does(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import HostCosts
+
+    # As above, the schedule s1's own (``switch_each``) and none shared: the same hand-computed
+    # times. A schedule for a switch that is not there changes nothing.
+    costs = HostCosts(switch_forward_s=10e-6, switch_phase_s=100e-6,
+                      switch_each=(("s1", 100e-6, 200e-6), ("s9", 1e-3, 1e-3)))
+    assert costs.schedule_of("s1") == (100e-6, 200e-6) and costs.schedule_of("s2") == (0.0, 0.0)
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(4, 0)], Port(rate_bps=1e8, queue_packets=4), costs)
+    assert seqs == [0, 1, 2, 3]
+    assert times_ns == [291_000, 371_000, 451_000, 581_001]
+    assert totals["cpu_max_backlog"] == 3
+    with pytest.raises(SimulatorError, match="both its on and off"):
+        HostCosts(switch_each=(("s1", 1e-3, 0.0),))
+
+
+@needs_ns3
 def test_packets_delivered_to_a_host_arrive_later_by_the_delivery_latency(ns3) -> None:  # type: ignore[no-untyped-def]
     from simulator.packet.network import HostCosts
 

@@ -17,7 +17,7 @@ import pytest
 
 from simulator.packet.host_cpu import (BENCH_DLCP_RX_S, BENCH_DLCP_TX_S, SWITCH_OFF_S, HostCpu, host_cpu,
                                        linux_tcp_buffers, rank_cpu, server_cpu, switch_availability,
-                                       switch_schedule)
+                                       switch_run_schedules, switch_schedule)
 from simulator.packet.runtime import PacketSimulationError, missing_reason
 from simulator.packet.topology import Port, tiny
 
@@ -102,6 +102,36 @@ def test_switch_schedule_from_the_runs_switch_cpu_and_wait(tmp_path: Path) -> No
         switch_schedule("ddp-tcp", folder)
     empty = _sweep(tmp_path / "old", [("ddp-tcp", [_rank(0.1, 1.0, {"bytes": 1448}, None)])])
     assert switch_schedule("dlcp", empty, 1e-3, availability_from=folder)[2] == pytest.approx(0.5)
+
+
+def test_each_switch_takes_its_own_figures_from_the_fabric_run_of_the_same_repetition(tmp_path: Path) -> None:
+    folder = tmp_path / "sweep"
+    (folder / "runs").mkdir(parents=True)
+    runs = [  # (repetition, per switch (cpu, wait)); written out of order, gts2 idle in repetition 0
+        (1, {"gtl1": (0.2, 0.6), "gtl2": (0.5, 0.5), "gts1": (0.3, 0.1), "gts2": (0.4, 0.0)}),
+        (0, {"gtl1": (0.3, 0.2), "gtl2": (0.2, 0.2), "gts1": (0.1, 0.3), "gts2": (0.01, 0.1)}),
+    ]
+    for i, (rep, figures) in enumerate(runs):
+        record = {"config": "dlcp", "status": "ok", "repetition": rep, "jobs": {}, "switch": {
+            "switch_cpu": {k: v[0] for k, v in figures.items()}, "switch_cpu_wait": {k: v[1] for k, v in figures.items()}}}
+        (folder / "runs" / f"{i:03d}.json").write_text(json.dumps(record))
+    names = ["l1", "l2", "s1", "s2"]
+    # Repetition 0: l1 0.3 / 0.5 = 0.6 -> on 1 ms x 0.6 / 0.4 = 1.5 ms; l2 0.5 -> 1 ms; s1 0.25
+    # -> 1/3 ms; s2 carried nothing (0.01 of a core): always on.
+    got = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3)
+    assert got == {"l1": pytest.approx((1.5e-3, 1e-3, 0.6)), "l2": pytest.approx((1e-3, 1e-3, 0.5)),
+                   "s1": pytest.approx((1e-3 / 3, 1e-3, 0.25)), "s2": (0.0, 0.0, 1.0)}
+    # Repetition 1 (and 3: modulo the two runs): l1 0.25, l2 0.5, s1 0.75 -> 3 ms, s2 never
+    # waited: availability 1, on capped at 0.99 / 0.01 of the off time.
+    for rep in (1, 3):
+        got = switch_run_schedules("dlcp", folder, rep, names, off_s=1e-3)
+        assert got == {"l1": pytest.approx((1e-3 / 3, 1e-3, 0.25)), "l2": pytest.approx((1e-3, 1e-3, 0.5)),
+                       "s1": pytest.approx((3e-3, 1e-3, 0.75)), "s2": pytest.approx((99e-3, 1e-3, 1.0))}
+    assert switch_run_schedules("dlcp", folder, 0, ["s3"], off_s=1e-3) == {"s3": (0.0, 0.0, 1.0)}
+    with pytest.raises(PacketSimulationError, match="configuration 'p3-tcp'"):
+        switch_run_schedules("p3-tcp", folder, 0, names)
+    with pytest.raises(PacketSimulationError, match="matches"):
+        switch_run_schedules("dlcp", folder, 0, ["1"])
 
 
 def test_a_parameter_servers_cpu_is_over_every_packet_it_handles(tmp_path: Path) -> None:

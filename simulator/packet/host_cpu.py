@@ -233,6 +233,38 @@ def switch_schedule(config: str, folder: Path, off_s: float = SWITCH_OFF_S,
     return off_s * a / (1 - a), off_s, found[config]
 
 
+def switch_run_schedules(config: str, folder: Path, repetition: int, switches: list[str],
+                         off_s: float = SWITCH_OFF_S) -> dict[str, tuple[float, float, float]]:
+    """Each of ``switches`` (the topology's names) with its own (on, off, availability), as
+    :func:`switch_schedule` makes them, from one fabric run of configuration ``config``: the
+    run of repetition ``repetition`` (modulo the runs there are), so repetitions draw from the
+    recorded spread over runs and switches rather than one median. A fabric switch is matched
+    by the name it ends with (``gtl1`` is ``l1``); one that carried no traffic (below
+    :data:`SWITCH_IDLE_SHARE` of a core) or is not recorded is always on (off 0)."""
+    runs = sorted((r for r in _records(folder) if str(r.get("config")) == config),
+                  key=lambda r: (int(r.get("repetition", 0)), str(r.get("run_id", ""))))
+    runs = [r for r in runs if (r.get("switch") or {}).get("switch_cpu_wait")]
+    if not runs:
+        raise PacketSimulationError(f"{folder}: no run of configuration {config!r} records its switches' CPU and "
+                                    f"CPU wait (switch.switch_cpu, switch.switch_cpu_wait)")
+    record = runs[repetition % len(runs)]["switch"]
+    cpu, wait = record.get("switch_cpu") or {}, record.get("switch_cpu_wait") or {}
+    out: dict[str, tuple[float, float, float]] = {}
+    for name in switches:
+        matched = [f for f in cpu if f.endswith(name)]
+        if len(matched) > 1:
+            raise PacketSimulationError(f"{folder}: switch {name!r} matches {', '.join(sorted(matched))} of the runs")
+        share = float(cpu[matched[0]]) if matched and cpu[matched[0]] is not None else 0.0
+        waited = wait.get(matched[0]) if matched else None
+        if share < SWITCH_IDLE_SHARE or waited is None:
+            out[name] = (0.0, 0.0, 1.0)
+            continue
+        a = share / (share + float(waited))
+        capped = min(a, 0.99)
+        out[name] = (off_s * capped / (1 - capped), off_s, a)
+    return out
+
+
 def linux_tcp_buffers(root: Path = Path("/proc/sys/net/ipv4")) -> tuple[int, int]:
     """(send, receive): the largest TCP buffers Linux autotunes to here, ``tcp_wmem`` and
     ``tcp_rmem``'s maximum (the fabric's hosts are network namespaces of this kernel: a new

@@ -30,7 +30,8 @@ class HostCosts:
     With ``switch_off_s`` > 0 each switch's CPU is on for ``switch_on_s``, then off for
     ``switch_off_s``, repeating (``SwitchSchedule``), ``switch_phase_s`` into its cycle at
     t = 0 (None: drawn per switch from the run's seed): while off it neither forwards nor
-    sends from its ports."""
+    sends from its ports. ``switch_each`` gives named switches their own (on, off) seconds
+    (the others keep ``switch_on_s`` / ``switch_off_s``)."""
 
     switch_forward_s: float = 0.0
     switch_backlog: int = 1000
@@ -38,18 +39,28 @@ class HostCosts:
     switch_on_s: float = 0.0
     switch_off_s: float = 0.0
     switch_phase_s: float | None = None
+    switch_each: tuple[tuple[str, float, float], ...] = ()  # (switch, on s, off s)
 
     def __post_init__(self) -> None:
-        if min(self.switch_forward_s, self.deliver_latency_s, self.switch_on_s, self.switch_off_s) < 0 or \
-                self.switch_backlog < 1 or (self.switch_off_s > 0) != (self.switch_on_s > 0):
+        schedules = [(self.switch_on_s, self.switch_off_s)] + [(on, off) for _, on, off in self.switch_each]
+        if min(self.switch_forward_s, self.deliver_latency_s, *(x for pair in schedules for x in pair)) < 0 or \
+                self.switch_backlog < 1 or any((off > 0) != (on > 0) for on, off in schedules):
             raise PacketSimulationError(f"host costs must be non-negative with a backlog of at least one, and a "
                                         f"switch schedule needs both its on and off times ({self})")
 
-    def switch_phase(self, seed: int, index: int) -> float:
-        """Seconds into its on/off cycle switch ``index`` is at t = 0 (uniform, from ``seed``)."""
+    def schedule_of(self, switch: str) -> tuple[float, float]:
+        """(on, off) seconds of ``switch``'s CPU (off 0: always on)."""
+        for name, on, off in self.switch_each:
+            if name == switch:
+                return on, off
+        return self.switch_on_s, self.switch_off_s
+
+    def switch_phase(self, seed: int, index: int, name: str | None = None) -> float:
+        """Seconds into its on/off cycle switch ``index`` (``name``) is at t = 0 (uniform, from ``seed``)."""
         if self.switch_phase_s is not None:
             return self.switch_phase_s
-        return random.Random(seed * 1_000_003 + index).uniform(0.0, self.switch_on_s + self.switch_off_s)
+        on, off = self.schedule_of(name) if name is not None else (self.switch_on_s, self.switch_off_s)
+        return random.Random(seed * 1_000_003 + index).uniform(0.0, on + off)
 
 
 @dataclass
@@ -145,12 +156,13 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
         routing = gf.InstallEcmpRouting(nodes[name], seed * 1_000_003 + index, spray and name in switches, spray_port)
         if name in switches:
             routing.SetHostCosts(costs.switch_forward_s, costs.switch_backlog, 0.0)
-            if costs.switch_off_s > 0:
-                phase = costs.switch_phase(seed, index)
-                routing.SetSchedule(costs.switch_on_s, costs.switch_off_s, phase)
+            on, off = costs.schedule_of(name)
+            if off > 0:
+                phase = costs.switch_phase(seed, index, name)
+                routing.SetSchedule(on, off, phase)
                 for (me, _other), qd in net.queues.items():
                     if me == name:
-                        qd.SetSchedule(costs.switch_on_s, costs.switch_off_s, phase)
+                        qd.SetSchedule(on, off, phase)
         else:
             routing.SetHostCosts(0.0, 1, costs.deliver_latency_s)
         ipv4 = nodes[name].GetObject[ns.Ipv4]()

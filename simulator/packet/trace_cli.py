@@ -55,9 +55,10 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                    help="the fabric sweep whose runs give the ranks' CPU and its availability (default: --like)")
     p.add_argument("--availability-from", type=Path, default=None,
                    help="a sweep whose runs record cpu_wait_share, for one whose runs do not")
-    p.add_argument("--switch-cpu", choices=("none", "run"), default="none",
-                   help="the software switches' CPU: none, or on/off as the fabric runs recorded their CPU and "
-                        "CPU wait (simulator/packet/host_cpu.py: switch_schedule)")
+    p.add_argument("--switch-cpu", choices=("none", "run", "each-run"), default="none",
+                   help="the software switches' CPU: none, on/off as the fabric runs recorded their CPU and CPU "
+                        "wait (run: the configuration's median; each-run: every switch its own, repetition r from "
+                        "the configuration's r-th fabric run; simulator/packet/host_cpu.py)")
     p.add_argument("--switch-off-us", type=float, default=None,
                    help="how long a switch waits when off (default: the kernel's 1,500 us slice on 2 cores)")
     p.add_argument("--tcp-buffers", choices=("ns3", "linux"), default="ns3",
@@ -87,10 +88,12 @@ def recorded_job(folder: Path) -> dict[str, Any]:
 def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, Any], *, iterations: int, seed: int,
               tile: bool = False, deliver_latency_s: float = 0.0, warmup_s: float = 1.0,
               background_tcp_mbps: float = 0.0, host_cpu: Any = None, switch: tuple[float, float] = (0.0, 0.0),
+              switch_each: dict[str, tuple[float, float, float]] | None = None,
               tcp_buffers: tuple[int, int] | None = None, server_cpu: Any = None,
               progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids).
-    ``switch``: the switches' (on, off) seconds (0: always on); ``tcp_buffers``: TCP's (send,
+    ``switch``: the switches' (on, off) seconds (0: always on), ``switch_each`` named switches' own
+    (on, off, availability); ``tcp_buffers``: TCP's (send,
     receive) bytes (None: ns-3's); ``server_cpu``: a parameter server's host CPU (None: the ranks')."""
     from simulator.packet.host_cpu import SWITCH_FORWARD_S, HostCpu
     from simulator.packet.network import HostCosts
@@ -111,8 +114,10 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
     settings = RunSettings(cnn_workload(), iterations=iterations, seed=seed, job_start_s=warmup_s,
                            rto_min_s=config.rto_min_s(k),
                            costs=HostCosts(deliver_latency_s=deliver_latency_s,
-                                           switch_forward_s=SWITCH_FORWARD_S if switch[1] > 0 else 0.0,
-                                           switch_on_s=switch[0], switch_off_s=switch[1]),
+                                           switch_forward_s=SWITCH_FORWARD_S if switch[1] > 0 or any(
+                                               w[1] > 0 for w in (switch_each or {}).values()) else 0.0,
+                                           switch_on_s=switch[0], switch_off_s=switch[1],
+                                           switch_each=tuple((n, w[0], w[1]) for n, w in (switch_each or {}).items())),
                            **({"tcp_buffer_bytes": tcp_buffers[0], "tcp_rcv_buffer_bytes": tcp_buffers[1]}
                               if tcp_buffers else {}),
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
@@ -142,6 +147,9 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
     record["trace_job"] = {**job, "iterations": iterations, "comm": config.comm, "scheduler": config.scheduler,
                            "overlap": config.overlap, "b": b}
     record["rto_min_s"] = config.rto_min_s(k)
+    if switch_each:
+        record["switch_cpu_model"] = {n: {"on_s": w[0], "off_s": w[1], "availability": round(w[2], 4)}
+                                      for n, w in switch_each.items()}
     record["link_loss"] = {"links": [list(x) for x in lossy], "probability": ts.link_loss}
     return record
 
@@ -157,7 +165,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
     from simulator.packet.report import comparison_markdown, keep_run, summarise
     from simulator.packet.report import load_runs as load_records
     from simulator.packet.runtime import load
-    from simulator.packet.host_cpu import SWITCH_OFF_S, host_cpu, linux_tcp_buffers, server_cpu, switch_schedule
+    from simulator.packet.host_cpu import (SWITCH_OFF_S, host_cpu, linux_tcp_buffers, server_cpu, switch_run_schedules,
+                                           switch_schedule)
     from simulator.packet.topology import from_spec
     from simulator.packet.trace_scenarios import TOPOLOGY8, trace_configuration
 
@@ -172,6 +181,10 @@ def _packet_trace(args: argparse.Namespace) -> int:
             say(f"host CPU of {c} ({cpu.source}): {cpu.tx_packet_s * 1e6:.2f} / {cpu.rx_packet_s * 1e6:.2f} us per "
                 f"packet sent / received, availability {cpu.availability:.2f}: {tx * 1e6:.2f} / {rx * 1e6:.2f} us of wall")
     off_s = SWITCH_OFF_S if args.switch_off_us is None else args.switch_off_us * 1e-6
+    if args.switch_cpu == "each-run" and args.tile:
+        from simulator.packet.runtime import PacketSimulationError
+
+        raise PacketSimulationError("--switch-cpu each-run matches the fabric's own switches: not with --tile")
     switches = {c: switch_schedule(c, args.host_cpu_from or args.like, off_s, args.availability_from) if args.switch_cpu == "run"
                 else (0.0, 0.0, 1.0) for c in args.configs}
     for c, (on, off, a) in switches.items():
@@ -211,6 +224,9 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         warmup_s=args.warmup_ms * 1e-3,
                                         background_tcp_mbps=args.background_tcp_mbps, host_cpu=cpus[config],
                                         switch=switches[config][:2], tcp_buffers=tcp_buffers,
+                                        switch_each=switch_run_schedules(
+                                            config, args.host_cpu_from or args.like, r, topo.switches, off_s)
+                                        if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config],
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
@@ -232,6 +248,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                           f" ({x.source})" for c, x in cpus.items() if x.active)
                 + "".join(f"; {c}'s switches on {w[0] * 1e6:.0f} / off {w[1] * 1e6:.0f} us (availability {w[2]:.2f})"
                           for c, w in switches.items() if w[1] > 0)
+                + (f"; each switch off {off_s * 1e6:.0f} us at a time, on as its own availability in the fabric "
+                   f"run of the same repetition (each run's switch_cpu_model)" if args.switch_cpu == "each-run" else "")
                 + (f"; TCP buffers {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes" if tcp_buffers else "") + ".\n\n")
         (out / "results.md").write_text(head + table)
         meta = {"command": command, "started": started, "load_at_start": load_at_start,
