@@ -49,6 +49,7 @@ from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey
 from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
 from hosts.receiver import Address, Reassembler
+from hosts.room import RoomWaiters, TurnTaker
 from hosts.send_state import ChunkWait, SendReport
 from hosts.sender import MessageSender
 from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, MsgType
@@ -192,10 +193,7 @@ class Endpoint:
         self._lock = threading.RLock()  # guards the window, in_flight, chunk answers and the waiters below
         self._cond = threading.Condition(self._lock)
         self.in_flight = 0  # data packets sent and not yet acknowledged, over all messages
-        #: Senders waiting for window room (their own condition -> (priority, arrival)): room
-        #: that frees wakes the highest priority, oldest one only, not every sender.
-        self._room_waiters: dict[threading.Condition, tuple[int, int, int]] = {}  # (priority, arrival, room needed)
-        self._room_order = itertools.count()
+        self._room = RoomWaiters()  # senders waiting for window room (hosts.room)
         self._waits: dict[tuple[Address, MessageKey, int], ChunkWait] = {}  # (peer, message, probe nonce)
         self._seq_base: dict[tuple[Address, MessageKey], int] = {}
         self._rtts: dict[Address, RttEstimator] = {}
@@ -438,16 +436,22 @@ class Endpoint:
         if wait is None:
             self.reassembler.stats.drops["unexpected_bitmap"] += 1
             return
+        turns: list[TurnTaker] = []  # sleeping senders whose turn the room freed here gave (hosts.room)
         with self._cond:
-            if wait.fill(start, nbits, data[HEADER_LEN:], flags, nonce, now):
-                if wait.owner is not None and not wait.owner.on_answer():
-                    return  # taken here while its sender sleeps (hosts.sender.MessageSender.on_answer)
-                if wait.wake is not None:
-                    wait.wake.notify()  # only the sender this answer is for
-                else:
-                    self._cond.notify_all()
-            else:
+            if not wait.fill(start, nbits, data[HEADER_LEN:], flags, nonce, now):
                 self.reassembler.stats.drops["unexpected_bitmap"] += 1
+                return
+            self._room.handoff = turns
+            try:  # taken here while its sender sleeps (hosts.sender.MessageSender.on_answer)
+                wake = wait.owner is None or wait.owner.on_answer()
+            finally:
+                self._room.handoff = None
+            if wake and wait.wake is not None:
+                wait.wake.notify()  # only the sender this answer is for
+            elif wake:
+                self._cond.notify_all()
+        for taker in turns:
+            taker.send_turn()  # type: ignore[attr-defined]
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -561,28 +565,19 @@ class Endpoint:
             assert self.window.rtt is not None
             self.window.rtt.sample(seconds)
 
-    def _wait_room(self, wake: threading.Condition, prio: int, need: int = 1) -> None:
+    def _wait_room(self, wake: threading.Condition, prio: int, need: int = 1, taker: TurnTaker | None = None) -> None:
         """(Lock held.) `wake` waits for `need` packets of window room at priority `prio`."""
-        prior = self._room_waiters.get(wake)
-        self._room_waiters[wake] = (prio, next(self._room_order) if prior is None else prior[1], need)
+        self._room.wait(wake, prio, need, taker)
 
     def _room_freed(self) -> None:
-        """(Lock held.) Wake the highest-priority, longest-waiting sender waiting for room
-        once there is as much room as it waits for (room short of that is kept for it, not
-        offered to lower priorities; a wake-up it could not use cost a thread switch); it
-        passes the turn on when it leaves room behind."""
-        if not self._room_waiters:
-            return
-        room = int(self.window.flight_cap) - self.in_flight
-        if room >= 1:
-            wake = min(self._room_waiters, key=lambda c: (-self._room_waiters[c][0], self._room_waiters[c][1]))
-            if room >= self._room_waiters[wake][2]:
-                del self._room_waiters[wake]
-                wake.notify()
+        """(Lock held.) The top waiter's turn once the room fits it (:class:`hosts.room.RoomWaiters`);
+        it passes the turn on when it leaves room behind."""
+        if len(self._room):
+            self._room.freed(int(self.window.flight_cap) - self.in_flight)
 
     def _room_wait_done(self, wake: threading.Condition) -> None:
         """(Lock held.) `wake` no longer waits for room."""
-        self._room_waiters.pop(wake, None)
+        self._room.done(wake)
 
     def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None:
         with self._cond:

@@ -218,6 +218,11 @@ class Pacer:
         self.burst_interval = burst_interval
         self._next = time.perf_counter()
 
+    def ready(self, packets: int) -> bool:
+        """Whether a burst of `packets` may leave now without waiting (``burst`` would not sleep
+        and grants them all)."""
+        return time.perf_counter() >= self._next and max(1, int(self.aimd.rate * self.burst_interval)) >= packets
+
     def burst(self, wanted: int | None = None) -> int:
         """Wait until the next burst is due; return how many packets it may carry (at most
         `wanted`). Only the packets granted take up pacing time."""

@@ -36,6 +36,7 @@ class SendTiming:
     confirms: int = 0  # confirmations of loss over the bound before a new round
     inline_answers: int = 0  # answers taken on the receive thread while the sender slept
     wakes: int = 0  # times the receive thread woke the sender for an answer
+    inline_chunks: int = 0  # chunks the receive thread sent while the sender slept
 
 
 @dataclass

@@ -42,7 +42,7 @@ import numpy as np
 from hosts.errors import TransportError
 from hosts.liveness import Liveness
 from hosts.messages import MessageKey, within_bound
-from hosts.pacing import RttEstimator, Window
+from hosts.pacing import Pacer, RttEstimator, Window
 from hosts.packetize import PacketBatch
 from hosts.receiver import Address
 from hosts.send_state import ChunkWait, Pending, SendReport, SendTiming
@@ -73,6 +73,8 @@ class SenderHost(Protocol):
     peer_timeout: float
     aborted: str | None
 
+    pacer: Pacer
+
     def _transmit(self, batch: PacketBatch, indices: np.ndarray, dest: Address) -> None: ...
     def _send_control(self, data: bytes, dest: Address) -> None: ...
     def _next_nonce(self) -> int: ...
@@ -80,7 +82,7 @@ class SenderHost(Protocol):
     def _rtt_sample(self, peer: Address, seconds: float) -> None: ...
     def _register(self, dest: Address, key: MessageKey, nonce: int, wait: ChunkWait) -> None: ...
     def _unregister(self, dest: Address, key: MessageKey, nonces: Iterable[int], wait: ChunkWait) -> None: ...
-    def _wait_room(self, wake: threading.Condition, prio: int, need: int = 1) -> None: ...
+    def _wait_room(self, wake: threading.Condition, prio: int, need: int = 1, taker: object = None) -> None: ...
     def _room_freed(self) -> None: ...
     def _room_wait_done(self, wake: threading.Condition) -> None: ...
 
@@ -148,6 +150,9 @@ class MessageSender:
         #: The sender's thread sleeps in `_sleep` (endpoint lock): the receive thread may take
         #: this message's answers itself (`on_answer`) and wake the thread only if it must act.
         self.parked = False
+        self.busy = False  # the receive thread sends a chunk of this message (`send_turn`)
+        self.busy_waited = False  # the sender's thread woke and waits for that send to end
+        self.failed: Exception | None = None  # what a send on the receive thread raised
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -158,6 +163,8 @@ class MessageSender:
             while True:
                 if self.ep.aborted is not None:
                     raise TransportError(f"sending {_name(self.key)}: the endpoint was aborted ({self.ep.aborted})")
+                if self.failed is not None:
+                    raise self.failed
                 self._fill()
                 self._collect()
                 if self.complete:  # the receiver holds the message: learn exactly what it holds
@@ -207,28 +214,76 @@ class MessageSender:
         ep = self.ep
         while self.pending:
             with ep._cond:
-                room = int(ep.window.flight_cap) - ep.in_flight
-                target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.flight_cap) // 2))
-                if room >= target:
-                    grant = target
-                elif room >= 1 and not self.chunks:
-                    grant = room
-                else:
+                grant = self._grant()
+                if not grant:
                     return
                 packets = self._take(grant)
                 ep.in_flight += packets.size
                 ep._room_freed()  # room left over: the next sender waiting may use it
-            lo, hi = int(packets.min()), int(packets.max())
-            again = packets[self.sent_once[packets]]
-            if again.size:
-                self.resent[again] = True
-                self.batch.headers["flags"][again] |= np.uint8(Flags.RETRANSMIT)
-                self.retransmitted += again.size  # counted when sent again, not when queued
-            self.sent_once[packets] = True
-            ep._transmit(self.batch, packets, self.dest)
-            self.last_sent = self.timing.last_sent = time.monotonic()
-            self.timing.first_sent = self.timing.first_sent or self.last_sent
-            self._open(lo, hi - lo + 1, packets, last=False)
+            self._send_chunk(packets)
+
+    def _grant(self) -> int:
+        """(Lock held.) Packets the next chunk may take: a whole chunk (half the flight cap),
+        or any room while none of this message's chunks is unanswered; 0: none."""
+        ep = self.ep
+        room = int(ep.window.flight_cap) - ep.in_flight
+        target = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.flight_cap) // 2))
+        if room >= target:
+            return target
+        return room if room >= 1 and not self.chunks else 0
+
+    def take_turn(self) -> bool:
+        """(Endpoint lock held; the receive thread, room freed for this sender.) Whether the
+        receive thread sends this sender's next chunk (`send_turn`): only while its thread
+        sleeps, so that one thread at a time works on the message."""
+        if not self.parked or self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def send_turn(self) -> None:
+        """(The receive thread, endpoint lock not held, after `take_turn`.) Send this sleeping
+        sender's next chunk when the pacer lets it leave at once (the receive thread never
+        sleeps for pacing); otherwise wake its thread as the room would have. Ends the turn."""
+        ep = self.ep
+        sent = False
+        try:
+            with ep._cond:
+                grant = self._grant() if self.pending else 0
+                packets = self._take(grant) if grant and ep.pacer.ready(grant) else None
+                if packets is not None:
+                    ep.in_flight += packets.size
+                    ep._room_freed()
+            if packets is not None:
+                self._send_chunk(packets)
+                sent = True
+                self.timing.inline_chunks += 1
+        except Exception as exc:  # the sender's thread raises it (run)
+            self.failed = exc
+        finally:
+            with ep._cond:
+                self.busy = False
+                if sent and self.pending and self.failed is None:  # wait for room again, in line as before
+                    need = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.flight_cap) // 2))
+                    ep._wait_room(self._wake, self.prio, need, self)
+                    ep._room_freed()
+                if not sent or self.failed is not None or self.busy_waited:
+                    self._wake.notify()
+
+    def _send_chunk(self, packets: np.ndarray) -> None:
+        """Send `packets` (their credit taken) and the probe that closes their chunk."""
+        ep = self.ep
+        lo, hi = int(packets.min()), int(packets.max())
+        again = packets[self.sent_once[packets]]
+        if again.size:
+            self.resent[again] = True
+            self.batch.headers["flags"][again] |= np.uint8(Flags.RETRANSMIT)
+            self.retransmitted += again.size  # counted when sent again, not when queued
+        self.sent_once[packets] = True
+        ep._transmit(self.batch, packets, self.dest)
+        self.last_sent = self.timing.last_sent = time.monotonic()
+        self.timing.first_sent = self.timing.first_sent or self.last_sent
+        self._open(lo, hi - lo + 1, packets, last=False)
 
     def _take(self, grant: int) -> np.ndarray:
         """Up to `grant` pending packets, in order, whose range one bitmap answer covers."""
@@ -292,10 +347,10 @@ class MessageSender:
         wakes only the sender it goes to (``_room_freed``); whether this sender's thread must
         wake: its message completed, no chunk is left unanswered, or the answers changed what
         it sends next (resends queued, packets shown missing). Room for its pending packets
-        wakes it through the room waiters. Awake, it takes the answers itself (False: nothing
-        done here, wake it)."""
-        if not self.parked:
-            return True
+        wakes it through the room waiters. Awake, or to be woken anyway (every chunk answered,
+        the message complete), it takes the answers itself (True, nothing done here)."""
+        if not self.parked or all(c.wait.answered for c in self.chunks) or any(c.wait.complete for c in self.chunks):
+            return True  # it wakes anyway: taken here, its answer would cost a GIL hand-off more
         pending, suspects = len(self.pending), len(self.suspects)
         for chunk in [c for c in self.chunks if c.wait.answered]:
             self.chunks.remove(chunk)
@@ -504,12 +559,15 @@ class MessageSender:
                     return
                 # the room _fill takes: a whole chunk while others are unanswered, else any
                 need = min(len(self.pending), MAX_CHUNK, max(4, int(ep.window.flight_cap) // 2)) if self.chunks else 1
-                ep._wait_room(self._wake, self.prio, need)
+                ep._wait_room(self._wake, self.prio, need, self)
             self.parked = True
             try:
                 self._wake.wait(min(max(timeout, 0.0), 0.05))
+                while self.busy:  # the receive thread sends a chunk of this message (send_turn)
+                    self.busy_waited = True
+                    self._wake.wait(0.05)
             finally:
-                self.parked = False
+                self.parked = self.busy_waited = False
             ep._room_wait_done(self._wake)
         waited = time.monotonic() - now
         if self.pending:

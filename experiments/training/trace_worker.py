@@ -544,7 +544,7 @@ def _dump_state(endpoint: Any) -> None:
     if endpoint is not None:
         w = endpoint.window
         print(f"endpoint at failure: cwnd {w.cwnd:.1f}, flight cap {w.flight_cap:.1f}, in flight "
-              f"{endpoint.in_flight}, senders waiting for room {len(getattr(endpoint, '_room_waiters', {}))}, "
+              f"{endpoint.in_flight}, senders waiting for room {len(getattr(endpoint, '_room', ()))}, "
               f"chunks awaiting answers {len(getattr(endpoint, '_waits', {}))}", file=sys.stderr)
         r = endpoint.reassembler
         for key, asm in list(getattr(r, "_open", {}).items())[:20]:  # messages still incomplete here
