@@ -5,7 +5,9 @@
  *            space) and, on loopback, UDP GSO (one datagram of up to 44 packets); the
  *            magnitude classes too, when asked, just before the kernel copies the values.
  * gfh_recv:  recvmmsg of up to `slots` datagrams with their IP TOS byte and UDP GRO segment
- *            size; coalesced datagrams are split back into packets.
+ *            size; coalesced datagrams are split back into packets. Given a hint (the message
+ *            the last run placed), a datagram's values are read straight into where that
+ *            message's next packet belongs, when that place holds nothing yet.
  * gfh_runs:  where the run of data packets of one message from one source ends.
  * gfh_classes: the magnitude class of each packet's values, in one pass.
  * gfh_place: checks a run's packets (bounds, length, duplicates) and places their values
@@ -192,23 +194,80 @@ int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, uint8_t *hdrs, const uint
     return done;
 }
 
+/* Where the next data packets of one message are expected (set by gfh_place in mode
+ * PLACE_AHEAD, cleared when the message completes there or by the caller): packets from
+ * src_ip:src_port whose header agrees with `hdr` (as gfh_runs compares them), `count`
+ * values each, the next one at element `next`. values/have/mark/tensor_len: the message's. */
+struct gfh_hint {
+    uint8_t *values;
+    const uint8_t *have;
+    uint8_t hdr[HDR];
+    uint32_t src_ip;
+    uint16_t src_port;
+    uint32_t tensor_len, next, count;
+    int mark;
+};
+
+/* Same message and source as the hint's (the fields gfh_runs compares). */
+static int hint_agrees(const struct gfh_hint *h, const uint8_t *b, uint32_t ip, uint16_t port) {
+    return ip == h->src_ip && port == h->src_port && b[0] == h->hdr[0] && !(b[1] & 0xF0) &&
+           memcmp(b + 2, h->hdr + 2, 10) == 0 && memcmp(b + 16, h->hdr + 16, 4) == 0;
+}
+
 /* Receive up to `slots` datagrams (MSG_DONTWAIT) into buf (slots x slot_size bytes) and list
  * their packets: off/len into buf, source, TOS byte. Returns packets listed (0: nothing
- * queued) or -errno. `max_pkts` must be at least slots x (slot_size / 28 + 1). */
+ * queued) or -errno. `max_pkts` must be at least slots x (slot_size / 28 + 1).
+ * hint (NULL or hint->values NULL: none): datagram k of the batch is read with its header in
+ * its slot and its values straight into the hinted message at element next + k x count,
+ * while those elements hold nothing yet (`have`) and lie inside the message; packets larger
+ * than half a slot only (one per datagram, never a GRO batch). A packet that is exactly the
+ * one expected there (source, header, offset, count, length) stays there: pay[p] is the
+ * address of its values; any other gets its values copied back behind its header in the
+ * slot (pay[p] 0, as for every packet read whole into its slot). So a message's elements that
+ * hold nothing may be written with other bytes until a packet brings them: the caller only
+ * hints messages whose elements that never arrive are set at completion. A packet left in
+ * place with no neighbour of its run in the list is copied back too (the caller handles
+ * such a packet by itself, from the slot). */
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
-             uint8_t *bad) {
+             uint8_t *bad, struct gfh_hint *hint, uint64_t *pay) {
     if (slots > BATCH) slots = BATCH;
     struct mmsghdr msgs[BATCH];
-    struct iovec iov[BATCH];
+    struct iovec iov[BATCH][3];
     struct sockaddr_in from[BATCH];
     union { char buf[CMSG_SPACE(sizeof(int)) * 2 + 16]; struct cmsghdr align; } ctl[BATCH];
+    uint8_t *dst[BATCH]; /* where datagram i's values were asked to go (NULL: its slot) */
+    uint32_t plen = 0;
+    const struct gfh_hint *h = hint;
+    if (h && (!h->values || key || h->count == 0 || HDR + 4 * h->count > slot_size ||
+              2 * (HDR + 4 * h->count) <= slot_size))
+        h = NULL;
+    if (h) plen = 4 * h->count;
     memset(msgs, 0, sizeof(msgs[0]) * (size_t)slots);
     for (int i = 0; i < slots; i++) {
-        iov[i].iov_base = buf + (size_t)i * slot_size;
-        iov[i].iov_len = slot_size;
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+        uint8_t *slot = buf + (size_t)i * slot_size;
+        dst[i] = NULL;
+        if (h) { /* the i-th next packet's place, while it holds nothing and lies inside */
+            uint64_t e = (uint64_t)h->next + (uint64_t)i * h->count;
+            if (e + h->count <= h->tensor_len && memchr(h->have + e, (uint8_t)h->mark, h->count) == NULL)
+                dst[i] = h->values + e * 4;
+            else
+                h = NULL; /* this one and the rest of the batch read whole into their slots */
+        }
+        if (dst[i]) {
+            iov[i][0].iov_base = slot;
+            iov[i][0].iov_len = HDR;
+            iov[i][1].iov_base = dst[i];
+            iov[i][1].iov_len = plen;
+            iov[i][2].iov_base = slot + HDR + plen;
+            iov[i][2].iov_len = slot_size - HDR - plen;
+            msgs[i].msg_hdr.msg_iovlen = 3;
+        } else {
+            iov[i][0].iov_base = slot;
+            iov[i][0].iov_len = slot_size;
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        msgs[i].msg_hdr.msg_iov = iov[i];
         msgs[i].msg_hdr.msg_name = &from[i];
         msgs[i].msg_hdr.msg_namelen = sizeof from[i];
         msgs[i].msg_hdr.msg_control = ctl[i].buf;
@@ -234,6 +293,16 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
         }
         if (seg == 0 || seg >= total) seg = total;
         uint32_t base = (uint32_t)i * slot_size;
+        uint64_t placed = 0; /* the address of its values when it stays where they were read */
+        if (dst[i]) { /* stays there only when it is the packet expected there */
+            const uint8_t *b = buf + base;
+            uint64_t e = (uint64_t)(dst[i] - hint->values) / 4;
+            if (seg == total && total == HDR + plen && hint_agrees(hint, b, from[i].sin_addr.s_addr, from[i].sin_port) &&
+                be32(b + 12) == e && be16(b + 20) == hint->count && be32(b + 24) < hint->tensor_len)
+                placed = (uint64_t)(uintptr_t)dst[i];
+            else if (total > HDR)
+                memcpy(buf + base + HDR, dst[i], total - HDR < plen ? total - HDR : plen);
+        }
         for (uint32_t at = 0; at < total && p < max_pkts; at += seg) {
             off[p] = base + at;
             len[p] = total - at < seg ? total - at : seg;
@@ -241,6 +310,7 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
             src_port[p] = from[i].sin_port;
             tos[p] = t;
             bad[p] = 0;
+            pay[p] = at == 0 ? placed : 0;
             if (key) { /* a job key: the packet ends in its tag, or it is dropped (len 0, bad) */
                 uint8_t want[TAG];
                 const uint8_t *d = buf + off[p];
@@ -258,6 +328,24 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
             }
             p++;
             if (seg < HDR) break; /* not DLCP packets: one truncated datagram */
+        }
+    }
+    /* A packet left in place needs a neighbour of its run (same source and header fields),
+     * or it is copied back into its slot (the caller handles a lone packet from there). */
+    for (int q = 0; q < p; q++) {
+        if (!pay[q]) continue;
+        const uint8_t *a = buf + off[q];
+        int paired = 0;
+        for (int d = -1; d <= 1 && !paired; d += 2) {
+            int o = q + d;
+            if (o < 0 || o >= p || len[o] < HDR) continue;
+            const uint8_t *b = buf + off[o];
+            paired = src_ip[o] == src_ip[q] && src_port[o] == src_port[q] && b[0] == a[0] && !(b[1] & 0xF0) &&
+                     memcmp(a + 2, b + 2, 10) == 0 && memcmp(a + 16, b + 16, 4) == 0;
+        }
+        if (!paired) {
+            memcpy(buf + off[q] + HDR, (const uint8_t *)(uintptr_t)pay[q], len[q] - HDR);
+            pay[q] = 0;
         }
     }
     return p;
@@ -294,19 +382,27 @@ static void add_f32(uint8_t *values, const uint8_t *src, uint32_t n) {
     }
 }
 
-/* Check packets i..n of a run of `tensor_len` elements and place them. `have` (per element)
+/* Check packets i..n of a run of `tensor_len` elements and place them (values from pay[j]
+ * when set, else behind the header in buf). `have` (per element)
  * and `seqs` (per packet) hold `mark` where something arrived; any other byte means nothing
  * did (so a reused map needs no zeroing: the next message takes the next mark). values/have/seqs NULL:
  * stop at the first packet that passes the packet checks (R_USED tells which) without using
  * it. mode 1: every packet passing the checks is counted in R_OTHER (late, inconsistent...).
  * Otherwise place (mode 0) or add to what `values` holds (mode 2), each element once (the
  * first packet that brings it), and stop after the packet that completes the message
- * (received == tensor_len). res[R_USED] is the index after the last packet looked at. */
+ * (received == tensor_len). res[R_USED] is the index after the last packet looked at.
+ * mode 3: place as mode 0, then point `hint` (when given) at the next packet of the message
+ * (the caller sets the elements that never arrive at completion, so gfh_recv may read values
+ * straight into elements that hold nothing). A hint at a message completed here is cleared. */
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
                uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res,
-               int mark) {
+               int mark, const uint64_t *pay, const uint32_t *src_ip, const uint16_t *src_port,
+               struct gfh_hint *hint) {
     const uint8_t m = (uint8_t)mark;
     for (int k = 0; k < R_SLOTS; k++) res[k] = 0;
+    int ahead = mode == 3;
+    if (ahead) mode = 0;
+    int last = -1; /* the last packet placed */
     int j = i;
     for (; j < n; j++) {
         const uint8_t *p = buf + off[j];
@@ -330,11 +426,12 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
             continue;
         }
         seqs[seq] = m;
-        const uint8_t *src = p + HDR;
+        const uint8_t *src = pay && pay[j] ? (const uint8_t *)(uintptr_t)pay[j] : p + HDR;
+        last = j;
         if (memchr(have + offset, m, count) == NULL) {
             if (mode == 2)
                 add_f32(values + (size_t)offset * 4, src, count);
-            else
+            else if (src != values + (size_t)offset * 4) /* else read there already (gfh_recv) */
                 memcpy(values + (size_t)offset * 4, src, (size_t)count * 4);
             res[R_RECEIVED] += count;
         } else {
@@ -355,6 +452,21 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
         }
     }
     res[R_USED] = j;
+    if (!hint) return;
+    if (received + res[R_RECEIVED] == (int64_t)tensor_len) { /* complete: nothing more goes there */
+        if (hint->values == values) hint->values = NULL;
+    } else if (ahead && last >= 0) { /* the next packets of this message from this source */
+        const uint8_t *p = buf + off[last];
+        memcpy(hint->hdr, p, HDR);
+        hint->values = values;
+        hint->have = have;
+        hint->mark = mark;
+        hint->tensor_len = tensor_len;
+        hint->count = be16(p + 20);
+        hint->next = be32(p + 12) + hint->count;
+        hint->src_ip = src_ip[last];
+        hint->src_port = src_port[last];
+    }
 }
 
 /* Magnitude class (class_of) of each run of `count` values (the last run may be shorter). */

@@ -19,7 +19,11 @@ packet by packet.
 * :class:`BatchReceiver` reads up to 64 datagrams per ``recvmmsg`` with their IP TOS bytes
   and GRO segment sizes, lists their packets, finds runs of one message's data and places a
   run's values into the message's arrays, or adds them to what the array holds (:meth:`Reassembler.handle_run
-  <hosts.receiver.Reassembler.handle_run>` decides everything else).
+  <hosts.receiver.Reassembler.handle_run>` decides everything else). Packets larger than half
+  a slot (64 kB datagrams on loopback) of the message the last run placed in mode
+  ``PLACE_AHEAD`` are read straight into where they belong, when that place holds nothing
+  yet: a packet that turns out to be another is copied back into its slot, so the values of
+  the expected ones are copied once, by the kernel.
 """
 
 from __future__ import annotations
@@ -51,15 +55,25 @@ CDEF = """
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, uint8_t *hdrs, const uint8_t *values,
              uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
              int n, int gso, const uint8_t *key, int keylen, int classes);
+struct gfh_hint {
+    uint8_t *values;
+    const uint8_t *have;
+    uint8_t hdr[28];
+    uint32_t src_ip;
+    uint16_t src_port;
+    uint32_t tensor_len, next, count;
+    int mark;
+};
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
-             uint8_t *bad);
+             uint8_t *bad, struct gfh_hint *hint, uint64_t *pay);
 int gfh_auth_init(const char *library);
 int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
              const uint16_t *src_port, int i, int n);
 void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int i, int n, uint32_t tensor_len,
                uint8_t *values, uint8_t *have, uint8_t *seqs, int64_t received, int mode, int64_t *res,
-               int mark);
+               int mark, const uint64_t *pay, const uint32_t *src_ip, const uint16_t *src_port,
+               struct gfh_hint *hint);
 void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out);
 """
 SOL_UDP = 17
@@ -69,8 +83,10 @@ UDP_GRO = 104
 GSO_PACKETS = 44
 #: Result slots of gfh_place.
 R_USED, R_DATA, R_DUP, R_OOB, R_PAYLOAD, R_RECEIVED, R_OTHER = range(7)
-#: Modes of gfh_place: place the values, count the packets as unusable, add the values.
-PLACE, COUNT_OTHER, ADD = 0, 1, 2
+#: Modes of gfh_place: place the values, count the packets as unusable, add the values, place
+#: them and let the next packets of the message be read straight into it (its elements that
+#: never arrive must be set at completion: they may be written with other bytes before).
+PLACE, COUNT_OTHER, ADD, PLACE_AHEAD = 0, 1, 2, 3
 
 
 class FastPathError(RuntimeError):
@@ -300,6 +316,9 @@ class BatchReceiver:
 
     SLOTS = 32
     SLOT_SIZE = 65536
+    #: Datagrams per recvmmsg while a hint is set: after a packet that is not the one expected,
+    #: the rest of the batch is copied back, so a short batch wastes less when messages alternate.
+    AHEAD_SLOTS = 8
 
     def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None) -> None:
         """`sock` None: no socket; :meth:`load` fills the batch (tests). `key`: the job key;
@@ -316,19 +335,30 @@ class BatchReceiver:
         self.src_port = np.zeros(self.max_pkts, dtype=np.uint16)
         self.tos = np.zeros(self.max_pkts, dtype=np.uint8)
         self.bad = np.zeros(self.max_pkts, dtype=np.uint8)
+        self.pay = np.zeros(self.max_pkts, dtype=np.uint64)  # a packet's values' address when read in place
         self.res = np.zeros(8, dtype=np.int64)
         p = nat.ptr
         self._c = (p(self.buf), p(self.off, "uint32_t[]"), p(self.len, "uint32_t[]"),
                    p(self.src_ip, "uint32_t[]"), p(self.src_port, "uint16_t[]"), p(self.tos), p(self.res, "int64_t[]"),
-                   p(self.bad))
+                   p(self.bad), p(self.pay, "uint64_t[]"))
+        self.hint = nat.ffi.new("struct gfh_hint *")
+        #: The message the hint points into, and its C pointers (kept alive while it does).
+        self._hinted: tuple[Any, Any] | None = None
         self.view = memoryview(self.buf)
         self._sources: dict[tuple[int, int], tuple[str, int]] = {}  # (ip, port) as received -> address
 
     def recv(self) -> int:
         """Packets of the next batch (0: nothing queued); OSError on a socket error."""
         c = self._c
-        n = self.nat.lib.gfh_recv(self.fd, c[0], self.SLOTS, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
-                                  self.max_pkts, *self._key, c[7])
+        hint, hinted, slots = self.hint, self._hinted, self.SLOTS
+        if hinted is not None:
+            if hinted[0].cptrs is None:  # its message completed (Reassembler._complete drops cptrs)
+                hint.values = self.nat.ffi.NULL
+                self._hinted = None
+            elif 2 * (28 + 4 * hint.count) > self.SLOT_SIZE:  # packets that gfh_recv reads in place
+                slots = min(slots, self.AHEAD_SLOTS)
+        n = self.nat.lib.gfh_recv(self.fd, c[0], slots, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
+                                  self.max_pkts, *self._key, c[7], hint, c[8])
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         return int(n)
@@ -341,6 +371,7 @@ class BatchReceiver:
             self.off[i], self.len[i], self.tos[i] = at, len(data), t
             self.src_ip[i] = int.from_bytes(socket.inet_aton(ip), "little")
             self.src_port[i] = int.from_bytes(port.to_bytes(2, "big"), "little")
+            self.pay[i] = 0
             at += len(data)
         return len(datagrams)
 
@@ -363,11 +394,22 @@ class BatchReceiver:
         return self.view[o:o + int(self.len[i])]
 
     def place(self, i: int, n: int, tensor_len: int, arrays: tuple[Any, Any, Any] | None, received: int,
-              mode: int, mark: int = 1) -> np.ndarray:
-        """gfh_place over packets i..n in `mode` (PLACE, COUNT_OTHER or ADD), the maps marking
-        what arrived with `mark` (1..255); the result slots (R_*)."""
+              mode: int, mark: int = 1, owner: Any = None) -> np.ndarray:
+        """gfh_place over packets i..n in `mode` (PLACE, COUNT_OTHER, ADD or PLACE_AHEAD), the maps
+        marking what arrived with `mark` (1..255); the result slots (R_*). PLACE_AHEAD needs
+        `owner`, the message whose `arrays` these are: the next batches may read its packets in
+        place for as long as its ``cptrs`` is not None (an open message)."""
         c = self._c
         ffi = self.nat.ffi
         values, have, seqs = arrays if arrays is not None else (ffi.NULL, ffi.NULL, ffi.NULL)
-        self.nat.lib.gfh_place(c[0], c[1], c[2], i, n, tensor_len, values, have, seqs, received, mode, c[6], mark)
+        if mode == PLACE_AHEAD and (owner is None or self._key[1]):
+            mode = PLACE  # no owner to tell when it completes; keyed datagrams are checked whole
+        self.nat.lib.gfh_place(c[0], c[1], c[2], i, n, tensor_len, values, have, seqs, received, mode, c[6], mark,
+                               c[8], c[3], c[4], self.hint)
+        if mode == PLACE_AHEAD or self._hinted is not None:
+            at = int(ffi.cast("uintptr_t", self.hint.values))
+            if at == 0:
+                self._hinted = None
+            elif mode == PLACE_AHEAD and at == int(ffi.cast("uintptr_t", values)):
+                self._hinted = (owner, arrays)
         return self.res

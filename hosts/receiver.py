@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from hosts.fastpath import ADD, COUNT_OTHER, PLACE
+from hosts.fastpath import ADD, COUNT_OTHER, PLACE, PLACE_AHEAD
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
 from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags,
                         MsgType, pack_bitmap, probe_capacity)
@@ -277,7 +277,9 @@ class Reassembler:
             assert asm is not None
             if asm.cptrs is None:
                 asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
-            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, ADD if asm.add else PLACE, asm.mark)
+            # values that never arrive are set at completion (fill): later packets may be read in place
+            mode = ADD if asm.add else PLACE if asm.fill is None else PLACE_AHEAD
+            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, mode, asm.mark, owner=asm)
             k = self._place_counts(res)
             self.stats.data_packets += int(res[1])
             self.stats.duplicates += int(res[2])
@@ -473,7 +475,7 @@ class Reassembler:
         self._spare_bytes += 2 * len(asm.have)
         while len(self._spare_maps) > SPARE_MAPS or self._spare_bytes > SPARE_MAP_BYTES:
             self._spare_bytes -= 2 * len(self._spare_maps.pop(0)[0])
-        asm.cptrs = None
+        asm.cptrs = None  # also ends BatchReceiver's reading of this message's packets in place
         return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source, lost=lost_at)
 
     def _drop(self, reason: DropReason) -> tuple[list[bytes], list[Delivered]]:
