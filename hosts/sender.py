@@ -24,8 +24,11 @@ answered chunks halves it at once, and the cut is taken back when the packets ar
 (late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). A completed
 message ends at once when the answers since its completion cover every packet not seen to
 arrive (they show what the receiver completed with); otherwise it asks once over the rest. An answer
-wakes only the sender it is for; room in the window wakes the highest-priority sender waiting
-for it.
+to a sleeping sender is taken on the receive thread (``on_answer``), which wakes the sender only
+when it must act; room in the window goes to the highest-priority sender waiting for it, and
+when it frees on the receive thread for a sleeping sender, the receive thread sends that
+sender's next chunk (``send_turn``) if the pacer lets it leave at once, else wakes it
+(:mod:`hosts.room`).
 """
 
 from __future__ import annotations
