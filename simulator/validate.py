@@ -68,7 +68,7 @@ from simulator.fabric_runs import Run, load_runs, not_results
 from simulator.host_model import (CALIBRATED_APART, COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, best_cost,
                                    cross_validated, host_pps, run_available)
 from simulator.traces import ModelTrace, load_trace
-from simulator.validate_report import write_report
+from simulator.validate_report import clean_section, summary, write_report
 
 #: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -119,6 +119,9 @@ BOOTSTRAP, CLEAR_ORDER = 1_000, 0.95
 FRAME_BYTES = 1500
 #: The trace worker's caps (experiments/training/trace_worker.py), divided by b at run time.
 DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PARTITION_BYTES = 25 * 2**20, 1 * 2**20, 4 * 2**20
+#: Sweeps reported apart as well (``validate``'s ``clean``): the 10-pair sweep (experiments/README.md,
+#: "The 10-pair sweep"; one commit, 10 interleaved rounds, a quiet machine), by folder name.
+CLEAN_PREFIX, CLEAN_TITLE = "trace10-", "The 10-pair sweep alone"
 
 
 @dataclass(frozen=True)
@@ -415,11 +418,13 @@ def iteration_spread(runs: Sequence[Run], kinds: Sequence[str] = SPREAD_KINDS,
 
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
              baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
-             without: frozenset[str] = frozenset(), calibrated: Calibration | None = None) -> str:
+             without: frozenset[str] = frozenset(), calibrated: Calibration | None = None,
+             clean: str = CLEAN_PREFIX) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
     taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out;
-    ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand."""
+    ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand; ``clean``:
+    sweeps whose folder name starts so are also summarised alone (:func:`clean_set`; "": none)."""
     if not without <= set(TERMS):
         raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
     if cpu_measure not in CPU_MEASURES:
@@ -451,6 +456,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     errors: dict[str, list[float]] = defaultdict(list)
     by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
     run_times: dict[tuple[str, str, float, str], list[list[float]]] = {}
+    run_draws: dict[int, np.ndarray] = {}
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], order.get(k[3], 99))):
         kind, scenario, pps, config = key
         members = [runs[i] for i in groups[key]]
@@ -484,6 +490,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                 factor = np.random.default_rng(SPREAD_SEED + i).choice(ratios, len(pred.draws)) \
                     if ratios is not None else 1.0
                 draws.append(pred.draws * factor)
+                run_draws[i] = draws[-1]
                 plain.append(zero.draws * factor)
                 preds.append(pred)
                 cal.append((cost, n))
@@ -512,9 +519,41 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     skipped = not_results(results)
     note = (f"Left out: the runs of {', '.join(skipped)}, whose README.md marks them as no result of the "
             "project's code.\n\n" if skipped else "")
-    return write_report(out, command, rows, rank_rows, points, errors, family_rows, note)
+    section = ""
+    if clean:
+        section, clean_errors, clean_ranks = clean_set(runs, run_draws, clean)
+        if section:
+            note += f"{CLEAN_TITLE} (the section below): " + summary(clean_errors, clean_ranks) + "\n\n"
+    return write_report(out, command, rows, rank_rows, points, errors, family_rows, note, section)
 
 
-__all__ = ["DLCP_MESSAGE_CPU_S", "TERMS", "Calibration", "RunPrediction", "calibrate", "clear_verdict", "cost_family",
+def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],
+              prefix: str) -> tuple[str, dict[str, list[float]], list[list[str]]]:
+    """The runs of the sweeps named ``prefix``* alone, grouped as in the table, each with the
+    predicted draws it has there (``run_draws`` by run index; runs out of reach are left out):
+    the Markdown section (:func:`simulator.validate_report.clean_section`), the |p50 errors| by
+    job kind and the ranking rows."""
+    groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)
+    for i, run in enumerate(runs):
+        if run.sweep.startswith(prefix) and i in run_draws:
+            groups[(run.kind, run.scenario_label, run.port_pps, run.config)].append(i)
+    rows, errors = [], defaultdict(list)
+    values: dict[tuple[str, str, float], dict[str, tuple[float, float, list[list[float]]]]] = defaultdict(dict)
+    for (kind, scenario, pps, config), members in sorted(groups.items()):
+        m50 = float(np.percentile([t for i in members for t in runs[i].iterations], 50))
+        p50 = float(np.percentile(np.concatenate([run_draws[i] for i in members]), 50))
+        errors[kind].append(abs(_error(p50, m50)))
+        values[(kind, scenario, pps)][config] = (m50, p50, [runs[i].iterations for i in members])
+        rows.append([kind, scenario, f"{pps:,.0f}", config, str(len(members)), f"{m50 * 1e3:,.1f}",
+                     f"{p50 * 1e3:,.1f}", f"{_error(p50, m50):+.0%}"])
+    rank_rows = [[kind, scenario, f"{pps:,.0f}"]
+                 + rank_row({c: v[0] for c, v in found.items()}, {c: v[1] for c, v in found.items()},
+                            {c: v[2] for c, v in found.items()})
+                 for (kind, scenario, pps), found in sorted(values.items()) if len(found) >= 2]
+    sweeps = sorted({runs[i].sweep for members in groups.values() for i in members})
+    return clean_section(CLEAN_TITLE, sweeps, errors, rows, rank_rows), dict(errors), rank_rows
+
+
+__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "TERMS", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family",
            "host_baseline", "iteration_spread",
            "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]

@@ -18,6 +18,8 @@ HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "sweeps", "runs", 
 RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same",
                "same in every clearly ordered pair", "pairs in the same order", "of the pairs the runs order clearly",
                "pairs predicted the other way (share of resamples keeping the measured order)"]
+CLEAN_HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "runs", "p50 measured (ms)", "p50 predicted (ms)",
+                "p50 error"]
 FAMILY_HEADER = ["family", "sweeps", "runs", "host cost per fold (us/pkt, each fitted without one sweep)",
                  "fitted on every run (us/pkt; for reference, not used)"]
 
@@ -28,8 +30,9 @@ def _median(values: Sequence[float]) -> str:
 
 def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_rows: Sequence[Sequence[str]],
                  points: Sequence[tuple[str, float, float, float, float]], errors: Mapping[str, Sequence[float]],
-                 family_rows: Sequence[Sequence[str]] = (), note: str = "") -> str:
-    """Write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``; return the Markdown."""
+                 family_rows: Sequence[Sequence[str]] = (), note: str = "", clean: str = "") -> str:
+    """Write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``; return the Markdown.
+    ``clean``: a section on a subset of the sweeps (:func:`clean_section`), after the table."""
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -37,6 +40,30 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
     writer.writerows(rows)
     (out / "validation.csv").write_text(buf.getvalue())
     _plot(points, out / "validation.png")
+    md = (
+        "# The simulator against the training experiment's runs\n\n"
+        f"Made by `{command}`. Model: simulator/validate.py, simulator/fabric_model.py and "
+        "simulator/host_model.py (module docs). Host costs per packet are calibrated leave one sweep out: "
+        "each run is predicted with costs fitted on the other sweeps' runs only.\n\n"
+        + "Median absolute error of the predicted iteration p50: " + summary(errors, rank_rows) + "\n\n"
+        + note
+        + markdown_table(HEADER, rows)
+        + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
+        + markdown_table(RANK_HEADER, rank_rows)
+        + "\n**Host cost per packet** by family (seconds of an uncontended CPU per packet the busiest host "
+        "sends or receives):\n\n"
+        + markdown_table(FAMILY_HEADER, family_rows)
+        + clean
+        + "\n![](validation.png)\n"
+    )
+    (out / "validation.md").write_text(md)
+    return md
+
+
+def summary(errors: Mapping[str, Sequence[float]], rank_rows: Sequence[Sequence[str]]) -> str:
+    """The median |p50 error| over the groups (``errors`` by job kind) and how many scenarios and
+    pairs of ``rank_rows`` (:func:`simulator.validate.rank_row` after job, scenario, port) keep the
+    measured order, as one sentence."""
     every = [e for values in errors.values() for e in values]
     per_kind = ", ".join(f"{kind} job {_median(v)} over {len(v)}" for kind, v in sorted(errors.items()))
     same = sum(1 for r in rank_rows if r[5] == "yes")
@@ -46,30 +73,25 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
     pairs = sum(int(r[7].split()[-1]) for r in rank_rows)
     kept_clear = sum(int(r[8].split()[0]) for r in rank_rows)
     clear = sum(int(r[8].split()[-1]) for r in rank_rows)
-    md = (
-        "# The simulator against the training experiment's runs\n\n"
-        f"Made by `{command}`. Model: simulator/validate.py, simulator/fabric_model.py and "
-        "simulator/host_model.py (module docs). Host costs per packet are calibrated leave one sweep out: "
-        "each run is predicted with costs fitted on the other sweeps' runs only.\n\n"
-        f"Median absolute error of the predicted iteration p50: **{_median(every)}** over {len(every)} "
-        f"job x scenario x configuration x port-rate groups ({per_kind}; target 10%, goal 5%). "
-        f"Same ranking of configurations in {same} of {len(rank_rows)} scenarios; the same order of every "
-        f"clearly ordered pair in {same_clear} of {len(rank_rows)}"
-        + (f" (where the strict ranking differs only in pairs the runs do not order clearly: "
-           f"{', '.join(only_unclear)})" if only_unclear else "")
-        + f"; {kept} of {pairs} pairs of configurations in the same order, {kept_clear} of the {clear} pairs "
-        "whose measured order is clear (kept by at least 95% of 1,000 resamples of the runs).\n\n"
-        + note
-        + markdown_table(HEADER, rows)
-        + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
-        + markdown_table(RANK_HEADER, rank_rows)
-        + "\n**Host cost per packet** by family (seconds of an uncontended CPU per packet the busiest host "
-        "sends or receives):\n\n"
-        + markdown_table(FAMILY_HEADER, family_rows)
-        + "\n![](validation.png)\n"
-    )
-    (out / "validation.md").write_text(md)
-    return md
+    return (f"**{_median(every)}** over {len(every)} job x scenario x configuration x port-rate groups ({per_kind}; "
+            f"target 10%, goal 5%). Same ranking of configurations in {same} of {len(rank_rows)} scenarios; the "
+            f"same order of every clearly ordered pair in {same_clear} of {len(rank_rows)}"
+            + (f" (where the strict ranking differs only in pairs the runs do not order clearly: "
+               f"{', '.join(only_unclear)})" if only_unclear else "")
+            + f"; {kept} of {pairs} pairs of configurations in the same order, {kept_clear} of the {clear} pairs "
+            "whose measured order is clear (kept by at least 95% of 1,000 resamples of the runs).")
+
+
+def clean_section(title: str, sweeps: Sequence[str], errors: Mapping[str, Sequence[float]],
+                  rows: Sequence[Sequence[str]], rank_rows: Sequence[Sequence[str]]) -> str:
+    """A section on the runs of ``sweeps`` alone (each predicted as in the table above): their
+    summary, their groups and their ranking."""
+    if not rows:
+        return ""
+    return (f"\n## {title}\n\nThe runs of {', '.join(sweeps)} alone, each predicted as above (the same "
+            "host costs and spread, from the other sweeps). Median absolute error of the predicted iteration p50: "
+            + summary(errors, rank_rows) + "\n\n" + markdown_table(CLEAN_HEADER, rows)
+            + "\n" + markdown_table(RANK_HEADER, rank_rows))
 
 
 def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) -> None:

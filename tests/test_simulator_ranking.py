@@ -98,3 +98,27 @@ def test_a_star_splits_the_fifo_between_its_pushes_and_the_background() -> None:
     assert star.queued_packets == fifo.queued_packets
     above = port_model(port_pps=1000, queue_packets=32, background="tcp", job_above_background=True)
     assert split_fifo(above, 4) == above  # one class up: no shared queue, no loss
+
+
+def test_the_clean_sweeps_are_summarised_alone() -> None:
+    import numpy as np
+
+    from simulator.validate import clean_set
+
+    def run(sweep: str, config: str, times: list[float]) -> Run:
+        return Run(sweep, "r", "tcp", config, 20_000.0, 51, times, job={"model": "resnet50"})
+
+    runs = [run("trace10-x", "ddp-tcp", [1.0, 1.0, 1.0]),  # predicted 1.1 s: +10%
+            run("trace10-x", "dlcp", [2.0, 2.0]),  # predicted 1.0 s: -50%, and before ddp-tcp
+            run("old", "ddp-tcp", [5.0]),  # another sweep: not in the clean set
+            run("trace10-x", "p3-tcp", [1.5])]  # out of reach (no draws): left out
+    draws = {0: np.array([1.1, 1.1]), 1: np.array([1.0, 1.0]), 2: np.array([5.0])}
+    section, errors, ranks = clean_set(runs, draws, "trace10-")
+    assert errors == {"trace": pytest.approx([0.1, 0.5])}
+    assert ranks == [["trace", "tcp", "20,000", "ddp-tcp < dlcp", "dlcp < ddp-tcp", "no", "no", "0 of 1", "0 of 1",
+                      "ddp-tcp < dlcp (100%, clear)"]]
+    assert "| trace | tcp | 20,000 | ddp-tcp | 1 | 1,000.0 | 1,100.0 | +10% |" in section
+    assert "| trace | tcp | 20,000 | dlcp | 1 | 2,000.0 | 1,000.0 | -50% |" in section
+    assert "The runs of trace10-x alone" in section and "old" not in section and "p3-tcp" not in section
+    assert "**30%** over 2 job x scenario" in section  # the median of 10% and 50%
+    assert clean_set(runs, draws, "none-") == ("", {}, [])
