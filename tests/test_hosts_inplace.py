@@ -157,6 +157,8 @@ def _transfer(monkeypatch: pytest.MonkeyPatch, bound: float, relayed: bool) -> t
         return n
 
     monkeypatch.setattr(fastpath.BatchReceiver, "recv", counting)
+    # 4 datagrams per recvmmsg: a message spans several batches however late the receiver reads
+    monkeypatch.setattr(fastpath.BatchReceiver, "SLOTS", 4)
     bounds = {MsgType.GRADIENT: bound, MsgType.PARAMETER: bound}
     tensors = [np.random.default_rng(i).standard_normal(150_000 + 17_000 * i, dtype=np.float32) for i in range(6)]
     sender = Endpoint(worker_id=1, bounds=bounds, count=None)
