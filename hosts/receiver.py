@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from hosts.arrays import ArrayPool
 from hosts.fastpath import ADD, COUNT_OTHER, PLACE, PLACE_AHEAD
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
 from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags,
@@ -92,7 +93,7 @@ class Assembly:
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
                  out: np.ndarray | None = None, maps: tuple[bytearray, bytearray, int] | None = None,
-                 add: bool = False) -> None:
+                 add: bool = False, pool: ArrayPool | None = None) -> None:
         """`out`: the array to rebuild the message in (its caller's memory), when it fits;
         `add`: add the values that arrive to what `out` holds instead (`initial` unused).
         `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs`, and the mark
@@ -113,7 +114,7 @@ class Assembly:
             assert initial is not None
             self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
         else:  # not zeroed: the values that never arrive are set to 0 at completion
-            self.values = np.empty(tensor_len, dtype=_F32)
+            self.values = np.empty(tensor_len, dtype=_F32) if pool is None else pool.take(tensor_len)
             self.fill = 0.0
         self.raw = memoryview(self.values).cast("B")  # the values' bytes, for plain copies
         if maps is not None and len(maps[0]) == len(maps[1]) == tensor_len:
@@ -163,6 +164,7 @@ class Reassembler:
         self.stats = ReceiverStats()
         self._open: dict[MessageKey, Assembly] = {}
         self._spare_maps: list[tuple[bytearray, bytearray, int]] = []  # have/seqs/mark of completed messages
+        self._arrays = ArrayPool()  # new messages' arrays, reused once their users dropped them
         self._spare_bytes = 0  # their bytes
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
         self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
@@ -374,7 +376,7 @@ class Reassembler:
             self._spare_maps.remove(maps)
             self._spare_bytes -= 2 * tensor_len
         out, add = self._into.pop(key, (None, False))
-        asm = Assembly(key, tensor_len, initial, source, out, maps, add)
+        asm = Assembly(key, tensor_len, initial, source, out, maps, add, self._arrays)
         self._open[key] = asm
         self._open_elements += tensor_len
         return asm
