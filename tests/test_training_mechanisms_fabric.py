@@ -24,6 +24,7 @@ Figures come from counters and records, never from timing.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
@@ -96,9 +97,12 @@ def _recording_site(fabric: Any) -> Any:
         def __init__(self, fabric: Any) -> None:
             super().__init__(fabric)
             self.snapshots: list[dict[str, Any]] = []
+            self.seconds: list[float] = []  # each snapshot's wall time (printed: a snapshot is a run's largest cost)
 
         def snapshot(self) -> dict[str, Any]:
+            t0 = time.monotonic()
             taken = super().snapshot()
+            self.seconds.append(time.monotonic() - t0)
             self.snapshots.append(taken)
             return taken
 
@@ -119,6 +123,7 @@ class Site:
         from experiments.trace_sweep import PlannedRun, TraceSettings, run_trace_once
         from experiments.training.trace_worker import TraceJob
 
+        t0 = time.monotonic()
         settings = TraceSettings(job=TraceJob(iterations=3, k=1.0, timeout_s=120.0, **job), job_timeout_s=400.0)
         nodes = {h: self.fabric.node(h) for h in RANK_HOSTS}
         udp, taken = {h: _udp_drops(n) for h, n in nodes.items()}, len(self.trace_site.snapshots)
@@ -133,7 +138,9 @@ class Site:
         run = self.runs[label] = FabricRun(record, switches, udp)
         totals = {k: sum(int(r["totals"].get(k, 0)) for r in run.ranks())
                   for k in ("packets", "retransmitted", "received_packets", "eligible", "lost", "reordered")}
-        print(f"{label}: {record['seconds']} s training; switches: {record['switch']['magnitude_drops']} magnitude "
+        print(f"{label}: {time.monotonic() - t0:.1f} s in all, {record['seconds']} s training, ranks up after "
+              f"{record['phases'].get('ranks_up')} s, counter snapshots {self.trace_site.seconds[-2]:.1f} + "
+              f"{self.trace_site.seconds[-1]:.1f} s; switches: {record['switch']['magnitude_drops']} magnitude "
               f"drops, {record['switch']['queue_drops']} queue drops; ranks: {totals}")
         return run
 
