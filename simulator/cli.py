@@ -149,6 +149,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "share the switches by their recorded CPU use, else equally), incast-flows (a star's TCP "
                           "pushes as one flow per worker in the server's FIFO), message-cost (the DLCP transport's "
                           "measured CPU per message on the GSO transport's runs)")
+    val.add_argument("--notes", type=Path, default=None,
+                     help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--out", type=Path, default=None,
                      help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
     val.set_defaults(handler=_validate)
@@ -275,11 +277,17 @@ def _validate(args: argparse.Namespace) -> int:
         command += f" --cpu {args.cpu}"
     if args.without:
         command += f" --without {','.join(sorted(args.without))}"
+    if args.notes is not None:
+        command += f" --notes {_shown(args.notes)}"
     out = default_results() / "validation" if args.out is None else args.out
     if args.out is not None:
         command += f" --out {_shown(args.out)}"
+    try:
+        notes = args.notes.read_text().strip() if args.notes is not None else ""
+    except OSError as exc:
+        raise SimulatorError(f"--notes {args.notes}: {exc.strerror}") from None
     print(validate(args.results, out, args.job_trace, args.traces, command, args.baseline, cpu_measure=args.cpu,
-                   without=args.without), end="")
+                   without=args.without, notes=notes), end="")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -419,12 +419,14 @@ def iteration_spread(runs: Sequence[Run], kinds: Sequence[str] = SPREAD_KINDS,
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
              baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
              without: frozenset[str] = frozenset(), calibrated: Calibration | None = None,
-             clean: str = CLEAN_PREFIX) -> str:
+             clean: str = CLEAN_PREFIX, notes: str = "") -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
     taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out;
     ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand; ``clean``:
-    sweeps whose folder name starts so are also summarised alone (:func:`clean_set`; "": none)."""
+    sweeps whose folder name starts so are also summarised alone (:func:`clean_set`; "": none);
+    ``notes``: Markdown put under the ranking table."""
+    under_ranking = notes
     if not without <= set(TERMS):
         raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
     if cpu_measure not in CPU_MEASURES:
@@ -524,7 +526,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         section, clean_errors, clean_ranks = clean_set(runs, run_draws, clean)
         if section:
             note += f"{CLEAN_TITLE} (the section below): " + summary(clean_errors, clean_ranks) + "\n\n"
-    return write_report(out, command, rows, rank_rows, points, errors, family_rows, note, section)
+    return write_report(out, command, rows, rank_rows, points, errors, family_rows, note, section, under_ranking)
 
 
 def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],

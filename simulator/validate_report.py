@@ -30,9 +30,10 @@ def _median(values: Sequence[float]) -> str:
 
 def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_rows: Sequence[Sequence[str]],
                  points: Sequence[tuple[str, float, float, float, float]], errors: Mapping[str, Sequence[float]],
-                 family_rows: Sequence[Sequence[str]] = (), note: str = "", clean: str = "") -> str:
+                 family_rows: Sequence[Sequence[str]] = (), note: str = "", clean: str = "", notes: str = "") -> str:
     """Write ``validation.md``, ``validation.csv`` and ``validation.png`` under ``out``; return the Markdown.
-    ``clean``: a section on a subset of the sweeps (:func:`clean_section`), after the table."""
+    ``clean``: a section on a subset of the sweeps (:func:`clean_section`), after the table; ``notes``:
+    Markdown under the ranking table."""
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -50,6 +51,7 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
         + markdown_table(HEADER, rows)
         + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
         + markdown_table(RANK_HEADER, rank_rows)
+        + (f"\n{notes}\n" if notes else "")
         + "\n**Host cost per packet** by family (seconds of an uncontended CPU per packet the busiest host "
         "sends or receives):\n\n"
         + markdown_table(FAMILY_HEADER, family_rows)

@@ -44,7 +44,9 @@ def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.Captur
     _run(runs / "a", 1, "storm", "qos", [0.020])  # a scenario the model does not know
     _run(runs / "a", 2, "tcp", "gloo", [0.030])  # gloo ran in sweep a only: no calibration
     out = tmp_path / "out"
-    assert main(["sim", "validate", str(runs), "--job-trace", str(job), "--out", str(out)]) == 0
+    notes = tmp_path / "notes.md"
+    notes.write_text("Cause of a swapped pair: measured here.\n")
+    assert main(["sim", "validate", str(runs), "--job-trace", str(job), "--notes", str(notes), "--out", str(out)]) == 0
     with (out / "validation.csv").open() as f:
         rows = {(r["scenario"], r["configuration"]): r for r in csv.DictReader(f)}
     # By hand: 2,888 bytes at 1,000 x 1,444 B/s hold the port 2 ms; two ring steps of 3.5 ms
@@ -57,7 +59,12 @@ def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.Captur
     assert rows[("storm", "qos")]["p50 error"] == "out of reach"
     assert "uncalibrated" in rows[("tcp", "gloo")]["notes"]
     assert (out / "validation.png").stat().st_size > 0
-    assert "Median absolute error of the predicted iteration p50: **0%** over 1" in (out / "validation.md").read_text()
+    md = (out / "validation.md").read_text()
+    assert "Median absolute error of the predicted iteration p50: **0%** over 1" in md
+    assert f"--notes {notes}" in md  # the command that made it
+    # the notes sit under the ranking, before the host costs
+    assert md.index("**Ranking**") < md.index("Cause of a swapped pair: measured here.") < md.index("**Host cost")
+    assert main(["sim", "validate", str(runs), "--notes", str(tmp_path / "none.md"), "--out", str(out)]) == 1
 
 
 def test_validate_needs_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
