@@ -3,6 +3,7 @@ its chunks' probes (filled in by the receive thread) and the packets still to se
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -74,15 +75,25 @@ class AnswerTaker(Protocol):
     def on_answer(self) -> bool: ...
 
 
+@functools.lru_cache(maxsize=1024)
+def _all_arrived(nbits: int) -> tuple[bytes, np.ndarray]:
+    """The bitmap of `nbits` packets that all arrived (LSB-first, padding bits clear, as the
+    receiver packs it) and its unpacked form (read-only, shared)."""
+    every = np.ones(nbits, dtype=bool)
+    every.flags.writeable = False
+    return np.packbits(every, bitorder="little").tobytes(), every
+
+
 class ChunkWait:
     """The answer to a chunk's probe, filled in by the receive thread."""
 
-    __slots__ = ("first", "nbits", "bits", "answered", "complete", "empty", "echo", "nonce", "wake", "owner")
+    __slots__ = ("first", "nbits", "bits", "full", "answered", "complete", "empty", "echo", "nonce", "wake", "owner")
 
     def __init__(self, first: int, nbits: int) -> None:
         self.first = first  # sequence number
         self.nbits = nbits
         self.bits: np.ndarray | None = None
+        self.full = False  # every packet it asked about arrived (`bits` is then a shared read-only array)
         self.answered = 0.0  # monotonic time of the answer, 0 while unanswered
         self.complete = False
         self.empty = False
@@ -99,7 +110,11 @@ class ChunkWait:
         if nbits:
             if nbits != self.nbits or len(payload) * 8 < nbits:
                 return False
-            self.bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little").view(bool)
+            ones, every = _all_arrived(nbits)
+            if payload[:len(ones)] == ones:  # the usual answer: no unpacking
+                self.bits, self.full = every, True
+            else:
+                self.bits = np.unpackbits(np.frombuffer(payload, np.uint8), count=nbits, bitorder="little").view(bool)
         else:
             self.empty = True
         self.complete = bool(flags & Flags.LAST)

@@ -381,18 +381,22 @@ class MessageSender:
             if not self.complete and sent_at is not None and sent_at > self.held_probe_sent:
                 self.received[:] = False  # the receiver holds nothing of the message (it gave it up)
         elif wait.bits is not None:
-            if sent_at is not None and (wait.complete or wait.bits.any()):
+            if sent_at is not None and (wait.complete or wait.full or wait.bits.any()):
                 self.held_probe_sent = max(self.held_probe_sent, sent_at)
             seen = self.received[lo:hi]
-            newly = int(np.count_nonzero(wait.bits & ~seen & self.sent_once[lo:hi]))
-            seen |= wait.bits
+            if wait.full:  # every packet asked about arrived (the usual answer): fewer array passes
+                newly = int(np.count_nonzero(self.sent_once[lo:hi] > seen))
+                seen.fill(True)
+            else:
+                newly = int(np.count_nonzero(wait.bits & ~seen & self.sent_once[lo:hi]))
+                seen |= wait.bits
             if wait.complete:  # what the receiver completed with: nothing arrives there any more
                 self.final[lo:hi] = True
         self.timing.last_answer = wait.answered
         if wait.complete:
             self.complete = True
             self.timing.completed = self.timing.completed or wait.answered
-        if chunk.packets.size and not self.received[lo:hi].all():  # its packets lie in lo..hi - 1
+        if chunk.packets.size and not wait.full and not self.received[lo:hi].all():  # its packets lie in lo..hi - 1
             missing = chunk.packets[~self.received[chunk.packets]]
             self.round_lost += int(self.counts[missing].sum())
             self.shown_missing[missing] = True

@@ -169,3 +169,18 @@ def test_an_awake_sender_gets_its_room_as_a_wake_up(rig38: Rig) -> None:
     sender._collect()
     assert wake.notified == 2  # the room its answer freed: its own turn, as a wake-up
     assert sender.timing.inline_chunks == 0 and len(sender.pending) == 16
+
+
+@pytest.mark.parametrize("nbits", [1, 8, 11, 42, 1000])
+def test_an_answer_showing_every_packet_is_read_as_all_arrived(nbits: int) -> None:
+    from hosts.send_state import ChunkWait
+
+    full = ChunkWait(5, nbits)
+    assert full.fill(5, nbits, memoryview(pack_bitmap(np.ones(nbits, dtype=bool))), 0, 1, 1.0)
+    assert full.full and full.bits is not None and full.bits.tolist() == [True] * nbits
+    if nbits > 1:
+        arrived = np.ones(nbits, dtype=bool)
+        arrived[nbits // 2] = False
+        gap = ChunkWait(5, nbits)
+        assert gap.fill(5, nbits, memoryview(pack_bitmap(arrived)), 0, 1, 1.0)
+        assert not gap.full and gap.bits is not None and gap.bits.tolist() == arrived.tolist()
