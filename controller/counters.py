@@ -147,13 +147,13 @@ def gather(
     if with_queue_drops:
         out.queue_drops = queue_drops(session.address)
     cells = None if ports is None else [p * PRIORITIES + q for p in ports for q in range(PRIORITIES)]
-    for c in session.read_counter(PORT_TX, cells):
+    for c in session.read_counter(PORT_TX, cells, skip_zero=True):
         if c.packets or c.bytes:
             out.port_prio[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
     for name, per_queue in ((QUEUE_RED_DROPS, out.queue_red), (QUEUE_ECN_MARKS, out.queue_marks)):
         if not _has_counter(session, name):
             continue
-        for c in session.read_counter(name, cells):
+        for c in session.read_counter(name, cells, skip_zero=True):
             if c.packets or c.bytes:
                 per_queue[(c.index // PRIORITIES, c.index % PRIORITIES)] = (c.packets, c.bytes)
     for c in session.read_counter(INGRESS_DROPS):
@@ -162,7 +162,7 @@ def gather(
             out.drops[reasons.get(c.index, f"ingress_drops[{c.index}]")] = (c.packets, c.bytes)
     job_cells = None if jobs is None else list(jobs)
     for name, target in ((ECN_MARKS, out.ecn_marks), (JOB_RX, out.job_rx), (EARLY_DROPS, out.early_drops)):
-        for c in session.read_counter(name, job_cells):
+        for c in session.read_counter(name, job_cells, skip_zero=True):
             if c.packets or c.bytes:
                 assert c.index is not None
                 target[c.index] = (c.packets, c.bytes)
@@ -172,7 +172,7 @@ def gather(
         out.ecmp[(match.get("meta.ecmp_group_id", 0), match.get("meta.ecmp_member", 0))] = (d.packets, d.bytes)
     spray_cells = [g * SPRAY_MEMBERS + m for g, m in out.ecmp if g < SPRAY_GROUPS and m < SPRAY_MEMBERS]
     if spray_cells and _has_counter(session, SPRAYED_MEMBER):
-        for c in session.read_counter(SPRAYED_MEMBER, spray_cells):
+        for c in session.read_counter(SPRAYED_MEMBER, spray_cells, skip_zero=True):
             if c.packets or c.bytes:
                 assert c.index is not None
                 out.sprayed[divmod(c.index, SPRAY_MEMBERS)] = (c.packets, c.bytes)

@@ -206,6 +206,24 @@ class Transport:
         self.log.record(f"Read {what}", result=f"{len(found)} entities")
         return found
 
+    def read_raw(self, entities: Sequence[p4runtime_pb2.Entity], what: str) -> list[bytes]:
+        """A Read whose replies stay serialized: one ReadResponse's bytes per streamed reply
+        (for :mod:`controller.counter_wire`; parsing them into messages costs far more)."""
+        request = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=entities)
+        if self._channel is None:
+            raise ConnectionFailed(f"{self.name}: not connected to {self.address}")
+        call = self._channel.unary_stream(
+            "/p4.v1.P4Runtime/Read", request_serializer=p4runtime_pb2.ReadRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        try:
+            replies = list(call(request, timeout=60))
+        except grpc.RpcError as error:
+            self.log.record(f"Read {what}", result=error.code().name)
+            raise self._rpc_error(f"Read {what}", error) from None
+        self.log.record(f"Read {what}", result=f"{len(replies)} replies, {sum(map(len, replies))} bytes")
+        return replies
+
     def get_pipeline(self, response_type: int) -> p4runtime_pb2.ForwardingPipelineConfig | None:
         """The loaded pipeline, or None when the switch has none."""
         request = p4runtime_pb2.GetForwardingPipelineConfigRequest(
