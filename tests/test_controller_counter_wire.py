@@ -5,12 +5,17 @@ order, repeated and unknown fields, and replies that are not counter cells or do
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from p4.v1 import p4runtime_pb2
 
 from controller.counter_wire import CounterReplyError, counter_cells
+from controller.entities import CounterEntry
 from controller.errors import RpcError
+from controller.switch import SwitchSession
+from tests.controller_helpers import pipeline, schema
+from tests.fake_p4runtime import FakeSwitch
 
 
 def parsed(reply: bytes, skip_zero: bool = False) -> list[tuple[int, int, int, int]]:
@@ -38,6 +43,23 @@ def random_reply(rng: random.Random, cells: int) -> bytes:
             ce.data.packet_count = rng.choice((0, 1, 0x7F, 0x80, (1 << 63) - 1, rng.randrange(1 << 63)))
             ce.data.byte_count = rng.choice((0, 300, 1 << 35, (1 << 63) - 1, -1, rng.randrange(1 << 63)))
     return reply.SerializeToString()
+
+
+def test_a_session_reads_whole_counters_chosen_cells_and_only_non_zero_ones(tmp_path: Path) -> None:
+    info = schema().counters["port_tx"]
+    with FakeSwitch(device_id=1) as fake:
+        with SwitchSession("s1", fake.address, 1, pipeline(), request_log=str(tmp_path / "s1.log")) as session:
+            session.connect()
+            counts = {0: (1, 64), 5: ((1 << 63) - 1, (1 << 62) + 1), info.size - 1: (0, 9)}
+            fake.servicer.counters.update({(info.id, i): c for i, c in counts.items()})
+            whole = session.read_counter("port_tx")
+            assert len(whole) == info.size
+            assert {c.index: (c.packets, c.bytes) for c in whole if c.packets or c.bytes} == counts
+            assert whole[1] == CounterEntry(info.name, 1, 0, 0)
+            assert session.read_counter("port_tx", skip_zero=True) == [
+                CounterEntry(info.name, i, *counts[i]) for i in sorted(counts)]
+            assert session.read_counter("port_tx", [5, 6], skip_zero=True) == [CounterEntry(info.name, 5, *counts[5])]
+            assert session.read_counter("port_tx", []) == []
 
 
 def test_random_cells_decode_as_protobuf_parses_them() -> None:
