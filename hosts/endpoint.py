@@ -103,7 +103,9 @@ class Endpoint:
     packets; :mod:`hosts.marking`). `port_rate`: the known rate (packets/s) of the path's
     slowest port, which the sender then never exceeds; the window counts what the network
     holds and answers delayed by a busy receiver do not throttle it (``Window.port_rate``).
-    Leave it None when the bottleneck is unknown: `aimd`'s rate is only a ceiling."""
+    Leave it None when the bottleneck is unknown: `aimd`'s rate is only a ceiling.
+    `answers_on_receive`: a sleeping sender's answers taken, its next chunk sent, on the receive
+    thread (hosts/room.py); off: no gain on the fabric (experiments/README.md)."""
 
     def __init__(
         self,
@@ -133,6 +135,7 @@ class Endpoint:
         fast: bool | None = None,
         marking: Marking | str | None = None,
         port_rate: float | None = None,
+        answers_on_receive: bool = False,
     ) -> None:
         self.worker_id = worker_id
         self.job_id = job_id
@@ -161,6 +164,7 @@ class Endpoint:
         self.max_confirms = max_confirms
         self.linger = linger
         self.send_threads = send_threads
+        self.answers_on_receive = answers_on_receive
         self.liveness = Liveness(peer_timeout)
         self.reassembler = Reassembler(job_id=job_id, bounds=self.bounds, max_tensor_len=max_tensor_len,
                                        prior=prior, peers=dict(peers) if peers is not None else None)

@@ -24,11 +24,11 @@ answered chunks halves it at once, and the cut is taken back when the packets ar
 (late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). A completed
 message ends at once when the answers since its completion cover every packet not seen to
 arrive (they show what the receiver completed with); otherwise it asks once over the rest. An answer
-to a sleeping sender is taken on the receive thread (``on_answer``), which wakes the sender only
-when it must act; room in the window goes to the highest-priority sender waiting for it, and
-when it frees on the receive thread for a sleeping sender, the receive thread sends that
-sender's next chunk (``send_turn``) if the pacer lets it leave at once, else wakes it
-(:mod:`hosts.room`).
+wakes only the sender it is for; room in the window wakes the highest-priority sender waiting for
+it. With the endpoint's ``answers_on_receive``, an answer to a sleeping sender is taken on the
+receive thread (``on_answer``), which wakes the sender only when it must act, and room freed
+there for a sleeping sender is its turn: the receive thread sends its next chunk (``send_turn``)
+if the pacer lets it leave at once, else wakes it (:mod:`hosts.room`).
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class SenderHost(Protocol):
     max_rto: float
     peer_timeout: float
     aborted: str | None
+    answers_on_receive: bool
 
     pacer: Pacer
 
@@ -303,7 +304,7 @@ class MessageSender:
               confirms: np.ndarray | None = None) -> None:
         wait = ChunkWait(self.seq_base + first, nbits)
         wait.wake = self._wake
-        wait.owner = self
+        wait.owner = self if self.ep.answers_on_receive else None
         chunk = _Chunk(first=first, nbits=nbits, packets=packets, last=last, wait=wait, confirms=confirms)
         self.chunks.append(chunk)
         self.chunk_count += 1

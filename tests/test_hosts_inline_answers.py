@@ -4,7 +4,8 @@ there, and the sender's thread is woken only when it must act (packets shown mis
 queued), not for every chunk. An awake sender, or one woken anyway (every chunk answered, its
 message complete), takes its answers itself, as before. Room freed there for a sleeping sender is its turn: the
 receive thread sends its next chunk (``send_turn``) when the pacer lets it leave at once,
-and wakes the sender's thread otherwise."""
+and wakes the sender's thread otherwise. Both only with ``Endpoint(answers_on_receive=True)``:
+off, every answer wakes its sender, as before."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def rig38() -> Iterator[Rig]:
 def _rig(packets: int) -> Iterator[Rig]:
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the peer: nobody answers, we do
     sink.bind(("127.0.0.1", 0))
-    ep = Endpoint(worker_id=1, linger=0, window=Window(cwnd=22.0, max_cwnd=200.0))
+    ep = Endpoint(worker_id=1, linger=0, window=Window(cwnd=22.0, max_cwnd=200.0), answers_on_receive=True)
     dest = sink.getsockname()
     values = np.linspace(-1.0, 1.0, packets * COUNT, dtype=np.float32)
     key = MessageKey(1, 1, 0, 5, MsgType.GRADIENT)
@@ -184,3 +185,27 @@ def test_an_answer_showing_every_packet_is_read_as_all_arrived(nbits: int) -> No
         gap = ChunkWait(5, nbits)
         assert gap.fill(5, nbits, memoryview(pack_bitmap(arrived)), 0, 1, 1.0)
         assert not gap.full and gap.bits is not None and gap.bits.tolist() == arrived.tolist()
+
+
+def test_off_by_default_every_answer_wakes_its_sender() -> None:
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    ep = Endpoint(worker_id=1, linger=0, window=Window(cwnd=22.0, max_cwnd=200.0))
+    dest = sink.getsockname()
+    values = np.linspace(-1.0, 1.0, 38 * COUNT, dtype=np.float32)
+    key = MessageKey(1, 1, 0, 5, MsgType.GRADIENT)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=5, iteration=0,
+                      count=COUNT, prio_hint=3)
+    sender = MessageSender(ep, dest, batch, key, seq_base=0, tensor_len=values.size, bound=0.1,
+                           elements=values.size, is_part=False, prio=3)
+    sender._wake = wake = _Counting(ep._lock)
+    try:
+        sender._fill()
+        _sleep_waiting_for_room(ep, sender)
+        _answer(ep, sender, 0, np.ones(11, dtype=bool), dest)
+        assert wake.notified == 1 and len(sender.chunks) == 2 and ep.in_flight == 22
+        assert sender.timing.inline_answers == 0 and sender.timing.inline_chunks == 0
+    finally:
+        sender._release_all()
+        ep.close()
+        sink.close()
