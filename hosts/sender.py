@@ -25,11 +25,9 @@ answered chunks halves it at once, and the cut is taken back when the packets ar
 message ends at once when the answers since its completion cover every packet not seen to
 arrive (they show what the receiver completed with); otherwise it asks once over the rest. An answer
 wakes only the sender it is for; room in the window wakes the highest-priority sender waiting for
-it. With the endpoint's ``answers_on_receive``, an answer to a sleeping sender is taken on the
-receive thread (``on_answer``), which wakes the sender only when it must act, and room freed
-there for a sleeping sender is its turn: the receive thread sends its next chunk (``send_turn``)
-if the pacer lets it leave at once, else wakes it (:mod:`hosts.room`).
-"""
+it. With the endpoint's ``answers_on_receive``, the receive thread takes a sleeping sender's answers
+(``on_answer``; it wakes the sender only when it must act) and sends its next chunk when room frees
+and the pacer lets it leave at once (``send_turn``), else wakes it (:mod:`hosts.room`)."""
 
 from __future__ import annotations
 
@@ -50,7 +48,6 @@ from hosts.packetize import PacketBatch
 from hosts.receiver import Address
 from hosts.send_state import ChunkWait, Pending, SendReport, SendTiming
 from hosts.wire import BITMAP_BITS_PER_PACKET, HEADER_STRUCT, VERSION, Flags, MsgType, probe_capacity, probe_length
-
 
 #: Least time a sender asks a receiver that completed a message what it holds, before the
 #: report falls back to what earlier answers showed. Four RTOs alone were outrun on a loaded
