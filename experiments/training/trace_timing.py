@@ -93,7 +93,7 @@ class TimingLog:
             queued = executor._work_queue.qsize() if executor is not None else 0
             self.samples.append((
                 round(time.perf_counter() - self.origin, 6), round(w.cwnd, 2), round(w.flight_cap, 2), ep.in_flight,
-                len(ep._room_waiters), len(ep._waits), queued,
+                len(ep._room), len(ep._waits), queued,
                 round(rtt.srtt, 6) if rtt.srtt is not None else None,
                 round(rtt.min_rtt, 6) if rtt.min_rtt is not None else None,
                 round(w.rate, 1), w.decreases, w.undone, round(w.alpha, 4), stats.data_packets, stats.ce_marked,
