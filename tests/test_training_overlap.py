@@ -16,14 +16,18 @@ torch = pytest.importorskip("torch")
 from experiments.training.overlap import LayerwiseOverlap  # noqa: E402
 
 TRANSFER_S = 0.05  # one gradient on the fake link: long against a tiny MLP's backward
+HOLD_S = 20.0  # the longest the link holds iteration 1's last gradient for the next forward
+GRADIENTS = 8  # the MLP's parameter tensors
 
 
 class FakeLink:
     """One link that sends one gradient at a time, `TRANSFER_S` each: ``priority`` picks the
     lowest parameter index waiting (front layer first), ``fifo`` the oldest."""
 
-    def __init__(self, order: str) -> None:
+    def __init__(self, order: str, hold: threading.Event | None = None) -> None:
         self.order = order
+        self.hold = hold  # the link's GRADIENTS-th gradient waits for this event (or HOLD_S)
+        self.sent = 0
         self.queue: list[tuple[int, int, object, Future]] = []
         self.cv = threading.Condition()
         self.seq = 0
@@ -49,6 +53,9 @@ class FakeLink:
                 key = (lambda e: e[0]) if self.order == "priority" else (lambda e: e[1])
                 item = min(self.queue, key=key)
                 self.queue.remove(item)
+            self.sent += 1
+            if self.hold is not None and self.sent == GRADIENTS:
+                self.hold.wait(HOLD_S)
             time.sleep(TRANSFER_S)
             item[3].set_result(item[2])  # world of one: the mean is the gradient
 
@@ -65,12 +72,24 @@ def mlp() -> torch.nn.Module:
                                torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
 
 
-def two_iterations(order: str) -> tuple[float, float, list[int]]:
-    """(first forward layer's start in iteration 2, last arrival of iteration 1's gradients,
-    arrival order of iteration 1)."""
+def two_iterations(order: str, hold_back: bool = False) -> tuple[float, dict[int, float], list[int]]:
+    """(first forward layer's start in iteration 2, iteration 1's arrival time by parameter
+    index, arrival order of iteration 1). With ``hold_back`` the link holds iteration 1's last
+    gradient until the second forward's first layer has started, so what the test sees does
+    not depend on how fast a loaded machine runs the threads: a forward that waits for every
+    gradient starts only once the hold times out (`HOLD_S`), after that gradient arrived."""
     model = mlp()
-    link = FakeLink(order)
+    started = threading.Event()
+    link = FakeLink(order, started if hold_back else None)
     overlap = LayerwiseOverlap(model, link.allreduce, lr=0.1)
+    calls = [0]
+
+    def first_layer_runs(module: torch.nn.Module, inputs: object) -> None:  # after the overlap's own hook
+        calls[0] += 1
+        if calls[0] == 2:
+            started.set()
+
+    model[0].register_forward_pre_hook(first_layer_runs)
     x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
     try:
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -81,22 +100,22 @@ def two_iterations(order: str) -> tuple[float, float, list[int]]:
         link.close()
     second = overlap.events[mark:]
     first_forward = next(t for kind, i, t in second if kind == "forward" and i == 0)
-    arrivals = [(t, i) for kind, i, t in overlap.events if kind == "arrived"][:8]
-    return first_forward, max(t for t, _ in arrivals), [i for _, i in sorted(arrivals)]
+    arrivals = [(t, i) for kind, i, t in overlap.events if kind == "arrived"][:GRADIENTS]
+    return first_forward, {i: t for t, i in arrivals}, [i for _, i in sorted(arrivals)]
 
 
 def test_with_priority_the_first_layer_starts_before_the_last_gradient_arrives() -> None:
-    first_forward, last_arrival, order = two_iterations("priority")
+    first_forward, arrived, order = two_iterations("priority", hold_back=True)
     # the front layer's tensors go first, after at most the one already on the link
     # (none when the link's thread first ran after backward, on a loaded machine)
     assert {0, 1} <= set(order[:3]), order
-    assert first_forward < last_arrival - TRANSFER_S, (first_forward, last_arrival, order)
+    assert first_forward < max(arrived.values()), (first_forward, arrived, order)
 
 
 def test_in_backward_order_the_first_layer_waits_for_the_last_gradient() -> None:
-    first_forward, last_arrival, order = two_iterations("fifo")
+    first_forward, arrived, order = two_iterations("fifo")
     assert order == [7, 6, 5, 4, 3, 2, 1, 0]
-    assert first_forward >= last_arrival - 1e-3, (first_forward, last_arrival)
+    assert first_forward >= max(arrived.values()) - 1e-3, (first_forward, arrived)
 
 
 def test_updates_equal_plain_sgd() -> None:
