@@ -19,7 +19,10 @@ the switches' and the bulk ranks' come from ``/proc`` (the process and its desce
 run with any process above 0.85 of a core is marked ``cpu_bound``. Each process's wait for a
 CPU is the share of wall time its longest-waiting thread was runnable but not running
 (:func:`experiments.training.cpu.wait_share`); a run with any process above
-``starved_share`` (default 0.5) is marked ``cpu_starved``. Both marks leave a run out of the
+``starved_share`` (default 0.5) is marked ``cpu_starved``. How long one wait lasts: the mean
+wait per timeslice (ns) of each process's busiest thread
+(:func:`experiments.training.cpu.wait_per_slice`; ``switch_wait_per_slice_ns``,
+``other_wait_per_slice_ns``, each measured rank's ``cpu_wait_per_slice_ns``). Both marks leave a run out of the
 headline figures (:mod:`experiments.trace_report`) while any run is left that is neither.
 Records keep the earlier summed figure as ``starvation`` / ``max_starvation``.
 """
@@ -170,7 +173,8 @@ class TraceSite:
                 "queue_drops": queue_drops,
                 "host_qdisc_drops": sum(after["host_drops"].values()) - sum(before["host_drops"].values()),
                 "tcp_retransmitted": nstat["TcpRetransSegs"], "tcp_timeouts": nstat["TcpExtTCPTimeouts"],
-                "switch_cpu": switch_cpu, "switch_cpu_wait": switch_wait}
+                "switch_cpu": switch_cpu, "switch_cpu_wait": switch_wait,
+                "switch_wait_per_slice_ns": wait_slices(before, after)}
 
     def switch_state(self, sc: TraceScenario, run: PlannedRun) -> dict[str, Any]:
         """This run's flow-hash seeds and lossy links on the switches (:mod:`experiments.trace_links`)."""
@@ -216,6 +220,18 @@ def process_figures(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict
     cpu = {n: round((after["cpu_ticks"][n] - before["cpu_ticks"].get(n, 0)) / hz / seconds, 3)
            for n in after["cpu_ticks"]}
     return cpu, _waits(before["threads"], after["threads"], seconds)
+
+
+def wait_slices(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+    """Mean wait per timeslice (ns, :func:`experiments.training.cpu.wait_per_slice`) of each
+    process's busiest thread between two :func:`process_sample`."""
+    from experiments.training.cpu import wait_per_slice
+
+    out = {}
+    for name, threads in after["threads"].items():
+        ns = wait_per_slice(before["threads"].get(name, {}), threads)
+        out[name] = round(ns) if ns is not None else None
+    return out
 
 
 def _waits(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float | None]:
@@ -321,7 +337,8 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
         done = role.done()
         jobs.setdefault(str(job_id), {"ranks": {}})["ranks"][str(rank)] = {
             "role": done.get("role", "worker"), "cpu_share": done.get("cpu_share"),
-            "cpu_wait_share": done.get("cpu_wait_share"), "starvation": done.get("starvation"), "totals": done.get("totals", {}),
+            "cpu_wait_share": done.get("cpu_wait_share"), "cpu_wait_per_slice_ns": done.get("cpu_wait_per_slice_ns"),
+            "starvation": done.get("starvation"), "totals": done.get("totals", {}),
             "records": [{k: v for k, v in line.items() if k != "event"} for line in role.lines
                         if line.get("event") == "iteration"]}
     figures = site.figures(before, after, sc.job_ids)
@@ -330,6 +347,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
     link_lost = drops_between(lost_before, lost_after)
     figures["link_loss_drops"] = sum(link_lost.values())
     figures["other_cpu"], figures["other_cpu_wait"] = process_figures(bulk_before, bulk_after)
+    figures["other_wait_per_slice_ns"] = wait_slices(bulk_before, bulk_after)
     return {"jobs": jobs, "background": background, "switch": figures, "seconds": round(trained, 2),
             "phases": phases, **cpu_marks(jobs, figures, settings.starved_share), "rto_min_s": rto,
             "hash_seeds": state["hash_seeds"],

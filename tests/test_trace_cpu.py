@@ -32,7 +32,7 @@ def test_thread_stats_reads_each_thread(tmp_path: Path) -> None:
     _proc(tmp_path, 100, 1, "python", {100: "5000 2000 7\n", 101: "100 300 2\n", 102: None})
     (tmp_path / "100" / "task" / "junk").mkdir()
     # thread 102 ended between the listing and the read: left out; a non-numeric entry is ignored
-    assert thread_stats(100, tmp_path) == {100: (5000, 2000), 101: (100, 300)}
+    assert thread_stats(100, tmp_path) == {100: (5000, 2000, 7), 101: (100, 300, 2)}
     assert thread_stats(999, tmp_path) == {}  # the process ended
 
 
@@ -43,8 +43,8 @@ def test_tree_takes_descendants_only(tmp_path: Path) -> None:
     _proc(tmp_path, 11, 10, "p4switch (s1) run", {11: "2 20 1", 14: "3 30 1"})
     _proc(tmp_path, 12, 11, "helper", {12: "4 40 1"})
     _proc(tmp_path, 13, 1, "other", {13: "5 50 1"})
-    assert tree_thread_stats([10], tmp_path) == {10: (1, 1), 11: (2, 20), 14: (3, 30), 12: (4, 40)}
-    assert tree_thread_stats([11], tmp_path) == {11: (2, 20), 14: (3, 30), 12: (4, 40)}
+    assert tree_thread_stats([10], tmp_path) == {10: (1, 1, 1), 11: (2, 20, 1), 14: (3, 30, 1), 12: (4, 40, 1)}
+    assert tree_thread_stats([11], tmp_path) == {11: (2, 20, 1), 14: (3, 30, 1), 12: (4, 40, 1)}
 
 
 def test_wait_share_is_the_longest_waiting_thread_over_wall_time() -> None:
@@ -107,7 +107,7 @@ def test_marks_take_every_process_of_the_run() -> None:
 def test_this_process_is_read_live() -> None:
     stats = thread_stats()
     assert threading.get_native_id() in stats
-    assert all(run >= 0 and wait >= 0 for run, wait in stats.values())
+    assert all(run >= 0 and wait >= 0 and slices >= 0 for run, wait, slices in stats.values())
 
 
 def _record(run_id: str, config: str, rep: int, p50: float, new: bool) -> dict:

@@ -13,6 +13,11 @@ Two wait figures are kept apart:
   host model use it): waits summed over the threads over runnable time summed over the
   threads. It reads 0.57-0.89 for multi-threaded ranks on a quiet machine, so it does not
   tell whether a run was CPU-starved.
+
+How long one wait lasts is a third figure, :func:`wait_per_slice`: the busiest thread's wait
+over the timeslices it ran (schedstat's field 3, the times it was put on a CPU), both between
+two samples. A thread that sleeps and wakes on an idle CPU counts a timeslice with no wait, so
+this is the mean over every time it ran, not over the times it waited.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from pathlib import Path
 
 PROC = Path("/proc")
 
-#: (ns on a CPU, ns runnable but waiting for one) of each thread, by thread id
-ThreadStats = dict[int, tuple[int, int]]
+#: (ns on a CPU, ns runnable but waiting for one, timeslices run) of each thread, by thread id
+ThreadStats = dict[int, tuple[int, int, int]]
 
 
 def cpu_seconds() -> float:
@@ -32,16 +37,16 @@ def cpu_seconds() -> float:
     return t.user + t.system
 
 
-def _read(path: Path) -> tuple[int, int] | None:
+def _read(path: Path) -> tuple[int, int, int] | None:
     try:
         fields = path.read_text().split()
-        return int(fields[0]), int(fields[1])
+        return int(fields[0]), int(fields[1]), int(fields[2])
     except (OSError, IndexError, ValueError):  # the thread ended meanwhile, or an odd file
         return None
 
 
 def thread_stats(pid: int | str = "self", proc: Path = PROC) -> ThreadStats:
-    """(ns on a CPU, ns runnable but waiting) of every live thread of `pid`, by thread id."""
+    """(ns on a CPU, ns runnable but waiting, timeslices run) of every live thread of `pid`, by thread id."""
     out: ThreadStats = {}
     try:
         tasks = list((proc / str(pid) / "task").iterdir())
@@ -84,14 +89,31 @@ def wait_share(before: ThreadStats, after: ThreadStats, wall_s: float) -> float 
     not seen (a lower bound). None without wall time or threads."""
     if wall_s <= 0 or not after:
         return None
-    worst = max(max(0, wait - before.get(tid, (0, 0))[1]) for tid, (_, wait) in after.items())
+    worst = max(max(0, figures[1] - before.get(tid, (0, 0, 0))[1]) for tid, figures in after.items())
     return min(1.0, worst / (wall_s * 1e9))
+
+
+def wait_per_slice(before: ThreadStats, after: ThreadStats) -> float | None:
+    """Mean wait for a CPU per timeslice (ns) of the busiest thread between the two samples
+    (module doc): the thread that ran the most ns, its wait over the timeslices it ran. A
+    thread absent from `before` started in between (all its figures count). None without
+    threads, or when the busiest thread ran no timeslice (it did not run)."""
+    deltas = []
+    for tid, (run, wait, slices) in after.items():
+        run0, wait0, slices0 = before.get(tid, (0, 0, 0))
+        if run < run0 or slices < slices0:  # a reused thread id: a new thread
+            run0 = wait0 = slices0 = 0
+        deltas.append((run - run0, max(0, wait - wait0), slices - slices0))
+    if not deltas:
+        return None
+    _, wait, slices = max(deltas)
+    return wait / slices if slices > 0 else None
 
 
 def schedstat() -> tuple[int, int]:
     """(ns on a CPU, ns runnable but waiting for one), summed over this process's threads."""
     run = wait = 0
-    for r, w in thread_stats().values():
+    for r, w, _ in thread_stats().values():
         run, wait = run + r, wait + w
     return run, wait
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from experiments.errors import ExperimentError
 from experiments.training.accounting import TOTALED, IterationTotals, received
-from experiments.training.cpu import cpu_seconds, schedstat, starvation, thread_stats, wait_share
+from experiments.training.cpu import cpu_seconds, schedstat, starvation, thread_stats, wait_per_slice, wait_share
 from experiments.scaling import ScaleRule
 from gradfabric.traces import Layer, ModelTrace, load_trace, merge_layers, unit_of
 
@@ -555,13 +555,15 @@ def _dump_state(endpoint: Any) -> None:
 
 
 
-def _cpu_figures(cpu0: float, wall0: float, sched0: tuple[int, int], threads0: dict[int, tuple[int, int]]
+def _cpu_figures(cpu0: float, wall0: float, sched0: tuple[int, int], threads0: dict[int, tuple[int, int, int]]
                  ) -> dict[str, float | None]:
-    """This rank's CPU use (share of one core), its wait for a CPU over wall time, and the
-    earlier summed figure (:mod:`experiments.training.cpu`), since the samples at the start."""
+    """This rank's CPU use (share of one core), its wait for a CPU over wall time, its busiest
+    thread's mean wait per timeslice (ns) and the earlier summed figure
+    (:mod:`experiments.training.cpu`), since the samples at the start."""
     wall = max(1e-9, time.perf_counter() - wall0)
-    return {"cpu_share": (cpu_seconds() - cpu0) / wall, "cpu_wait_share": wait_share(threads0, thread_stats(), wall),
-            "starvation": starvation(sched0, schedstat())}
+    threads = thread_stats()
+    return {"cpu_share": (cpu_seconds() - cpu0) / wall, "cpu_wait_share": wait_share(threads0, threads, wall),
+            "cpu_wait_per_slice_ns": wait_per_slice(threads0, threads), "starvation": starvation(sched0, schedstat())}
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.training.trace_worker",
