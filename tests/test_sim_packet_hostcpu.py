@@ -238,3 +238,26 @@ def test_tcp_ring_steps_wait_for_each_segments_cpu() -> None:
     cpu = record["simulation"]["host_cpu"]
     # Per host: 3 iterations x 2 steps of 5 segments written and 7,200 bytes read.
     assert (cpu["tx_busy_s"], cpu["rx_busy_s"]) == pytest.approx((2 * 6 * 5e-3, 2 * 6 * 7200 / 1448 * 2e-3))
+
+
+def test_each_switch_is_off_for_its_runs_recorded_mean_wait_per_timeslice(tmp_path: Path) -> None:
+    folder = tmp_path / "sweep"
+    (folder / "runs").mkdir(parents=True)
+    figures = {"gtl1": (0.3, 0.2), "gtl2": (0.2, 0.2), "gts1": (0.1, 0.3), "gts2": (0.4, 0.1)}
+    # mean wait per timeslice of each switch's busiest thread; gtl2's busiest thread did not run
+    # (None), gts2's never waited (0): both keep the given off time
+    slices = {"gtl1": 600_000, "gtl2": None, "gts1": 250_000, "gts2": 0}
+    record = {"config": "dlcp", "status": "ok", "repetition": 0, "jobs": {}, "switch": {
+        "switch_cpu": {k: v[0] for k, v in figures.items()}, "switch_cpu_wait": {k: v[1] for k, v in figures.items()},
+        "switch_wait_per_slice_ns": slices}}
+    (folder / "runs" / "000.json").write_text(json.dumps(record))
+    names = ["l1", "l2", "s1", "s2"]
+    # l1: availability 0.3 / 0.5 = 0.6, off 600 us -> on 600 x 0.6 / 0.4 = 900 us; l2: 0.5, the
+    # given 1 ms off and 1 ms on; s1: 0.25, off 250 us -> on 250 / 3 = 83.3 us; s2: 0.8, 1 ms off,
+    # on 4 ms.
+    got = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3)
+    assert got == {"l1": pytest.approx((900e-6, 600e-6, 0.6)), "l2": pytest.approx((1e-3, 1e-3, 0.5)),
+                   "s1": pytest.approx((250e-6 / 3, 250e-6, 0.25)), "s2": pytest.approx((4e-3, 1e-3, 0.8))}
+    # an off time given on purpose (--switch-off-us) holds for every switch
+    fixed = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3, recorded_off=False)
+    assert fixed["l1"] == pytest.approx((1.5e-3, 1e-3, 0.6)) and fixed["s1"] == pytest.approx((1e-3 / 3, 1e-3, 0.25))

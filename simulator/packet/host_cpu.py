@@ -234,13 +234,17 @@ def switch_schedule(config: str, folder: Path, off_s: float = SWITCH_OFF_S,
 
 
 def switch_run_schedules(config: str, folder: Path, repetition: int, switches: list[str],
-                         off_s: float = SWITCH_OFF_S) -> dict[str, tuple[float, float, float]]:
+                         off_s: float = SWITCH_OFF_S, recorded_off: bool = True
+                         ) -> dict[str, tuple[float, float, float]]:
     """Each of ``switches`` (the topology's names) with its own (on, off, availability), as
     :func:`switch_schedule` makes them, from one fabric run of configuration ``config``: the
     run of repetition ``repetition`` (modulo the runs there are), so repetitions draw from the
     recorded spread over runs and switches rather than one median. A fabric switch is matched
     by the name it ends with (``gtl1`` is ``l1``); one that carried no traffic (below
-    :data:`SWITCH_IDLE_SHARE` of a core) or is not recorded is always on (off 0)."""
+    :data:`SWITCH_IDLE_SHARE` of a core) or is not recorded is always on (off 0). Its off time
+    is the mean wait per timeslice of its busiest thread where the run records one above 0
+    (``switch_wait_per_slice_ns``, experiments/trace_sweep.py) and ``recorded_off`` is set,
+    else ``off_s``."""
     runs = sorted((r for r in _records(folder) if str(r.get("config")) == config),
                   key=lambda r: (int(r.get("repetition", 0)), str(r.get("run_id", ""))))
     runs = [r for r in runs if (r.get("switch") or {}).get("switch_cpu_wait")]
@@ -249,6 +253,7 @@ def switch_run_schedules(config: str, folder: Path, repetition: int, switches: l
                                     f"CPU wait (switch.switch_cpu, switch.switch_cpu_wait)")
     record = runs[repetition % len(runs)]["switch"]
     cpu, wait = record.get("switch_cpu") or {}, record.get("switch_cpu_wait") or {}
+    per_slice = (record.get("switch_wait_per_slice_ns") or {}) if recorded_off else {}
     out: dict[str, tuple[float, float, float]] = {}
     for name in switches:
         matched = [f for f in cpu if f.endswith(name)]
@@ -261,7 +266,9 @@ def switch_run_schedules(config: str, folder: Path, repetition: int, switches: l
             continue
         a = share / (share + float(waited))
         capped = min(a, 0.99)
-        out[name] = (off_s * capped / (1 - capped), off_s, a)
+        slice_ns = per_slice.get(matched[0])
+        off = float(slice_ns) * 1e-9 if slice_ns is not None and float(slice_ns) > 0 else off_s
+        out[name] = (off * capped / (1 - capped), off, a)
     return out
 
 

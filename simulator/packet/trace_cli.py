@@ -60,7 +60,8 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                         "wait (run: the configuration's median; each-run: every switch its own, repetition r from "
                         "the configuration's r-th fabric run; simulator/packet/host_cpu.py)")
     p.add_argument("--switch-off-us", type=float, default=None,
-                   help="how long a switch waits when off (default: the kernel's 1,500 us slice on 2 cores)")
+                   help="how long a switch waits when off (default: with each-run, its run's recorded mean wait "
+                        "per timeslice where recorded, else the kernel's 1,500 us slice on 2 cores)")
     p.add_argument("--tcp-buffers", choices=("ns3", "linux"), default="ns3",
                    help="ns-3 TCP's buffers: its 128 KiB, or this kernel's tcp_wmem/tcp_rmem maxima")
     p.add_argument("--background-tcp-mbps", type=float, default=0.0,
@@ -225,7 +226,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         background_tcp_mbps=args.background_tcp_mbps, host_cpu=cpus[config],
                                         switch=switches[config][:2], tcp_buffers=tcp_buffers,
                                         switch_each=switch_run_schedules(
-                                            config, args.host_cpu_from or args.like, r, topo.switches, off_s)
+                                            config, args.host_cpu_from or args.like, r, topo.switches, off_s,
+                                            recorded_off=args.switch_off_us is None)
                                         if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config],
                                         progress=None if args.quiet else say))
@@ -237,6 +239,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
     if out is not None:
         command = "gradfabric sim packet-trace " + " ".join(shlex.quote(a) for a in sys.argv[3:])
         minutes = (time.monotonic() - t0) / 60
+        off_text = (f"its run's recorded mean wait per timeslice where recorded, else {off_s * 1e6:.0f} us"
+                    if args.switch_off_us is None else f"{off_s * 1e6:.0f} us")
         head = (f"# Packet simulation (ns-3) of the trace-driven experiment\n\nMade by `{command}` on "
                 f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, {minutes:.1f} min wall. Topology {topo.name} "
                 f"({len(topo.hosts)} hosts); job {runs[0]['simulation']['job'] if runs else '-'}, {iterations} "
@@ -248,7 +252,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                           f" ({x.source})" for c, x in cpus.items() if x.active)
                 + "".join(f"; {c}'s switches on {w[0] * 1e6:.0f} / off {w[1] * 1e6:.0f} us (availability {w[2]:.2f})"
                           for c, w in switches.items() if w[1] > 0)
-                + (f"; each switch off {off_s * 1e6:.0f} us at a time, on as its own availability in the fabric "
+                + (f"; each switch off {off_text} at a time, on as its own availability in the fabric "
                    f"run of the same repetition (each run's switch_cpu_model)" if args.switch_cpu == "each-run" else "")
                 + (f"; TCP buffers {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes" if tcp_buffers else "") + ".\n\n")
         (out / "results.md").write_text(head + table)
