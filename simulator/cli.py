@@ -148,7 +148,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "iterations' recorded spread about their median, from the other sweeps), tenant-use (jobs "
                           "share the switches by their recorded CPU use, else equally), incast-flows (a star's TCP "
                           "pushes as one flow per worker in the server's FIFO), message-cost (the DLCP transport's "
-                          "measured CPU per message on the GSO transport's runs)")
+                          "measured CPU per message on the GSO transport's runs), background-acks (the background TCP "
+                          "flows' ACKs, one per two data packets, among the switches' packets)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--out", type=Path, default=None,

@@ -72,6 +72,11 @@ CNN_QUEUE_PACKETS, TRACE_QUEUE_PACKETS = 32, 51
 TRANSPORT_EPOCHS: tuple[tuple[str, str], ...] = (("2026-11-26 11:55:22", "port-rate"), ("2026-11-26 14:05:08", "gso"))
 #: Kernel TCP's payload per segment, to count the segments a TCP rank's bytes took.
 TCP_SEGMENT_BYTES = 1448
+#: Full-sized segments a Linux receiver takes per ACK in a long flow (delayed ACK, RFC 1122
+#: 4.2.3.2 and RFC 5681 4.2: an ACK at least every second full-sized segment; the fabric's
+#: veths have no GRO, so segments arrive one by one): a background TCP flow's ACKs are packets
+#: the software switches forward too, half as many as its data packets.
+DELAYED_ACK_SEGMENTS = 2
 
 
 def transport_epoch(started: str) -> str:
@@ -119,6 +124,9 @@ class Run:
     rr_s: float | None = None
     #: The background's long flows' recorded goodput, in 1,448-byte data packets a second.
     background_pps: float = 0.0
+    #: The ACKs of the background's long TCP flows, in packets a second: its TCP data packets
+    #: over :data:`DELAYED_ACK_SEGMENTS` (the record counts no ACKs; UDP flows have none).
+    background_ack_pps: float = 0.0
     #: Jobs of the run, measured or not (multitenant: two alike; hotspot: the job and a bulk
     #: job of the same configuration that only sends), all through the same leaf switches.
     tenants: int = 1
@@ -333,6 +341,9 @@ def load_runs(results: Path) -> list[Run]:
         run.rr_s = statistics.median(fcts) if fcts else None
         run.background_pps = sum(float(flow.get("goodput_mbps") or 0.0) * 1e6 / 8 / TCP_SEGMENT_BYTES
                                  for flow in record.get("background") or [] if flow.get("protocol") in ("tcp", "udp"))
+        run.background_ack_pps = sum(float(flow.get("goodput_mbps") or 0.0) * 1e6 / 8 / TCP_SEGMENT_BYTES
+                                     for flow in record.get("background") or []
+                                     if flow.get("protocol") == "tcp") / DELAYED_ACK_SEGMENTS
         if record.get("rto_min_s"):
             run.rto_min_s = float(record["rto_min_s"])
         link = record.get("link_loss") or {}
@@ -353,5 +364,5 @@ def load_runs(results: Path) -> list[Run]:
     return runs
 
 
-__all__ = ["CNN_CONFIGS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
+__all__ = ["CNN_CONFIGS", "DELAYED_ACK_SEGMENTS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
            "tenant_share", "transport_epoch"]

@@ -25,9 +25,9 @@ cost per packet and by the CPU the run's processes got.
   better on the committed runs: simulator/README.md).
 * **Background through the switches**: the software switches forward the background's
   packets with the same CPU, first-come first-served before any egress queue's priority;
-  the background's recorded goodput (data packets of 1,448 bytes a second) is taken off the
-  ceiling, leaving the job at least half of it (max-min); the jobs of one run (multitenant's
-  two, hotspot's job and bulk job) share what is left by their ranks' recorded CPU use, else
+  the background's recorded goodput (data packets of 1,448 bytes a second) and its TCP flows'
+  ACKs (one per two data packets, delayed ACK) are taken off the ceiling, leaving the job at
+  least half of it (max-min); the jobs of one run (multitenant's two, hotspot's job and bulk job) share what is left by their ranks' recorded CPU use, else
   equally (``sim validate``, ``fabric_runs.tenant_share``).
 * **Ceiling**: the busiest host moves at most ``(1 - s) / c`` packets a second; a message of
   ``n`` packets on it holds the link ``n c / (1 - s)`` on top of its time on the wire

@@ -17,7 +17,8 @@ Each run is predicted from its scenario and what its record says of its conditio
   the CPU share of the slower of the busiest host's rank and the switches: by default, for the
   DLCP transport's runs that record it per process (use over use and wait; their cost ``c``
   calibrated apart, :func:`cost_family`), else the rank's summed starvation and the load;
-  less the background's recorded packets, shared by the jobs that cross the same switches
+  less the background's recorded packets (its data, and its TCP flows' ACKs, one per two data
+  packets: delayed ACK), shared by the jobs that cross the same switches
   (multitenant's two, hotspot's job and bulk job) by their ranks' recorded CPU use, else
   equally; a star's DLCP server handles its
   packets at its recorded CPU per packet relative to a worker's; added to each
@@ -80,7 +81,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: off the switches' budget, the recorded spread of iterations about their median, and the
 #: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal), a star's
 #: kernel-TCP pushes as one flow per worker, and the DLCP transport's CPU per message.
-TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost")
+#: ``background-acks``: the background TCP flows' ACKs among the packets the switches forward.
+TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost", "background-acks")
 #: CPU per message of the DLCP transport, sender's and receiver's together (experiments/README.md,
 #: "Where a DLCP rank's time goes": 20-23 us per packet for both sides sending one 42-packet
 #: message at a time between two endpoints on loopback, about 0.9 ms a message, in Python per
@@ -114,7 +116,9 @@ DLCP_IN_FLIGHT = 4
 GLOO_THREADS = 2
 DRAWS_PER_RUN = 2_000
 CALIBRATION_DRAWS = 200
-#: A measured order of two configurations is clear when this share of run resamples keeps it.
+#: A measured order of two configurations is clear when the paired confidence interval (this
+#: level, two-sided) of the gap between their p50s over resamples of whole runs excludes 0; a
+#: pair whose gap the interval includes is a *tie* (counted apart).
 BOOTSTRAP, CLEAR_ORDER = 1_000, 0.95
 FRAME_BYTES = 1500
 #: The trace worker's caps (experiments/training/trace_worker.py), divided by b at run time.
@@ -225,7 +229,9 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
             port = split_fifo(port, run.ranks - 1)  # every worker's push into the server's port at once
         port = replace(port, share=port.share * share)
         tenants = run.tenant_share if run.tenant_share and "tenant-use" not in without else 1 / run.tenants
-        pps = host_pps(cost_s, cpu, 0.0 if "background" in without else run.background_pps) * tenants
+        background_pps = 0.0 if "background" in without else \
+            run.background_pps + (0.0 if "background-acks" in without else run.background_ack_pps)
+        pps = host_pps(cost_s, cpu, background_pps) * tenants
         if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
             # The server's packets at its own recorded CPU per packet (the DLCP transport's
             # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).
@@ -338,28 +344,43 @@ def rank_row(measured: dict[str, float], predicted: dict[str, float],
              run_times: dict[str, Sequence[Sequence[float]]]) -> list[str]:
     """One scenario's ranking of configurations by p50, measured (``measured``) against
     predicted: both orders, whether they are the same, whether every clearly ordered pair is
-    (:func:`clear_verdict`; a pair is clear when :data:`CLEAR_ORDER` of the resamples of the
-    runs' iteration times, ``run_times``, keep its measured order), the pairs kept of all
-    and of the clear ones, and the pairs predicted the other way with their resample share."""
+    (:func:`clear_verdict`), the pairs kept of all and of the clear ones, the ties predicted the
+    other way of all ties, and the pairs predicted the other way with the share of resamples
+    that keep their measured order, each marked ``clear`` or ``tie``. A pair is a tie when the
+    :data:`CLEAR_ORDER` paired confidence interval of its measured gap includes 0
+    (:func:`measured_tie`; the resamples of the runs' iteration times, ``run_times``, draw the
+    same runs of every configuration: the sweeps' rounds are paired), else clear."""
     m, p = _ranking(measured), _ranking(predicted)
     pairs = [(a, b) for n, a in enumerate(m) for b in m[n + 1:]]
     kept = sum(1 for a, b in pairs if p.index(a) < p.index(b))
     boot = {c: bootstrap_p50(run_times[c]) for c in m}
     share = {(a, b): float(np.mean(boot[a] < boot[b])) for a, b in pairs}
-    clear = [pair for pair in pairs if share[pair] >= CLEAR_ORDER]
+    tie = {(a, b): measured_tie(boot[a], boot[b]) for a, b in pairs}
+    clear = [pair for pair in pairs if not tie[pair]]
     kept_clear = sum(1 for a, b in clear if p.index(a) < p.index(b))
-    swapped = [f"{a} < {b} ({share[(a, b)]:.0%}{', clear' if share[(a, b)] >= CLEAR_ORDER else ''})"
+    ties = [pair for pair in pairs if tie[pair]]
+    swapped_ties = sum(1 for a, b in ties if p.index(a) > p.index(b))
+    swapped = [f"{a} < {b} ({share[(a, b)]:.0%}, {'tie' if tie[(a, b)] else 'clear'})"
                for a, b in pairs if p.index(a) > p.index(b)]
     return [" < ".join(m), " < ".join(p), "yes" if m == p else "no", clear_verdict(m == p, kept_clear, len(clear)),
-            f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}", "; ".join(swapped) or "-"]
+            f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}", f"{swapped_ties} of {len(ties)}",
+            "; ".join(swapped) or "-"]
+
+
+def measured_tie(first: np.ndarray, second: np.ndarray, level: float = CLEAR_ORDER) -> bool:
+    """Whether the measured gap ``second - first`` (p50s over the same resamples of whole runs)
+    has a two-sided ``level`` confidence interval that includes 0: a tie."""
+    gap = np.asarray(second, dtype=float) - np.asarray(first, dtype=float)
+    low, high = np.percentile(gap, [50 * (1 - level), 50 * (1 + level)])
+    return bool(low <= 0.0 <= high)
 
 
 def clear_verdict(same: bool, kept_clear: int, clear: int) -> str:
     """Whether the prediction keeps every pair the runs order clearly: ``yes``, ``no``, or
-    ``yes (differs only in unclear pairs)`` where the strict ranking is not the same."""
+    ``yes (differs only in ties)`` where the strict ranking is not the same."""
     if kept_clear < clear:
         return "no"
-    return "yes" if same else "yes (differs only in unclear pairs)"
+    return "yes" if same else "yes (differs only in ties)"
 
 
 @dataclass
@@ -556,6 +577,6 @@ def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],
     return clean_section(CLEAN_TITLE, sweeps, errors, rows, rank_rows), dict(errors), rank_rows
 
 
-__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "TERMS", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family",
+__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "TERMS", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
            "host_baseline", "iteration_spread",
            "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]

@@ -16,7 +16,9 @@ HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "sweeps", "runs", 
           "p50 predicted (ms)", "p50 error", "p99 measured (ms)", "p99 predicted (ms)", "p99 error",
           "exposed comm. measured (ms)", "exposed comm. predicted (ms)", "notes"]
 RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same",
-               "same in every clearly ordered pair", "pairs in the same order", "of the pairs the runs order clearly",
+               "same in every clearly ordered pair", "pairs in the same order",
+               "of the pairs the runs order clearly (gap outside its paired 95% CI)",
+               "ties predicted the other way (gap inside its paired 95% CI)",
                "pairs predicted the other way (share of resamples keeping the measured order)"]
 CLEAN_HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "runs", "p50 measured (ms)", "p50 predicted (ms)",
                 "p50 error"]
@@ -70,18 +72,21 @@ def summary(errors: Mapping[str, Sequence[float]], rank_rows: Sequence[Sequence[
     per_kind = ", ".join(f"{kind} job {_median(v)} over {len(v)}" for kind, v in sorted(errors.items()))
     same = sum(1 for r in rank_rows if r[5] == "yes")
     same_clear = sum(1 for r in rank_rows if r[6].startswith("yes"))
-    only_unclear = [f"{r[0]} {r[1]}" for r in rank_rows if r[6].startswith("yes (")]
+    only_ties = [f"{r[0]} {r[1]} ({r[2]} pkt/s)" for r in rank_rows if r[6].startswith("yes (")]
     kept = sum(int(r[7].split()[0]) for r in rank_rows)
     pairs = sum(int(r[7].split()[-1]) for r in rank_rows)
     kept_clear = sum(int(r[8].split()[0]) for r in rank_rows)
     clear = sum(int(r[8].split()[-1]) for r in rank_rows)
+    swapped_ties = sum(int(r[9].split()[0]) for r in rank_rows)
+    ties = sum(int(r[9].split()[-1]) for r in rank_rows)
     return (f"**{_median(every)}** over {len(every)} job x scenario x configuration x port-rate groups ({per_kind}; "
             f"target 10%, goal 5%). Same ranking of configurations in {same} of {len(rank_rows)} scenarios; the "
             f"same order of every clearly ordered pair in {same_clear} of {len(rank_rows)}"
-            + (f" (where the strict ranking differs only in pairs the runs do not order clearly: "
-               f"{', '.join(only_unclear)})" if only_unclear else "")
+            + (f" (where the strict ranking differs only in ties: {', '.join(only_ties)})" if only_ties else "")
             + f"; {kept} of {pairs} pairs of configurations in the same order, {kept_clear} of the {clear} pairs "
-            "whose measured order is clear (kept by at least 95% of 1,000 resamples of the runs).")
+            "whose measured order is clear (the paired 95% confidence interval of their gap over 1,000 resamples of "
+            f"the runs excludes 0); {ties} pairs are ties (the interval includes 0), {swapped_ties} of them predicted "
+            "the other way.")
 
 
 def clean_section(title: str, sweeps: Sequence[str], errors: Mapping[str, Sequence[float]],

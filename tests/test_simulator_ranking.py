@@ -12,27 +12,44 @@ from simulator.validate import _scheduler, clear_verdict, rank_row
 
 def test_clear_verdict() -> None:
     assert clear_verdict(True, 3, 3) == "yes"
-    assert clear_verdict(False, 3, 3) == "yes (differs only in unclear pairs)"
+    assert clear_verdict(False, 3, 3) == "yes (differs only in ties)"
     assert clear_verdict(False, 2, 3) == "no"
     assert clear_verdict(True, 0, 0) == "yes"
 
 
-def test_a_ranking_that_differs_only_in_an_unclear_pair() -> None:
+def test_a_ranking_that_differs_only_in_a_tie() -> None:
     # a's runs all take 1 s; b's two runs 2 and 3 s, c's 2.5 and 2.6 s. Pooled p50: a 1, b 2.5, c 2.55.
     # Whole runs are resampled with the same draws for every configuration (the sweeps' rounds are
-    # paired): b's p50 is 2, 2.5 or 3 (1/4, 1/2, 1/4) with c's 2.5, 2.55 or 2.6 alongside, so b < c
-    # in 3/4 of resamples, not clear; a < b and a < c always.
+    # paired): b's p50 is 2, 2.5 or 3 (1/4, 1/2, 1/4) with c's 2.5, 2.55 or 2.6 alongside, so the
+    # gap c - b is +0.5, +0.05 or -0.4: b < c in 3/4 of resamples, and the paired 95% interval of
+    # the gap (-0.4 to +0.5) includes 0: a tie. a < b and a < c always (gap at least 1): clear.
     times = {"a": [[1.0], [1.0], [1.0]], "b": [[2.0], [3.0]], "c": [[2.5], [2.6]]}
     measured = {"a": 1.0, "b": 2.5, "c": 2.55}
     row = rank_row(measured, {"a": 1.0, "b": 2.7, "c": 2.6}, times)
-    assert row[:4] == ["a < b < c", "a < c < b", "no", "yes (differs only in unclear pairs)"]
-    assert row[4:6] == ["2 of 3", "2 of 2"]
-    share = float(row[6].removeprefix("b < c (").removesuffix("%)")) / 100
-    assert row[6].startswith("b < c (") and abs(share - 3 / 4) < 0.05  # 1,000 resamples
+    assert row[:4] == ["a < b < c", "a < c < b", "no", "yes (differs only in ties)"]
+    assert row[4:7] == ["2 of 3", "2 of 2", "1 of 1"]  # the one tie, predicted the other way
+    share = float(row[7].removeprefix("b < c (").removesuffix("%, tie)")) / 100
+    assert row[7].startswith("b < c (") and row[7].endswith(", tie)") and abs(share - 3 / 4) < 0.05
     wrong = rank_row(measured, {"a": 3.0, "b": 2.0, "c": 2.6}, times)  # a after both: two clear pairs lost
-    assert wrong[2:6] == ["no", "no", "1 of 3", "0 of 2"]
-    assert "a < b (100%, clear)" in wrong[6] and "a < c (100%, clear)" in wrong[6]
-    assert rank_row(measured, measured, times)[2:7] == ["yes", "yes", "3 of 3", "2 of 2", "-"]
+    assert wrong[2:7] == ["no", "no", "1 of 3", "0 of 2", "0 of 1"]
+    assert "a < b (100%, clear)" in wrong[7] and "a < c (100%, clear)" in wrong[7]
+    assert rank_row(measured, measured, times)[2:8] == ["yes", "yes", "3 of 3", "2 of 2", "0 of 1", "-"]
+
+
+def test_a_tie_is_a_gap_whose_paired_interval_includes_zero() -> None:
+    import numpy as np
+
+    from simulator.validate import measured_tie
+
+    first = np.zeros(100)
+    # 100 resampled gaps: 2 at -1, 98 at +1. The 2.5th percentile interpolates between the 3rd
+    # and 4th smallest (+1 and +1): +1, so the 95% interval excludes 0; with 3 at -1 it lies
+    # between -1 (3rd) and +1 (4th) at 0.475 of the way: -0.05, and the interval includes 0.
+    two = np.array([-1.0] * 2 + [1.0] * 98)
+    three = np.array([-1.0] * 3 + [1.0] * 97)
+    assert not measured_tie(first, two)
+    assert measured_tie(first, three)
+    assert not measured_tie(first, -two)  # clearly the other way round (-1 to -1): not a tie either
 
 
 def _run(config: str, b: float) -> Run:
@@ -116,7 +133,7 @@ def test_the_clean_sweeps_are_summarised_alone() -> None:
     section, errors, ranks = clean_set(runs, draws, "trace10-")
     assert errors == {"trace": pytest.approx([0.1, 0.5])}
     assert ranks == [["trace", "tcp", "20,000", "ddp-tcp < dlcp", "dlcp < ddp-tcp", "no", "no", "0 of 1", "0 of 1",
-                      "ddp-tcp < dlcp (100%, clear)"]]
+                      "0 of 0", "ddp-tcp < dlcp (100%, clear)"]]
     assert "| trace | tcp | 20,000 | ddp-tcp | 1 | 1,000.0 | 1,100.0 | +10% |" in section
     assert "| trace | tcp | 20,000 | dlcp | 1 | 2,000.0 | 1,000.0 | -50% |" in section
     assert "The runs of trace10-x alone" in section and "old" not in section and "p3-tcp" not in section
