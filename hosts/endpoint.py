@@ -50,6 +50,7 @@ from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
 from hosts.receiver import Address, Reassembler
 from hosts.room import RoomWaiters, TurnTaker
+from hosts.rxloop import receive_batches
 from hosts.send_state import ChunkWait, SendReport
 from hosts.sender import MessageSender
 from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, MsgType
@@ -73,7 +74,6 @@ ECT0 = 0x02  # IP ECN field: ECN-capable transport
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _TOS_SPACE = socket.CMSG_SPACE(4)
 _TOS_INT = struct.Struct("i")
-_CE_BYTES = bytes(1 if t & ECN_CE == ECN_CE else 0 for t in range(256))  # TOS byte -> 1 when CE
 _log = logging.getLogger("hosts.endpoint")
 
 
@@ -384,49 +384,8 @@ class Endpoint:
             self._finals.replied(reply, source, now)
 
     def _receive_batches(self, rx: BatchReceiver) -> None:
-        """The receive loop of the C data path: batches of datagrams, runs of one message's
-        data placed at once (:meth:`Reassembler.handle_run`), everything else one by one."""
-        poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
-        reassembler = self.reassembler
-        heard = self.liveness.heard
-        tos = rx.tos
-        while not self._stop.is_set():
-            if not poller.poll(50):
-                continue
-            while not self._stop.is_set():
-                try:
-                    n = rx.recv()
-                except OSError:
-                    break
-                if n == 0:
-                    break
-                now = self._last_rx = time.monotonic()
-                delivered: list[Delivered] = []
-                i = 0
-                while i < n:
-                    if rx.bad[i]:  # missing or wrong job-key tag: dropped before anything looks at it
-                        reassembler.stats.drops["bad_tag"] += 1
-                        i += 1
-                        continue
-                    j = rx.run_end(i, n)
-                    source = rx.source(i)
-                    data = rx.packet(j - 1)
-                    heard(source, now, bytes(data[:HEADER_LEN]))
-                    if j - i > 1:
-                        self._last_peer_rx = now
-                        ce = tos[i:j].tobytes().translate(_CE_BYTES).count(1)  # no numpy call per run
-                        delivered += reassembler.handle_run(rx, i, j, source, ce)
-                    elif len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
-                        self._on_bitmap(data, source, now)
-                    else:
-                        self._last_peer_rx = now
-                        replies, done = reassembler.handle(data, source, int(tos[i]) & ECN_CE == ECN_CE)
-                        self._reply(replies, source)
-                        delivered += done
-                    i = j
-                if delivered:
-                    self._deliver(delivered)
+        """The receive loop of the C data path (:func:`hosts.rxloop.receive_batches`)."""
+        receive_batches(self, rx)
 
     def _on_bitmap(self, data: memoryview, source: Address, now: float) -> None:
         _vt, flags, job, worker, tensor, iteration, start, tlen, nbits, kind, _prio, nonce = (

@@ -13,6 +13,8 @@
  * gfh_place: checks a run's packets (bounds, length, duplicates) and places their values
  *            into the message's arrays (or adds them to what the array holds), stopping
  *            when the message is complete.
+ * gfh_mark, gfh_answer: probes of the open messages Python registered (struct gfh_answers)
+ *            answered from their packet maps, every answer of a batch in one sendmmsg.
  * Protocol decisions (windows, probes, bounds, membership) stay in Python.
  */
 #define _GNU_SOURCE
@@ -238,10 +240,16 @@ static int hint_agrees(const struct gfh_hint *h, const uint8_t *b, uint32_t ip, 
  * hints messages whose elements that never arrive are set at completion. A packet left in
  * place with no neighbour of its run in the list is copied back too (the caller handles
  * such a packet by itself, from the slot). */
+struct gfh_answers; /* hosts/answers.c */
+int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+             const uint32_t *src_ip, const uint16_t *src_port, uint8_t *bad, int n);
+void gfh_unmark(struct gfh_answers *a);
+
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
-             uint8_t *bad, struct gfh_hint *hint, uint64_t *pay) {
+             uint8_t *bad, struct gfh_hint *hint, uint64_t *pay, struct gfh_answers *answers) {
     if (slots > BATCH) slots = BATCH;
+    if (answers) gfh_unmark(answers);
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH][3];
     struct sockaddr_in from[BATCH];
@@ -358,6 +366,7 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
             pay[q] = 0;
         }
     }
+    if (answers && !key) gfh_mark(answers, buf, off, len, src_ip, src_port, bad, p);
     return p;
 }
 
@@ -487,3 +496,4 @@ void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out) {
         out[r] = class_of((const uint8_t *)(values + lo), hi - lo);
     }
 }
+

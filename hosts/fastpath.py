@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes.util
 import hashlib
+import heapq
 import logging
 import os
 import shutil
@@ -51,7 +52,27 @@ CFLAGS = ("-O3", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
                   "-g")
 SOURCE = "fastpath.c"
+#: Compiled as one unit, in this order (answers.c uses fastpath.c's definitions).
+SOURCES = (SOURCE, "answers.c")
 CDEF = """
+struct gfh_entry {
+    const uint8_t *seqs;
+    uint32_t src_ip, tensor_len;
+    uint16_t src_port;
+    uint8_t key[10];
+    uint8_t kind, echo, used;
+    int mark;
+};
+struct gfh_answers {
+    int top;
+    int marked;
+    int answered, left, failed;
+    struct gfh_entry e[256];
+};
+int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+             const uint32_t *src_ip, const uint16_t *src_port, uint8_t *bad, int n);
+int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
+               const uint16_t *src_port, uint8_t *bad, int n, struct gfh_answers *a);
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, uint8_t *hdrs, const uint8_t *values,
              uint32_t count, const uint16_t *nvals, const int64_t *starts, const uint8_t *tos, const int64_t *idx,
              int n, int gso, const uint8_t *key, int keylen, int classes);
@@ -66,7 +87,7 @@ struct gfh_hint {
 };
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
-             uint8_t *bad, struct gfh_hint *hint, uint64_t *pay);
+             uint8_t *bad, struct gfh_hint *hint, uint64_t *pay, struct gfh_answers *answers);
 int gfh_auth_init(const char *library);
 int gfh_runs(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
              const uint16_t *src_port, int i, int n);
@@ -162,7 +183,7 @@ def build_flags() -> tuple[str, ...]:
 
 def build() -> Path:
     """The shared object of ``fastpath.c``, compiled unless already cached."""
-    source = (resources.files("hosts") / SOURCE).read_text()
+    source = "\n".join((resources.files("hosts") / name).read_text() for name in SOURCES)
     cc = find_compiler()
     if cc is None:
         raise FastPathError("no C compiler found (set CC, or install gcc)")
@@ -182,7 +203,7 @@ def build() -> Path:
         proc = subprocess.run([cc, *flags, "-o", str(out), str(src), "-ldl"], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
-            raise FastPathError(f"{cc} failed on hosts/{SOURCE} (exit {proc.returncode}):\n{tail}")
+            raise FastPathError(f"{cc} failed on hosts/{' + hosts/'.join(SOURCES)} (exit {proc.returncode}):\n{tail}")
         partial = target.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(out, partial)
         os.replace(partial, target)  # atomic: concurrent builders agree
@@ -216,7 +237,8 @@ def _load() -> Native | None:
         ffi = cffi.FFI()
         ffi.cdef(CDEF)
         lib = ffi.dlopen(str(path))
-        for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes", "gfh_auth_init"):
+        for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes", "gfh_auth_init", "gfh_mark",
+                     "gfh_answer"):
             getattr(lib, name)  # cffi parses a declaration on first use: do it now, not mid-transfer
     except (FastPathError, OSError, AttributeError) as exc:
         log.warning("hosts data path: Python, because the C data path is unavailable: %s", exc)
@@ -270,6 +292,11 @@ def gso_wanted() -> bool:
 _gso_said: list[bool] = []
 
 
+def c_answers_wanted() -> bool:
+    """False when ``GRADFABRIC_C_ANSWERS`` is 0: every probe is answered in Python (read per receiver)."""
+    return os.environ.get("GRADFABRIC_C_ANSWERS", "1").strip().lower() not in ("0", "no", "off", "false")
+
+
 class BatchSender:
     """Sends packets of a :class:`~hosts.packetize.PacketBatch` with sendmmsg (and GSO)."""
 
@@ -320,9 +347,17 @@ class BatchReceiver:
     #: the rest of the batch is copied back, so a short batch wastes less when messages alternate.
     AHEAD_SLOTS = 8
 
-    def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None) -> None:
+    #: Open messages whose probes C answers at once (hosts/answers.c).
+    ANSWER_SLOTS = 256
+    #: `bad` of a probe C answers (:meth:`answer`), and of one it left to the caller.
+    ANSWERED, LEFT = 2, 3
+
+    def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None,
+                 answers: bool | None = None) -> None:
         """`sock` None: no socket; :meth:`load` fills the batch (tests). `key`: the job key;
-        a packet without a valid tag is flagged in `bad` (and has length 0)."""
+        a packet without a valid tag is flagged in `bad` (and has length 0). `answers`: let C
+        answer the probes of registered messages (:meth:`register`; None: unless
+        ``GRADFABRIC_C_ANSWERS`` is 0; never with a job key, as answers are signed in Python)."""
         self.nat = nat
         self._key = (nat.ffi.from_buffer("uint8_t[]", key), len(key)) if key else (nat.ffi.NULL, 0)
         self.fd = sock.fileno() if sock is not None else -1
@@ -346,6 +381,10 @@ class BatchReceiver:
         self._hinted: tuple[Any, Any] | None = None
         self.view = memoryview(self.buf)
         self._sources: dict[tuple[int, int], tuple[str, int]] = {}  # (ip, port) as received -> address
+        on = c_answers_wanted() if answers is None else answers
+        self.answers = nat.ffi.new("struct gfh_answers *") if on and not key else None
+        self._answers_c = self.answers if self.answers is not None else nat.ffi.NULL
+        self._free = list(range(self.ANSWER_SLOTS))  # a heap: the lowest free slot first
 
     def recv(self) -> int:
         """Packets of the next batch (0: nothing queued); OSError on a socket error."""
@@ -358,7 +397,7 @@ class BatchReceiver:
             elif 2 * (28 + 4 * hint.count) > self.SLOT_SIZE:  # packets that gfh_recv reads in place
                 slots = min(slots, self.AHEAD_SLOTS)
         n = self.nat.lib.gfh_recv(self.fd, c[0], slots, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
-                                  self.max_pkts, *self._key, c[7], hint, c[8])
+                                  self.max_pkts, *self._key, c[7], hint, c[8], self._answers_c)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         return int(n)
@@ -372,8 +411,61 @@ class BatchReceiver:
             self.src_ip[i] = int.from_bytes(socket.inet_aton(ip), "little")
             self.src_port[i] = int.from_bytes(port.to_bytes(2, "big"), "little")
             self.pay[i] = 0
+            self.bad[i] = 0
             at += len(data)
+        if self.answers is not None:  # as gfh_recv does
+            c = self._c
+            self.nat.lib.gfh_mark(self.answers, c[0], c[1], c[2], c[3], c[4], c[7], len(datagrams))
         return len(datagrams)
+
+    # -- probes answered in C (hosts/answers.c) ------------------------------------------------
+
+    def marked(self) -> int:
+        """Probes of the last batch that C will answer (:meth:`answer`), flagged ANSWERED in `bad`."""
+        return int(self.answers.marked) if self.answers is not None else 0
+
+    def register(self, i: int, tensor_len: int, seqs: Any, mark: int) -> int | None:
+        """Let C answer the probes of the message of data packet `i` of the batch (its source and
+        header's job, worker, tensor, iteration and kind) from its packet map `seqs` (a C pointer,
+        alive until :meth:`forget`), where `mark` means arrived. Its slot; None when off or full."""
+        a = self.answers
+        if a is None or not self._free:
+            return None
+        k = heapq.heappop(self._free)
+        e = a.e[k]
+        o = int(self.off[i])
+        e.seqs = seqs
+        e.src_ip, e.src_port, e.tensor_len = int(self.src_ip[i]), int(self.src_port[i]), tensor_len
+        self.nat.ffi.memmove(e.key, self.view[o + 2:o + 12], 10)
+        e.kind, e.echo, e.mark = int(self.buf[o]) & 0x0F, 0, mark
+        e.used = 1
+        if k >= a.top:
+            a.top = k + 1
+        return k
+
+    def forget(self, slot: int) -> None:
+        """C no longer answers for the message in `slot` (it completed or was given up)."""
+        a = self.answers
+        assert a is not None
+        a.e[slot].used = 0
+        heapq.heappush(self._free, slot)
+        while a.top and not a.e[a.top - 1].used:
+            a.top -= 1
+
+    def owe_echo(self, slot: int, owed: bool) -> None:
+        """The message in `slot` owes an ECN echo (its probes go to Python until it is sent) or not."""
+        assert self.answers is not None
+        self.answers.e[slot].echo = int(owed)
+
+    def answer(self, n: int) -> tuple[int, int, int]:
+        """Answer the probes of packets 0..n-1 flagged ANSWERED, all in one sendmmsg: (answered,
+        left, failed). Those left (flagged LEFT: message gone, echo owed, shape disagrees) are the
+        caller's to handle as any probe."""
+        a = self.answers
+        assert a is not None
+        c = self._c
+        self.nat.lib.gfh_answer(self.fd, c[0], c[1], c[2], c[3], c[4], c[7], n, a)
+        return int(a.answered), int(a.left), int(a.failed)
 
     def run_end(self, i: int, n: int) -> int:
         c = self._c

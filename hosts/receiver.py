@@ -75,6 +75,7 @@ class ReceiverStats:
     duplicates: int = 0
     probes: int = 0
     bitmaps_sent: int = 0
+    answered_in_c: int = 0  # of the probes and bitmaps: answered by the C receive path (hosts/answers.c)
     ce_marked: int = 0  # data packets that arrived with ECN = CE
     ecn_echoes: int = 0  # bitmap answers carrying the ECN-echo flag
     completed: int = 0
@@ -89,7 +90,8 @@ class ReceiverStats:
 class Assembly:
     """A message being rebuilt."""
 
-    __slots__ = ("key", "values", "raw", "have", "seqs", "mark", "received", "source", "cptrs", "add", "fill")
+    __slots__ = ("key", "values", "raw", "have", "seqs", "mark", "received", "source", "cptrs", "add", "fill",
+                 "answers")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
                  out: np.ndarray | None = None, maps: tuple[bytearray, bytearray, int] | None = None,
@@ -131,6 +133,8 @@ class Assembly:
         self.received = 0
         self.source = source
         self.cptrs: tuple[Any, Any, Any] | None = None  # C pointers of the fast path, made on first use
+        #: The batch receiver whose C answers this message's probes, and its slot there (None: Python does).
+        self.answers: tuple[Any, int] | None = None
 
 
 class Reassembler:
@@ -279,6 +283,11 @@ class Reassembler:
             assert asm is not None
             if asm.cptrs is None:
                 asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
+                slot = rx.register(k, tensor_len, asm.cptrs[2], asm.mark) if asm.source == source else None
+                if slot is not None:  # its probes answered in C from now on (hosts/answers.c)
+                    asm.answers = (rx, slot)
+                    if key in self._echo:
+                        rx.owe_echo(slot, True)
             # values that never arrive are set at completion (fill): later packets may be read in place
             mode = ADD if asm.add else PLACE if asm.fill is None else PLACE_AHEAD
             res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, mode, asm.mark, owner=asm)
@@ -368,7 +377,9 @@ class Reassembler:
             oldest = next((k for k, a in self._open.items() if not a.add), None)
             if oldest is None:
                 break
-            self._open_elements -= self._open.pop(oldest).values.size
+            gone = self._open.pop(oldest)
+            self._open_elements -= gone.values.size
+            self._forget_answers(gone)
             self.stats.evicted += 1
         initial = self.prior(key) if (self.prior is not None and key.kind == MsgType.PARAMETER) else None
         maps = next((m for m in self._spare_maps if len(m[0]) == tensor_len), None)
@@ -425,8 +436,17 @@ class Reassembler:
     def _note_ce(self, key: MessageKey) -> None:
         self.stats.ce_marked += 1
         if len(self._echo) >= self.max_open + self.done_memory:  # senders that never probe
-            self._echo.clear()
+            self._echo.clear()  # (an echo C was told of stays owed: answered in Python, then cleared)
         self._echo.add(key)
+        asm = self._open.get(key)
+        if asm is not None and asm.answers is not None:  # the echo is answered in Python
+            asm.answers[0].owe_echo(asm.answers[1], True)
+
+    @staticmethod
+    def _forget_answers(asm: Assembly) -> None:
+        if asm.answers is not None:
+            asm.answers[0].forget(asm.answers[1])
+            asm.answers = None
 
     def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray | None, nonce: int = 0,
                  complete: bool = False, nbits: int = 0) -> list[bytes]:
@@ -437,6 +457,9 @@ class Reassembler:
             self._echo.discard(key)
             flags |= Flags.ECN_ECHO
             self.stats.ecn_echoes += 1
+        asm = self._open.get(key)
+        if asm is not None and asm.answers is not None:  # no echo owed now: C may answer again
+            asm.answers[0].owe_echo(asm.answers[1], False)
         size = nbits if bits is None else bits.size
         for start in range(0, max(size, 1), BITMAP_BITS_PER_PACKET):
             count = min(BITMAP_BITS_PER_PACKET, size - start) if size else 0
@@ -478,6 +501,7 @@ class Reassembler:
         while len(self._spare_maps) > SPARE_MAPS or self._spare_bytes > SPARE_MAP_BYTES:
             self._spare_bytes -= 2 * len(self._spare_maps.pop(0)[0])
         asm.cptrs = None  # also ends BatchReceiver's reading of this message's packets in place
+        self._forget_answers(asm)
         return Delivered(key=asm.key, values=asm.values, received=asm.received, source=asm.source, lost=lost_at)
 
     def _drop(self, reason: DropReason) -> tuple[list[bytes], list[Delivered]]:

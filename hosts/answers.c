@@ -1,0 +1,154 @@
+/* Probes answered in C: compiled after hosts/fastpath.c as one unit (hosts/fastpath.py joins
+ * the two sources), whose HDR, BATCH and be32 it uses.
+ *
+ * Python registers each open message whose packet map C may read (its
+ * header's job, worker, tensor and iteration, its kind, source, length, `seqs` map and mark) and
+ * forgets it when the message completes or is given up; gfh_recv marks a batch's probes of
+ * registered messages (bad[q] = ANSWERED) and gfh_answer, called once the batch's data is
+ * placed, answers them as hosts/receiver.py's _probe and _bitmaps would: one bitmap of the
+ * packets asked about, flags 0, the probe's nonce back. Only the plain case: a probe flagged
+ * *last* (it may complete the message), one whose message owes an ECN echo, is no longer
+ * registered or disagrees with it (width, bounds, length) is left to Python (bad[q] = LEFT),
+ * which answers or drops it as any other. Never with a job key (answers are signed in Python). */
+#define ANSWER_SLOTS 256
+#define ANSWERED 2
+#define LEFT 3
+#define BITMAP_BITS 8192 /* BITMAP_BITS_PER_PACKET, hosts/wire.py */
+
+struct gfh_entry {
+    const uint8_t *seqs;
+    uint32_t src_ip, tensor_len;
+    uint16_t src_port;
+    uint8_t key[10]; /* header bytes 2..11: job, worker, tensor, iteration */
+    uint8_t kind, echo, used;
+    int mark;
+};
+
+struct gfh_answers {
+    int top;                    /* entries [0, top) may be in use */
+    int marked;                 /* probes gfh_mark marked in the last batch */
+    int answered, left, failed; /* of the last gfh_answer */
+    struct gfh_entry e[ANSWER_SLOTS];
+};
+
+static int entry_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, uint16_t port) {
+    for (int k = 0; k < a->top; k++) {
+        const struct gfh_entry *e = &a->e[k];
+        if (e->used && e->src_ip == ip && e->src_port == port && e->kind == b[22] && memcmp(e->key, b + 2, 10) == 0)
+            return k;
+    }
+    return -1;
+}
+
+/* No probe of a batch marked yet. */
+void gfh_unmark(struct gfh_answers *a) { a->marked = 0; }
+
+/* Whether data of probe q's message from its source comes shortly before it in the batch (within
+ * LOOK_BACK packets, so a batch of many probes costs no quadratic search): Python may register
+ * the message while placing that data (gfh_answer then finds it, or leaves the probe). */
+#define LOOK_BACK 64
+static int data_before(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
+                       const uint16_t *src_port, const uint8_t *bad, int q) {
+    const uint8_t *b = buf + off[q];
+    for (int o = q - 1; o >= 0 && o >= q - LOOK_BACK; o--) {
+        const uint8_t *d = buf + off[o];
+        if (!bad[o] && len[o] >= HDR && d[0] == ((1 << 4) | b[22]) && src_ip[o] == src_ip[q] &&
+            src_port[o] == src_port[q] && memcmp(d + 2, b + 2, 10) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A probe (version 1, no reserved flags, not *last*) about a message (tensor_len > 0) that is
+ * registered or has data before it in the batch. Marks bad[q] = ANSWERED; returns how many. */
+int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+             const uint32_t *src_ip, const uint16_t *src_port, uint8_t *bad, int n) {
+    int marked = 0;
+    for (int q = 0; q < n; q++) {
+        const uint8_t *b = buf + off[q];
+        if (bad[q] || len[q] < HDR || b[0] != ((1 << 4) | 2) || (b[1] & 0xF2) || b[22] > 1 || be32(b + 16) == 0)
+            continue;
+        if (entry_of(a, b, src_ip[q], src_port[q]) >= 0 || data_before(buf, off, len, src_ip, src_port, bad, q)) {
+            bad[q] = ANSWERED;
+            marked++;
+        }
+    }
+    a->marked = marked;
+    return marked;
+}
+
+static int send_answers(int fd, struct mmsghdr *msgs, int m) {
+    int failed = 0, sent = 0;
+    while (sent < m) {
+        int r = sendmmsg(fd, msgs + sent, (unsigned)(m - sent), 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            failed++; /* this one refused: go on with the rest, as Python's one sendto each would */
+            sent++;
+            continue;
+        }
+        sent += r;
+    }
+    return failed;
+}
+
+/* Answer the probes marked ANSWERED among packets [0, n) (see above). Sets a->answered,
+ * a->left (now marked LEFT) and a->failed (answers the socket refused); returns a->left. */
+int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
+               const uint16_t *src_port, uint8_t *bad, int n, struct gfh_answers *a) {
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_in to[BATCH];
+    static __thread uint8_t out[BATCH][HDR + BITMAP_BITS / 8];
+    int m = 0;
+    a->answered = a->left = a->failed = 0;
+    for (int q = 0; q < n; q++) {
+        if (bad[q] != ANSWERED) continue;
+        const uint8_t *b = buf + off[q];
+        int k = entry_of(a, b, src_ip[q], src_port[q]);
+        uint32_t first = be32(b + 12), tl = be32(b + 16), nb = be32(b + 24);
+        int64_t cap = 8 * (3 * (int64_t)len[q] - HDR);
+        if (cap > BITMAP_BITS) cap = BITMAP_BITS;
+        if (k < 0 || a->e[k].echo || tl != a->e[k].tensor_len || nb == 0 || (int64_t)nb > cap ||
+            (uint64_t)first + nb > tl) {
+            bad[q] = LEFT;
+            a->left++;
+            continue;
+        }
+        const struct gfh_entry *e = &a->e[k];
+        uint8_t *o = out[m];
+        o[0] = (1 << 4) | 3; /* bitmap */
+        o[1] = 0;
+        memcpy(o + 2, b + 2, 18); /* job, worker, tensor, iteration, offset (first), tensor_len */
+        o[20] = (uint8_t)(nb >> 8);
+        o[21] = (uint8_t)nb;
+        o[22] = b[22]; /* kind */
+        o[23] = 7;
+        o[24] = o[25] = 0;
+        o[26] = b[20]; /* the probe's nonce */
+        o[27] = b[21];
+        uint32_t bytes = (nb + 7) / 8;
+        memset(o + HDR, 0, bytes);
+        const uint8_t *s = e->seqs + first, mk = (uint8_t)e->mark;
+        for (uint32_t i = 0; i < nb; i++)
+            if (s[i] == mk) o[HDR + i / 8] |= (uint8_t)(1u << (i & 7));
+        memset(&to[m], 0, sizeof to[m]);
+        to[m].sin_family = AF_INET;
+        to[m].sin_addr.s_addr = src_ip[q];
+        to[m].sin_port = src_port[q];
+        iov[m].iov_base = o;
+        iov[m].iov_len = HDR + bytes;
+        memset(&msgs[m], 0, sizeof msgs[m]);
+        msgs[m].msg_hdr.msg_name = &to[m];
+        msgs[m].msg_hdr.msg_namelen = sizeof to[m];
+        msgs[m].msg_hdr.msg_iov = &iov[m];
+        msgs[m].msg_hdr.msg_iovlen = 1;
+        a->answered++;
+        if (++m == BATCH) {
+            a->failed += send_answers(fd, msgs, m);
+            m = 0;
+        }
+    }
+    if (m) a->failed += send_answers(fd, msgs, m);
+    return a->left;
+}
