@@ -261,6 +261,19 @@ def cpu_marks(jobs: dict[str, Any], figures: dict[str, Any], starved_share: floa
             "max_starvation": max(summed) if summed else None}
 
 
+def release_finished_jobs(roles: list[tuple[int, int, RoleProcess, bool]], released: set[int]) -> None:
+    """The jobs' close barrier (experiments.training.trace_worker): once every rank of a job has
+    printed its summary (or ended), let them all close; `released` holds the jobs let go."""
+    jobs: dict[int, list[RoleProcess]] = {}
+    for job_id, _rank, role, _measured in roles:
+        jobs.setdefault(job_id, []).append(role)
+    for job_id, members in jobs.items():
+        if job_id not in released and all(r.process.poll() is not None or r.summarised() for r in members):
+            released.add(job_id)
+            for role in members:
+                role.release()
+
+
 def _argv(job: TraceJob, rank: int, peers: list[str]) -> list[str]:
     return [sys.executable, "-m", "experiments.training.trace_worker", "--rank", str(rank), "--peers", ",".join(peers),
             "--wait-go", *job.argv()]
@@ -305,7 +318,9 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
                 role.go()
             pending = [role for _, _, role, measured in roles if measured]
             deadline = time.monotonic() + settings.job_timeout_s
+            released: set[int] = set()
             while pending:
+                release_finished_jobs(roles, released)
                 for role in list(pending):
                     code = role.process.poll()
                     if code is None:

@@ -123,6 +123,23 @@ class RoleProcess:
         except OSError:
             raise self.failure() from None
 
+    def summarised(self) -> bool:
+        """Whether the role printed its summary (``done``); it may still be open for its peers."""
+        return any(line.get("event") == "done" for line in list(self.lines))
+
+    def release(self) -> None:
+        """Let a role started with --wait-go that printed its summary close (a second line on
+        stdin): the job's close barrier, sent once every rank of the job is done, so that no
+        rank closes its endpoint while a peer still waits for its answers. Best effort: a role
+        that already ended needs nothing."""
+        if self.process.stdin is None or self.process.poll() is not None:
+            return
+        try:
+            self.process.stdin.write(b"close\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass
+
     def done(self) -> dict[str, Any]:
         for line in reversed(self.lines):
             if line.get("event") == "done":

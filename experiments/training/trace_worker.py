@@ -24,7 +24,10 @@ Collectives: ``ring`` over DLCP (:class:`hosts.ring.RingAllReduce`) or TCP
 server (:class:`hosts.ps.ParameterServer` or ``TcpPsServer``), ranks 1.. are workers.
 
 JSON lines as :mod:`experiments.training.ddp_worker` (``listening``, then ``iteration``
-records, ``done``); ``--wait-go`` holds until a line arrives on stdin::
+records, ``done``); ``--wait-go`` holds until a line arrives on stdin, and after ``done``
+until another does (or stdin ends) before closing: the runner sends it once every rank of the
+job is done, a close barrier without which a rank that completed its last receive closed while
+its peer still waited for the final answer to that message (its goodbye then failed the peer)::
 
     python -m experiments.training.trace_worker --rank 0 --world 2 \
         --peers 10.0.0.1:19600,10.0.0.4:19600 --comm dlcp --scheduler dlcp --overlap layerwise
@@ -438,6 +441,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
     if len(workers) < 1 or (not ps and world < 2):
         raise ExperimentError(f"a {job.collective} job needs more ranks than {world}")
     closers: list[Any] = []
+    done = False
     endpoint: Any = None
     masks: Any = None
     server: Any = None
@@ -502,6 +506,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                     server.serve_iteration(it, ids, num_layers=len(trace.layers), timeout=job.timeout_s)
             _emit({"event": "done", "role": "server", "rank": rank, "totals": {},
                    **_cpu_figures(cpu0, wall0, sched0, threads0)})
+            done = True
             return
         grads = GradientSource([l.numel for l in trace.layers], load_pool(), seed=job.seed, rank=rank)
         worker = TraceRank(job, trace, rank, collective, grads)
@@ -531,10 +536,13 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                "totals": {**{k: sum(t[k] for t in totals) for k in TOTALED}, **received(closers),
                           **({"masks_inexact": masks.inexact} if masks is not None else {})},
                **_cpu_figures(cpu0, wall0, sched0, threads0)})
+        done = True
     except Exception:
         _dump_state(endpoint)
         raise
     finally:
+        if done and wait_go:  # the close barrier (module doc): peers may still need this rank's answers
+            sys.stdin.readline()
         for c in closers:
             c.close()
 
