@@ -43,32 +43,38 @@ static int entry_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, 
 /* No probe of a batch marked yet. */
 void gfh_unmark(struct gfh_answers *a) { a->marked = 0; }
 
-/* Whether data of probe q's message from its source comes shortly before it in the batch (within
- * LOOK_BACK packets, so a batch of many probes costs no quadratic search): Python may register
- * the message while placing that data (gfh_answer then finds it, or leaves the probe). */
+/* Data of probe q's message from its source shortly before it in the batch (within LOOK_BACK
+ * packets, so a batch of many probes costs no quadratic search): 1 when there is some (Python
+ * may register the message while placing it: gfh_answer then finds it, or leaves the probe), -1
+ * when some of it arrived CE-marked (its echo goes on this probe: Python answers it in order), else 0. */
 #define LOOK_BACK 64
 static int data_before(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
-                       const uint16_t *src_port, const uint8_t *bad, int q) {
+                       const uint16_t *src_port, const uint8_t *tos, const uint8_t *bad, int q) {
     const uint8_t *b = buf + off[q];
+    int found = 0;
     for (int o = q - 1; o >= 0 && o >= q - LOOK_BACK; o--) {
         const uint8_t *d = buf + off[o];
         if (!bad[o] && len[o] >= HDR && d[0] == ((1 << 4) | b[22]) && src_ip[o] == src_ip[q] &&
-            src_port[o] == src_port[q] && memcmp(d + 2, b + 2, 10) == 0)
-            return 1;
+            src_port[o] == src_port[q] && memcmp(d + 2, b + 2, 10) == 0) {
+            if ((tos[o] & 3) == 3) return -1;
+            found = 1;
+        }
     }
-    return 0;
+    return found;
 }
 
 /* A probe (version 1, no reserved flags, not *last*) about a message (tensor_len > 0) that is
- * registered or has data before it in the batch. Marks bad[q] = ANSWERED; returns how many. */
+ * registered or has data before it in the batch, none of it CE-marked there. Marks bad[q] =
+ * ANSWERED; returns how many. */
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
-             const uint32_t *src_ip, const uint16_t *src_port, uint8_t *bad, int n) {
+             const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n) {
     int marked = 0;
     for (int q = 0; q < n; q++) {
         const uint8_t *b = buf + off[q];
         if (bad[q] || len[q] < HDR || b[0] != ((1 << 4) | 2) || (b[1] & 0xF2) || b[22] > 1 || be32(b + 16) == 0)
             continue;
-        if (entry_of(a, b, src_ip[q], src_port[q]) >= 0 || data_before(buf, off, len, src_ip, src_port, bad, q)) {
+        int before = data_before(buf, off, len, src_ip, src_port, tos, bad, q);
+        if (before > 0 || (before == 0 && entry_of(a, b, src_ip[q], src_port[q]) >= 0)) {
             bad[q] = ANSWERED;
             marked++;
         }

@@ -242,7 +242,7 @@ static int hint_agrees(const struct gfh_hint *h, const uint8_t *b, uint32_t ip, 
  * such a packet by itself, from the slot). */
 struct gfh_answers; /* hosts/answers.c */
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
-             const uint32_t *src_ip, const uint16_t *src_port, uint8_t *bad, int n);
+             const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n);
 void gfh_unmark(struct gfh_answers *a);
 
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
@@ -366,7 +366,7 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
             pay[q] = 0;
         }
     }
-    if (answers && !key) gfh_mark(answers, buf, off, len, src_ip, src_port, bad, p);
+    if (answers && !key) gfh_mark(answers, buf, off, len, src_ip, src_port, tos, bad, p);
     return p;
 }
 

@@ -70,7 +70,7 @@ struct gfh_answers {
     struct gfh_entry e[256];
 };
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
-             const uint32_t *src_ip, const uint16_t *src_port, uint8_t *bad, int n);
+             const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n);
 int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
                const uint16_t *src_port, uint8_t *bad, int n, struct gfh_answers *a);
 int gfh_send(int fd, uint32_t ip_be, uint16_t port_be, uint8_t *hdrs, const uint8_t *values,
@@ -415,7 +415,7 @@ class BatchReceiver:
             at += len(data)
         if self.answers is not None:  # as gfh_recv does
             c = self._c
-            self.nat.lib.gfh_mark(self.answers, c[0], c[1], c[2], c[3], c[4], c[7], len(datagrams))
+            self.nat.lib.gfh_mark(self.answers, c[0], c[1], c[2], c[3], c[4], c[5], c[7], len(datagrams))
         return len(datagrams)
 
     # -- probes answered in C (hosts/answers.c) ------------------------------------------------

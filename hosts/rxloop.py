@@ -28,11 +28,6 @@ def receive_batches(ep: Any, rx: BatchReceiver) -> None:
     its stop event is set."""
     poller = select.poll()
     poller.register(ep._sock, select.POLLIN)
-    reassembler = ep.reassembler
-    stats = reassembler.stats
-    heard = ep.liveness.heard
-    finals = ep._finals
-    tos, bad = rx.tos, rx.bad
     while not ep._stop.is_set():
         if not poller.poll(50):
             continue
@@ -43,52 +38,63 @@ def receive_batches(ep: Any, rx: BatchReceiver) -> None:
                 break
             if n == 0:
                 break
-            now = ep._last_rx = time.monotonic()
-            delivered: list[Delivered] = []
-            marked = rx.marked()
-            i = 0
-            while i < n:
-                flag = bad[i]
-                if flag:
-                    data = rx.packet(i)
-                    if flag == _ANSWERED:  # a probe C answers below
-                        source = rx.source(i)
-                        heard(source, now, bytes(data[:HEADER_LEN]))
-                        ep._last_peer_rx = now
-                        finals.replied(data, source, now)  # notes a prober (the probe is not flagged last)
-                    else:  # missing or wrong job-key tag: dropped before anything looks at it
-                        stats.drops["bad_tag"] += 1
-                    i += 1
-                    continue
-                j = rx.run_end(i, n)
+            handle_batch(ep, rx, n)
+
+
+def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
+    """Handle the `n` packets of `rx`'s batch for endpoint `ep`: its reassembler, liveness,
+    finals, ``_on_bitmap``, ``_reply`` and ``_deliver`` (tests pass a stand-in)."""
+    reassembler = ep.reassembler
+    stats = reassembler.stats
+    heard = ep.liveness.heard
+    finals = ep._finals
+    tos, bad = rx.tos, rx.bad
+    now = ep._last_rx = time.monotonic()
+    delivered: list[Delivered] = []
+    marked = rx.marked()
+    i = 0
+    while i < n:
+        flag = bad[i]
+        if flag:
+            data = rx.packet(i)
+            if flag == _ANSWERED:  # a probe C answers below
                 source = rx.source(i)
-                data = rx.packet(j - 1)
                 heard(source, now, bytes(data[:HEADER_LEN]))
-                if j - i > 1:
-                    ep._last_peer_rx = now
-                    ce = tos[i:j].tobytes().translate(_CE_BYTES).count(1)  # no numpy call per run
-                    delivered += reassembler.handle_run(rx, i, j, source, ce)
-                elif len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
-                    ep._on_bitmap(data, source, now)
-                else:
-                    ep._last_peer_rx = now
-                    replies, done = reassembler.handle(data, source, int(tos[i]) & ECN_CE == ECN_CE)
+                ep._last_peer_rx = now
+                finals.replied(data, source, now)  # notes a prober (the probe is not flagged last)
+            else:  # missing or wrong job-key tag: dropped before anything looks at it
+                stats.drops["bad_tag"] += 1
+            i += 1
+            continue
+        j = rx.run_end(i, n)
+        source = rx.source(i)
+        data = rx.packet(j - 1)
+        heard(source, now, bytes(data[:HEADER_LEN]))
+        if j - i > 1:
+            ep._last_peer_rx = now
+            ce = tos[i:j].tobytes().translate(_CE_BYTES).count(1)  # no numpy call per run
+            delivered += reassembler.handle_run(rx, i, j, source, ce)
+        elif len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
+            ep._on_bitmap(data, source, now)
+        else:
+            ep._last_peer_rx = now
+            replies, done = reassembler.handle(data, source, int(tos[i]) & ECN_CE == ECN_CE)
+            ep._reply(replies, source)
+            delivered += done
+        i = j
+    if marked:
+        answered, left, failed = rx.answer(n)
+        stats.probes += answered
+        stats.bitmaps_sent += answered
+        stats.answered_in_c += answered
+        if failed:
+            stats.drops["reply_failed"] += failed
+        if left:  # their message completed in this batch, owes an echo, or disagrees
+            for k in range(n):
+                if bad[k] == _LEFT:
+                    source = rx.source(k)
+                    replies, done = reassembler.handle(rx.packet(k), source, False)
                     ep._reply(replies, source)
                     delivered += done
-                i = j
-            if marked:
-                answered, left, failed = rx.answer(n)
-                stats.probes += answered
-                stats.bitmaps_sent += answered
-                stats.answered_in_c += answered
-                if failed:
-                    stats.drops["reply_failed"] += failed
-                if left:  # their message completed in this batch, owes an echo, or disagrees
-                    for k in range(n):
-                        if bad[k] == _LEFT:
-                            source = rx.source(k)
-                            replies, done = reassembler.handle(rx.packet(k), source, False)
-                            ep._reply(replies, source)
-                            delivered += done
-            if delivered:
-                ep._deliver(delivered)
+    if delivered:
+        ep._deliver(delivered)
