@@ -10,6 +10,10 @@ answer), as a ring step waits for it. The receiver adds each message into its ow
 (``Reassembler.expect(..., add=True)``, as the ring's reduce steps do) and takes it
 (``Endpoint.take``). Gradient bound 0.1 (DLCP's drop rule marks packets), C data path.
 
+The receiver's receive thread is also measured alone (its CPU from ``/proc/self/task/<id>/schedstat``
+and its voluntary switches, per message), with the probes its C path answered
+(``answered_in_c``, ``hosts/answers.c``) per message.
+
 TCP sends each message as an 8-byte length and the values on one connection; the receiver
 reads the whole message into its array and answers one byte, which the sender waits for.
 
@@ -25,17 +29,26 @@ answer. What a chunk beyond the first costs is the CPU difference of the two DLC
 their difference in chunks per message.
 
     python -m tests.benchmarks.bench_messages [--rounds 5] [--messages 300]
+
+``--against DIR --pairs N`` runs one round of this benchmark in checkout DIR (its own version of
+it) and one in this checkout, N times alternating which goes first, and prints each one's medians
+of the fields both print, and its CPU per chunk beyond the first from those medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
+import re
 import resource
 import socket
 import statistics
 import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,6 +75,19 @@ def _switches() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
 
 
+def _thread(tid: int) -> tuple[float, int]:
+    """CPU seconds (schedstat) and voluntary switches of this process's thread `tid` so far."""
+    base = f"/proc/self/task/{tid}"
+    try:
+        with open(base + "/schedstat") as f:
+            ns = int(f.read().split()[0])
+        with open(base + "/status") as f:
+            vol = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+    except (OSError, StopIteration, ValueError):
+        return 0.0, 0
+    return ns / 1e9, vol
+
+
 def _values() -> np.ndarray:
     return (np.random.default_rng(1).standard_normal(VALUES) * 1e-3).astype(np.float32)
 
@@ -81,12 +107,19 @@ def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, wi
             endpoint.reassembler.expect(key, buf, add=True)
         cpu = wall = 0.0
         switches = 0
+        tid = endpoint._thread.native_id or 0
+        rx_thread = (0.0, 0)
         for i, key in enumerate(keys):
             if i == WARMUP:
                 cpu, wall, switches = _cpu(), time.perf_counter(), _switches()
+                rx_thread = _thread(tid)
+                in_c = getattr(endpoint.reassembler.stats, "answered_in_c", 0)
             endpoint.take(key, timeout=60, peer=peer)
+        now = _thread(tid)
+        extra = {"rx_thread": now[0] - rx_thread[0], "rx_thread_switches": now[1] - rx_thread[1],
+                 "in_c": getattr(endpoint.reassembler.stats, "answered_in_c", 0) - in_c}
         out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, endpoint.reassembler.stats.data_packets,
-                 _switches() - switches, 0))
+                 _switches() - switches, 0, extra))
         endpoint.drain(quiet=0.2, limit=2)
 
 
@@ -110,7 +143,7 @@ def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int, wind
             if i >= WARMUP:
                 packets += report.packets + report.retransmitted
                 chunks += report.chunks
-        out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, packets, _switches() - switches, chunks))
+        out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, packets, _switches() - switches, chunks, {}))
 
 
 def _tcp_receiver(to_sender: Any, _to_receiver: Any, out: Any, messages: int, _window: int | None) -> None:
@@ -132,7 +165,7 @@ def _tcp_receiver(to_sender: Any, _to_receiver: Any, out: Any, messages: int, _w
         size = _LEN.unpack(head)[0]
         _read(conn, view[:size])
         conn.sendall(b"\x01")
-    out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, 0, _switches() - switches, 0))
+    out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, 0, _switches() - switches, 0, {}))
     conn.close()
     srv.close()
 
@@ -160,13 +193,13 @@ def _tcp_sender(to_sender: Any, _to_receiver: Any, out: Any, messages: int, _win
         conn.sendall(_LEN.pack(len(payload)))
         conn.sendall(payload)
         _read(conn, memoryview(ack))
-    out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, 0, _switches() - switches, 0))
+    out.put(("sender", _cpu() - cpu, time.perf_counter() - wall, 0, _switches() - switches, 0, {}))
     conn.close()
 
 
-def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int, int, int]]:
-    """One run: {side: (CPU seconds, wall seconds, data packets, voluntary switches, chunks)}
-    over the measured messages."""
+def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int, int, int, dict[str, float]]]:
+    """One run: {side: (CPU seconds, wall seconds, data packets, voluntary switches, chunks,
+    the receiver's receive thread alone)} over the measured messages."""
     ctx = mp.get_context("spawn")
     to_sender, to_receiver, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
     dlcp = kind.startswith("dlcp")
@@ -176,11 +209,11 @@ def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int, int, 
     sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages, window))
     receiver.start()
     sender.start()
-    got: dict[str, tuple[float, float, int, int, int]] = {}
+    got: dict[str, tuple[float, float, int, int, int, dict[str, float]]] = {}
     try:
         for _ in range(2):
-            side, cpu, wall, packets, switches, chunks = out.get(timeout=300)
-            got[side] = (cpu, wall, packets, switches, chunks)
+            side, cpu, wall, packets, switches, chunks, extra = out.get(timeout=300)
+            got[side] = (cpu, wall, packets, switches, chunks, extra)
     finally:
         for proc in (sender, receiver):
             proc.join(timeout=30)
@@ -207,6 +240,9 @@ def measure(rounds: int = ROUNDS, messages: int = MESSAGES,
                 row["per_packet"] = (s[0] + rcv[0]) / max(1, s[2]) * 1e6
                 row["packets"] = s[2] / measured
                 row["chunks"] = s[4] / measured
+                row["rx_thread"] = rcv[5]["rx_thread"] / measured * 1e6
+                row["rx_thread_switches"] = rcv[5]["rx_thread_switches"] / measured
+                row["in_c"] = rcv[5]["in_c"] / measured
             results[kind].append(row)
             print(f"round {r + 1} {kind}: " + ", ".join(f"{k} {v:,.2f}" for k, v in row.items()), flush=True)
     return results
@@ -230,14 +266,15 @@ def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
     dlcp, small, tcp = results["dlcp"], results["dlcp-w22"], results["tcp"]
     for kind, rows in results.items():
         fields = ["sender", "receiver", "both", "switches", "wall_ms"] + (
-            ["per_packet", "packets", "chunks"] if kind.startswith("dlcp") else [])
+            ["per_packet", "packets", "chunks", "rx_thread", "rx_thread_switches", "in_c"] if kind.startswith("dlcp")
+            else [])
         print(f"{kind}: " + "; ".join(f"{f} {_summary(rows, f)}" for f in fields) + " (µs CPU per message; "
               "switches voluntary per message, both processes; per_packet µs per data packet, both sides; "
               "wall_ms per message; median (range))")
     print(f"per chunk beyond the first (window {SMALL_WINDOW} against the full window): "
           f"{per_chunk(dlcp, small):,.1f} µs CPU both sides (sender {per_chunk(dlcp, small, 'sender'):,.1f}, "
-          f"receiver {per_chunk(dlcp, small, 'receiver'):,.1f}), "
-          f"{per_chunk(dlcp, small, 'switches'):,.2f} voluntary switches")
+          f"receiver {per_chunk(dlcp, small, 'receiver'):,.1f}; its receive thread "
+          f"{per_chunk(dlcp, small, 'rx_thread'):,.1f}), {per_chunk(dlcp, small, 'switches'):,.2f} voluntary switches")
     med = lambda rows, f: statistics.median(r[f] for r in rows)  # noqa: E731
     return [
         Figure("DLCP CPU per 42-packet message, both sides", med(dlcp, "both"), "TCP framed message",
@@ -255,11 +292,56 @@ def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
     ]
 
 
+_ROW = re.compile(r"^round \d+ ([\w-]+): (.*)$")
+
+
+def _one_round(checkout: Path, messages: int) -> dict[str, dict[str, float]]:
+    """One round of the benchmark as checkout `checkout` has it: {kind: {field: value}}."""
+    proc = subprocess.run([sys.executable, "-m", "tests.benchmarks.bench_messages", "--rounds", "1", "--messages",
+                           str(messages)], cwd=checkout, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(checkout)})
+    rows: dict[str, dict[str, float]] = {}
+    for line in proc.stdout.splitlines():
+        m = _ROW.match(line)
+        if m:
+            rows[m.group(1)] = {k: float(v.replace(",", "")) for k, v in
+                                (item.rsplit(" ", 1) for item in m.group(2).split(", "))}
+    if not {"dlcp", "dlcp-w22"} <= rows.keys():
+        raise RuntimeError(f"no figures from {checkout} (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return rows
+
+
+def against(other: Path, pairs: int, messages: int) -> None:
+    """Alternate one round here and one in checkout `other`, `pairs` times; print medians."""
+    here = Path(__file__).resolve().parents[2]
+    checkouts = {"this": here, "other": other.resolve()}
+    results: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in checkouts}
+    for p in range(pairs):
+        order = list(checkouts) if p % 2 == 0 else list(checkouts)[::-1]
+        for name in order:
+            for kind, row in _one_round(checkouts[name], messages).items():
+                results[name].setdefault(kind, []).append(row)
+                print(f"pair {p + 1} {name} {kind}: " + ", ".join(f"{k} {v:,.2f}" for k, v in row.items()), flush=True)
+    for name, kinds in results.items():
+        for kind, rows in kinds.items():
+            fields = [f for f in rows[0] if all(f in r for r in rows)]
+            print(f"{name} ({checkouts[name]}) {kind}: " + "; ".join(f"{f} {_summary(rows, f)}" for f in fields))
+        full, small = kinds["dlcp"], kinds["dlcp-w22"]
+        fields = [f for f in ("both", "sender", "receiver", "rx_thread", "switches") if all(f in r for r in full + small)]
+        print(f"{name}: per chunk beyond the first (window {SMALL_WINDOW}): " +
+              ", ".join(f"{f} {per_chunk(full, small, f):,.2f}" for f in fields))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--messages", type=int, default=MESSAGES)
+    parser.add_argument("--against", type=Path, help="another checkout to alternate with")
+    parser.add_argument("--pairs", type=int, default=6)
     args = parser.parse_args()
+    if args.against is not None:
+        against(args.against, args.pairs, args.messages)
+        return
     print_table(run(args.rounds, args.messages))
 
 
