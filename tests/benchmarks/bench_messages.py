@@ -30,6 +30,9 @@ their difference in chunks per message.
 
     python -m tests.benchmarks.bench_messages [--rounds 5] [--messages 300]
 
+``--profile-receiver FILE`` (with ``--messages 6000``) records the receiver's receive thread in the
+window-22 mode with ``perf record -g`` for 4 s and prints its samples by what they were doing.
+
 ``--against DIR --pairs N`` runs one round of this benchmark in checkout DIR (its own version of
 it) and one in this checkout, N times alternating which goes first, and prints each one's medians
 of the fields both print, and its CPU per chunk beyond the first from those medians.
@@ -92,7 +95,8 @@ def _values() -> np.ndarray:
     return (np.random.default_rng(1).standard_normal(VALUES) * 1e-3).astype(np.float32)
 
 
-def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None) -> None:
+def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None,
+                   tid_out: Any = None) -> None:
     from hosts.endpoint import Endpoint
     from hosts.messages import MessageKey
     from hosts.wire import MsgType
@@ -100,6 +104,8 @@ def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, wi
     bounds = {MsgType.GRADIENT: BOUND, MsgType.PARAMETER: 0.0}
     with Endpoint(worker_id=2, host="127.0.0.1", bounds=bounds, linger=0.1) as endpoint:
         to_sender.put(endpoint.address)
+        if tid_out is not None:  # --profile-receiver: whose samples to take
+            tid_out.put(endpoint._thread.native_id)
         peer = to_receiver.get(timeout=60)
         buf = np.zeros(VALUES, dtype=np.float32)
         keys = [MessageKey(1, 1, i, 0, MsgType.GRADIENT) for i in range(messages)]
@@ -292,6 +298,69 @@ def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
     ]
 
 
+#: What a sample of the receive thread was doing: the first rule naming a frame of its stack.
+PROFILE_CLASSES = (
+    ("answer send (sendmmsg, sendto)", ("__sendmmsg", "__libc_sendto")),
+    ("recvmmsg", ("__recvmmsg", "do_recvmmsg")),
+    ("poll: sleeping and waking", ("__poll", "do_sys_poll")),
+    ("GIL and locks (futex)", ("futex", "sem_post", "sem_wait", "sem_clockwait", "take_gil", "drop_gil")),
+    ("C data path (gfh_*)", ("gfh_",)),
+    ("cffi calls", ("_cffi_backend",)),
+    ("numpy", ("_multiarray_umath",)),
+    ("preemption and interrupts on return", ("irqentry_exit_to_user_mode", "asm_sysvec", "exit_to_user_mode")),
+    ("page faults", ("asm_exc_page_fault",)),
+    ("Python interpreter", ("python3",)),
+)
+
+
+def classify(perf_data: Path) -> dict[str, float]:
+    """Shares (0..1) of `perf_data`'s samples by PROFILE_CLASSES (``perf script`` of a ``-g`` record)."""
+    text = subprocess.run(["perf", "script", "-i", str(perf_data), "-F", "ip,sym,dso"], capture_output=True,
+                          text=True, check=True).stdout
+    counts: dict[str, int] = {}
+    for sample in text.split("\n\n"):
+        frames = sample.strip()
+        if not frames:
+            continue
+        label = next((name for name, keys in PROFILE_CLASSES if any(k in frames for k in keys)), "other kernel")
+        counts[label] = counts.get(label, 0) + 1
+    total = sum(counts.values()) or 1
+    return {k: v / total for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
+def profile_receiver(messages: int, seconds: float, out_file: Path) -> None:
+    """One window-22 run of `messages` messages; ``perf record -g`` of the receiver's receive
+    thread for `seconds` from 1 s after it starts; its samples by class, in % and in µs per chunk
+    (the share of the thread's CPU per message, over the message's chunks)."""
+    ctx = mp.get_context("spawn")
+    to_sender, to_receiver, out, tids = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Queue()
+    receiver = ctx.Process(target=_dlcp_receiver, args=(to_sender, to_receiver, out, messages, SMALL_WINDOW, tids))
+    sender = ctx.Process(target=_dlcp_sender, args=(to_sender, to_receiver, out, messages, SMALL_WINDOW))
+    receiver.start()
+    sender.start()
+    try:
+        tid = tids.get(timeout=60)
+        time.sleep(1.0)
+        subprocess.run(["perf", "record", "-q", "-F", "2999", "-g", "-t", str(tid), "-o", str(out_file), "--",
+                        "sleep", str(seconds)], check=True, capture_output=True)
+        got = {}
+        for _ in range(2):
+            side, cpu, wall, packets, switches, chunks, extra = out.get(timeout=600)
+            got[side] = (cpu, wall, packets, switches, chunks, extra)
+    finally:
+        for proc in (sender, receiver):
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    measured = messages - WARMUP
+    per_message = got["receiver"][5]["rx_thread"] / measured * 1e6
+    chunks = got["sender"][4] / measured
+    print(f"receive thread: {per_message:,.1f} µs CPU per message, {chunks:.2f} chunks per message, "
+          f"{got['receiver'][5]['in_c'] / measured:.2f} probes per message answered in C")
+    for name, share in classify(out_file).items():
+        print(f"  {name:40s} {100 * share:5.1f} %  {share * per_message / chunks:6.1f} µs per chunk")
+
+
 _ROW = re.compile(r"^round \d+ ([\w-]+): (.*)$")
 
 
@@ -338,7 +407,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=MESSAGES)
     parser.add_argument("--against", type=Path, help="another checkout to alternate with")
     parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--profile-receiver", type=Path, metavar="PERF_DATA",
+                        help="perf-record the receive thread in window-22 mode into PERF_DATA (needs perf)")
     args = parser.parse_args()
+    if args.profile_receiver is not None:
+        profile_receiver(args.messages, 4.0, args.profile_receiver)
+        return
     if args.against is not None:
         against(args.against, args.pairs, args.messages)
         return
