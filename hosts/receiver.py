@@ -283,13 +283,9 @@ class Reassembler:
             assert asm is not None
             if asm.cptrs is None:
                 asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
-                slot = rx.register(k, tensor_len, asm.cptrs[2], asm.mark) if asm.source == source else None
-                if slot is not None:  # its probes answered in C from now on (hosts/answers.c)
-                    asm.answers = (rx, slot)
-                    if key in self._echo:
-                        rx.owe_echo(slot, True)
             # values that never arrive are set at completion (fill): later packets may be read in place
             mode = ADD if asm.add else PLACE if asm.fill is None else PLACE_AHEAD
+            first = k
             res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, mode, asm.mark, owner=asm)
             k = self._place_counts(res)
             self.stats.data_packets += int(res[1])
@@ -297,6 +293,12 @@ class Reassembler:
             asm.received += int(res[5])
             if asm.received == tensor_len:
                 delivered.append(self._complete(asm))
+            elif asm.answers is None and asm.source == source:  # its probes answered in C from now on
+                slot = rx.register(first, tensor_len, asm.cptrs[2], asm.mark)
+                if slot is not None:
+                    asm.answers = (rx, slot)
+                    if key in self._echo:
+                        rx.owe_echo(slot, True)
         return delivered
 
     def _place_counts(self, res: Any) -> int:
