@@ -14,6 +14,8 @@ import select
 import time
 from typing import Any
 
+import numpy as np
+
 from hosts.fastpath import BatchReceiver
 from hosts.messages import Delivered
 from hosts.wire import HEADER_LEN, MsgType
@@ -56,15 +58,9 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
     while i < n:
         flag = bad[i]
         if flag:
-            data = rx.packet(i)
-            if flag == _ANSWERED:  # a probe C answers below
-                source = rx.source(i)
-                heard(source, now, bytes(data[:HEADER_LEN]))
-                ep._last_peer_rx = now
-                finals.replied(data, source, now)  # notes a prober (the probe is not flagged last)
-            else:  # missing or wrong job-key tag: dropped before anything looks at it
+            if flag != _ANSWERED:  # missing or wrong job-key tag: dropped before anything looks at it
                 stats.drops["bad_tag"] += 1
-            i += 1
+            i += 1  # (a probe C answers below)
             continue
         j = rx.run_end(i, n)
         source = rx.source(i)
@@ -89,12 +85,15 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
         stats.answered_in_c += answered
         if failed:
             stats.drops["reply_failed"] += failed
-        if left:  # their message completed in this batch, owes an echo, or disagrees
-            for k in range(n):
-                if bad[k] == _LEFT:
-                    source = rx.source(k)
-                    replies, done = reassembler.handle(rx.packet(k), source, False)
-                    ep._reply(replies, source)
-                    delivered += done
+        for k in np.flatnonzero(bad[:n] >= _ANSWERED).tolist():
+            source, data = rx.source(k), rx.packet(k)
+            heard(source, now, bytes(data[:HEADER_LEN]))
+            ep._last_peer_rx = now
+            if bad[k] == _LEFT:  # its message completed in this batch, owes an echo, or disagrees
+                replies, done = reassembler.handle(data, source, False)
+                ep._reply(replies, source)
+                delivered += done
+            else:
+                finals.replied(data, source, now)  # notes a prober (the probe is not flagged last)
     if delivered:
         ep._deliver(delivered)
