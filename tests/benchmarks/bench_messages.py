@@ -33,6 +33,9 @@ their difference in chunks per message.
 ``--profile-receiver FILE`` (with ``--messages 6000``) records the receiver's receive thread in the
 window-22 mode with ``perf record -g`` for 4 s and prints its samples by what they were doing.
 
+``--handle-batch`` (with ``--messages 400``) times the receive loop's work alone, in-process, on
+whole-window messages (:func:`handle_batches`).
+
 ``--against DIR --pairs N`` runs one round of this benchmark in checkout DIR (its own version of
 it) and one in this checkout, N times alternating which goes first, and prints each one's medians
 of the fields both print, and its CPU per chunk beyond the first from those medians.
@@ -361,6 +364,58 @@ def profile_receiver(messages: int, seconds: float, out_file: Path) -> None:
         print(f"  {name:40s} {100 * share:5.1f} %  {share * per_message / chunks:6.1f} µs per chunk")
 
 
+def handle_batches(messages: int) -> float:
+    """µs of CPU per message for the receive loop's work alone (:func:`hosts.rxloop.handle_batch`):
+    `messages` whole-window messages (42 data packets and their final probe, which the C leaves to
+    Python) loaded into a batch receiver with C answers on, no socket traffic but the answers."""
+    from hosts.fastpath import BatchReceiver, native
+    from hosts.inbox import Finals
+    from hosts.liveness import Liveness
+    from hosts.packetize import packetize
+    from hosts.receiver import Reassembler
+    from hosts.rxloop import handle_batch
+    from hosts.wire import HEADER_LEN, Header, MsgType, pack_header, probe_length
+
+    nat = native()
+    if nat is None:
+        raise RuntimeError("the C data path cannot be built here")
+
+    class Host:
+        def __init__(self) -> None:
+            self.reassembler, self.liveness, self._finals = Reassembler(job_id=1), Liveness(30.0), Finals()
+            self._last_rx = self._last_peer_rx = 0.0
+
+        def _reply(self, replies: list[bytes], source: tuple[str, int]) -> None:
+            pass
+
+        def _deliver(self, delivered: list[Any]) -> None:
+            pass
+
+        def _on_bitmap(self, *args: Any) -> None:
+            pass
+
+    values = _values()
+    batches = []
+    for it in range(messages):
+        b = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=it, count=361)
+        data = [b.packet(i) for i in range(len(b))]
+        probe = pack_header(Header(msg_type=MsgType.PROBE, flags=0, job_id=1, worker_id=1, tensor_id=0, iteration=it,
+                                   offset=0, tensor_len=VALUES, count=5, mag_class=0, prio_hint=0, seq=len(data)))
+        batches.append(data + [probe + bytes(probe_length(len(data)) - HEADER_LEN)])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as own, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
+        own.bind(("127.0.0.1", 0))
+        peer.bind(("127.0.0.1", 0))
+        rx, host, source = BatchReceiver(nat, own, answers=True), Host(), peer.getsockname()
+        start = time.process_time()
+        for batch in batches:
+            handle_batch(host, rx, rx.load(batch, [source] * len(batch), [2] * len(batch)))
+        return (time.process_time() - start) / messages * 1e6
+
+
+def handles_batches_line(messages: int) -> str:
+    return f"receive loop alone: {handle_batches(messages):,.1f} µs of CPU per whole-window message ({messages} messages)"
+
+
 _ROW = re.compile(r"^round \d+ ([\w-]+): (.*)$")
 
 
@@ -409,7 +464,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--profile-receiver", type=Path, metavar="PERF_DATA",
                         help="perf-record the receive thread in window-22 mode into PERF_DATA (needs perf)")
+    parser.add_argument("--handle-batch", action="store_true",
+                        help="CPU per whole-window message of the receive loop's work alone (in-process)")
     args = parser.parse_args()
+    if args.handle_batch:
+        print(f"{handles_batches_line(args.messages)}")
+        return
     if args.profile_receiver is not None:
         profile_receiver(args.messages, 4.0, args.profile_receiver)
         return
