@@ -261,3 +261,20 @@ def test_each_switch_is_off_for_its_runs_recorded_mean_wait_per_timeslice(tmp_pa
     # an off time given on purpose (--switch-off-us) holds for every switch
     fixed = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3, recorded_off=False)
     assert fixed["l1"] == pytest.approx((1.5e-3, 1e-3, 0.6)) and fixed["s1"] == pytest.approx((1e-3 / 3, 1e-3, 0.25))
+
+
+def test_each_switch_reads_its_own_scenarios_run_when_a_sweep_holds_several(tmp_path: Path) -> None:
+    folder = tmp_path / "sweep"
+    (folder / "runs").mkdir(parents=True)
+    # one dlcp run per scenario, repetition 0 each: tcp's sorts first by run id
+    for i, (scenario, cpu, wait, per_slice) in enumerate([("tcp", 0.2, 0.6, 100_000), ("lossy-0.1", 0.3, 0.1, 80_000)]):
+        record = {"config": "dlcp", "scenario": scenario, "status": "ok", "repetition": 0, "run_id": f"{i:03d}",
+                  "jobs": {}, "switch": {"switch_cpu": {"gtl1": cpu}, "switch_cpu_wait": {"gtl1": wait},
+                                         "switch_wait_per_slice_ns": {"gtl1": per_slice}}}
+        (folder / "runs" / f"{i:03d}.json").write_text(json.dumps(record))
+    # lossy-0.1: availability 0.75, off 80 us -> on 240 us; tcp: 0.25, off 100 us -> on 33.3 us
+    assert switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="lossy-0.1") == {
+        "l1": pytest.approx((240e-6, 80e-6, 0.75))}
+    assert switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="tcp") == {"l1": pytest.approx((100e-6 / 3, 100e-6, 0.25))}
+    with pytest.raises(PacketSimulationError, match="in scenario 'incast'"):
+        switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="incast")

@@ -234,7 +234,7 @@ def switch_schedule(config: str, folder: Path, off_s: float = SWITCH_OFF_S,
 
 
 def switch_run_schedules(config: str, folder: Path, repetition: int, switches: list[str],
-                         off_s: float = SWITCH_OFF_S, recorded_off: bool = True
+                         off_s: float = SWITCH_OFF_S, recorded_off: bool = True, scenario: str | None = None
                          ) -> dict[str, tuple[float, float, float]]:
     """Each of ``switches`` (the topology's names) with its own (on, off, availability), as
     :func:`switch_schedule` makes them, from one fabric run of configuration ``config``: the
@@ -244,13 +244,15 @@ def switch_run_schedules(config: str, folder: Path, repetition: int, switches: l
     :data:`SWITCH_IDLE_SHARE` of a core) or is not recorded is always on (off 0). Its off time
     is the mean wait per timeslice of its busiest thread where the run records one above 0
     (``switch_wait_per_slice_ns``, experiments/trace_sweep.py) and ``recorded_off`` is set,
-    else ``off_s``."""
-    runs = sorted((r for r in _records(folder) if str(r.get("config")) == config),
+    else ``off_s``. With ``scenario``, only that scenario's runs count (a sweep may hold several)."""
+    runs = sorted((r for r in _records(folder) if str(r.get("config")) == config
+                   and (scenario is None or str(r.get("scenario")) == scenario)),
                   key=lambda r: (int(r.get("repetition", 0)), str(r.get("run_id", ""))))
     runs = [r for r in runs if (r.get("switch") or {}).get("switch_cpu_wait")]
     if not runs:
-        raise PacketSimulationError(f"{folder}: no run of configuration {config!r} records its switches' CPU and "
-                                    f"CPU wait (switch.switch_cpu, switch.switch_cpu_wait)")
+        raise PacketSimulationError(f"{folder}: no run of configuration {config!r}"
+                                    + (f" in scenario {scenario!r}" if scenario is not None else "")
+                                    + " records its switches' CPU and CPU wait (switch.switch_cpu, switch.switch_cpu_wait)")
     record = runs[repetition % len(runs)]["switch"]
     cpu, wait = record.get("switch_cpu") or {}, record.get("switch_cpu_wait") or {}
     per_slice = (record.get("switch_wait_per_slice_ns") or {}) if recorded_off else {}

@@ -227,7 +227,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         switch=switches[config][:2], tcp_buffers=tcp_buffers,
                                         switch_each=switch_run_schedules(
                                             config, args.host_cpu_from or args.like, r, topo.switches, off_s,
-                                            recorded_off=args.switch_off_us is None)
+                                            recorded_off=args.switch_off_us is None, scenario=name)
                                         if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config],
                                         progress=None if args.quiet else say))
