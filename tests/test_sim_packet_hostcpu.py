@@ -255,11 +255,11 @@ def test_each_switch_is_off_for_its_runs_recorded_mean_wait_per_timeslice(tmp_pa
     # l1: availability 0.3 / 0.5 = 0.6, off 600 us -> on 600 x 0.6 / 0.4 = 900 us; l2: 0.5, the
     # given 1 ms off and 1 ms on; s1: 0.25, off 250 us -> on 250 / 3 = 83.3 us; s2: 0.8, 1 ms off,
     # on 4 ms.
-    got = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3)
+    got = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3, recorded_off=True)
     assert got == {"l1": pytest.approx((900e-6, 600e-6, 0.6)), "l2": pytest.approx((1e-3, 1e-3, 0.5)),
                    "s1": pytest.approx((250e-6 / 3, 250e-6, 0.25)), "s2": pytest.approx((4e-3, 1e-3, 0.8))}
-    # an off time given on purpose (--switch-off-us) holds for every switch
-    fixed = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3, recorded_off=False)
+    # by default (no --switch-off-recorded) the given off time holds for every switch
+    fixed = switch_run_schedules("dlcp", folder, 0, names, off_s=1e-3)
     assert fixed["l1"] == pytest.approx((1.5e-3, 1e-3, 0.6)) and fixed["s1"] == pytest.approx((1e-3 / 3, 1e-3, 0.25))
 
 
@@ -273,8 +273,8 @@ def test_each_switch_reads_its_own_scenarios_run_when_a_sweep_holds_several(tmp_
                                          "switch_wait_per_slice_ns": {"gtl1": per_slice}}}
         (folder / "runs" / f"{i:03d}.json").write_text(json.dumps(record))
     # lossy-0.1: availability 0.75, off 80 us -> on 240 us; tcp: 0.25, off 100 us -> on 33.3 us
-    assert switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="lossy-0.1") == {
+    assert switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="lossy-0.1", recorded_off=True) == {
         "l1": pytest.approx((240e-6, 80e-6, 0.75))}
-    assert switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="tcp") == {"l1": pytest.approx((100e-6 / 3, 100e-6, 0.25))}
+    assert switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="tcp", recorded_off=True) == {"l1": pytest.approx((100e-6 / 3, 100e-6, 0.25))}
     with pytest.raises(PacketSimulationError, match="in scenario 'incast'"):
         switch_run_schedules("dlcp", folder, 0, ["l1"], scenario="incast")

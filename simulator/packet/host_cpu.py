@@ -234,7 +234,7 @@ def switch_schedule(config: str, folder: Path, off_s: float = SWITCH_OFF_S,
 
 
 def switch_run_schedules(config: str, folder: Path, repetition: int, switches: list[str],
-                         off_s: float = SWITCH_OFF_S, recorded_off: bool = True, scenario: str | None = None
+                         off_s: float = SWITCH_OFF_S, recorded_off: bool = False, scenario: str | None = None
                          ) -> dict[str, tuple[float, float, float]]:
     """Each of ``switches`` (the topology's names) with its own (on, off, availability), as
     :func:`switch_schedule` makes them, from one fabric run of configuration ``config``: the

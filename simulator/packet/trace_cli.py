@@ -60,8 +60,10 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                         "wait (run: the configuration's median; each-run: every switch its own, repetition r from "
                         "the configuration's r-th fabric run; simulator/packet/host_cpu.py)")
     p.add_argument("--switch-off-us", type=float, default=None,
-                   help="how long a switch waits when off (default: with each-run, its run's recorded mean wait "
-                        "per timeslice where recorded, else the kernel's 1,500 us slice on 2 cores)")
+                   help="how long a switch waits when off (default: the kernel's 1,500 us slice on 2 cores)")
+    p.add_argument("--switch-off-recorded", action="store_true",
+                   help="with each-run: each switch off for its run's recorded mean wait per timeslice where "
+                        "recorded (measured far shorter than the delay a switch adds: simulator/README.md)")
     p.add_argument("--tcp-buffers", choices=("ns3", "linux"), default="ns3",
                    help="ns-3 TCP's buffers: its 128 KiB, or this kernel's tcp_wmem/tcp_rmem maxima")
     p.add_argument("--background-tcp-mbps", type=float, default=0.0,
@@ -227,7 +229,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         switch=switches[config][:2], tcp_buffers=tcp_buffers,
                                         switch_each=switch_run_schedules(
                                             config, args.host_cpu_from or args.like, r, topo.switches, off_s,
-                                            recorded_off=args.switch_off_us is None, scenario=name)
+                                            recorded_off=args.switch_off_recorded, scenario=name)
                                         if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config],
                                         progress=None if args.quiet else say))
@@ -240,7 +242,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
         command = "gradfabric sim packet-trace " + " ".join(shlex.quote(a) for a in sys.argv[3:])
         minutes = (time.monotonic() - t0) / 60
         off_text = (f"its run's recorded mean wait per timeslice where recorded, else {off_s * 1e6:.0f} us"
-                    if args.switch_off_us is None else f"{off_s * 1e6:.0f} us")
+                    if args.switch_off_recorded else f"{off_s * 1e6:.0f} us")
         head = (f"# Packet simulation (ns-3) of the trace-driven experiment\n\nMade by `{command}` on "
                 f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}, {minutes:.1f} min wall. Topology {topo.name} "
                 f"({len(topo.hosts)} hosts); job {runs[0]['simulation']['job'] if runs else '-'}, {iterations} "
