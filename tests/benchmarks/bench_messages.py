@@ -218,13 +218,19 @@ def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int, int, 
     sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages, window))
     receiver.start()
     sender.start()
+    return _gather(out, (sender, receiver), 300)
+
+
+def _gather(out: Any, procs: tuple[Any, ...], timeout: float,
+            ) -> dict[str, tuple[float, float, int, int, int, dict[str, float]]]:
+    """Both sides' figures from `out`, then `procs` joined (killed if they hang)."""
     got: dict[str, tuple[float, float, int, int, int, dict[str, float]]] = {}
     try:
         for _ in range(2):
-            side, cpu, wall, packets, switches, chunks, extra = out.get(timeout=300)
+            side, cpu, wall, packets, switches, chunks, extra = out.get(timeout=timeout)
             got[side] = (cpu, wall, packets, switches, chunks, extra)
     finally:
-        for proc in (sender, receiver):
+        for proc in procs:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
@@ -346,15 +352,11 @@ def profile_receiver(messages: int, seconds: float, out_file: Path) -> None:
         time.sleep(1.0)
         subprocess.run(["perf", "record", "-q", "-F", "2999", "-g", "-t", str(tid), "-o", str(out_file), "--",
                         "sleep", str(seconds)], check=True, capture_output=True)
-        got = {}
-        for _ in range(2):
-            side, cpu, wall, packets, switches, chunks, extra = out.get(timeout=600)
-            got[side] = (cpu, wall, packets, switches, chunks, extra)
-    finally:
+    except BaseException:
         for proc in (sender, receiver):
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
+            proc.kill()
+        raise
+    got = _gather(out, (sender, receiver), 600)
     measured = messages - WARMUP
     per_message = got["receiver"][5]["rx_thread"] / measured * 1e6
     chunks = got["sender"][4] / measured
