@@ -68,12 +68,14 @@ class IterationTotals:
 
 def received(closers: list[Any]) -> dict[str, int]:
     """Data packets that reached the DLCP endpoint among `closers` (late ones included: they
-    came after their message was complete) and the late ones; empty without an endpoint."""
+    came after their message was complete), the late ones, the probes received and those the
+    C receive path answered (hosts/answers.c); empty without an endpoint."""
     from hosts.endpoint import Endpoint
 
     for c in closers:
         if isinstance(c, Endpoint):
             stats = c.reassembler.stats
             late = stats.drops.get("late", 0)
-            return {"received_packets": stats.data_packets + late, "late_packets": late}
+            return {"received_packets": stats.data_packets + late, "late_packets": late,
+                    "probes_received": stats.probes, "probes_answered_in_c": stats.answered_in_c}
     return {}
