@@ -3,35 +3,32 @@ forward, on hand-worked figures."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from simulator.fabric_runs import DELAYED_ACK_SEGMENTS, Run, load_runs
-from simulator.traces import Layer, ModelTrace
+from simulator.fabric_runs import DELAYED_ACK_SEGMENTS, Run
 from simulator.validate import predict_run
+from tests.sim_validate_helpers import ONE_LAYER, one_run, ring_record
 
-#: 2,888 bytes: two DLCP packets; a ring of two handles 4 at its busiest host.
-ONE_LAYER = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
+RR = {"protocol": "rr", "goodput_mbps": 0.5, "fct_s": [0.01]}
 
 
-def test_a_run_counts_an_ack_per_two_data_packets_of_its_tcp_background(tmp_path: Path) -> None:
-    sweep = tmp_path / "trace-1"
-    (sweep / "runs").mkdir(parents=True)
-    records = [{"iteration": i, "iteration_s": 0.1} for i in range(2)]
-    (sweep / "runs" / "000-tcp-gloo-r0.json").write_text(json.dumps(
-        {"scenario": "tcp", "config": "gloo", "status": "ok", "port_pps": 20000.0,
-         "jobs": {"1": {"ranks": {"0": {"records": records}}}},
-         "background": [{"protocol": "tcp", "goodput_mbps": 11.584}, {"protocol": "udp", "goodput_mbps": 5.792},
-                        {"protocol": "rr", "goodput_mbps": 0.5, "fct_s": [0.01]}]}))
-    (run,) = load_runs(tmp_path)
-    # 11.584 Mbit/s of TCP = 1,000 segments of 1,448 B a second, 500 ACKs; the UDP flow's 500
-    # packets a second are answered by none; rr is not a long flow.
+@pytest.mark.parametrize(("second", "acks"), [
+    # 11.584 Mbit/s of TCP = 1,000 segments of 1,448 B a second, 500 ACKs; a UDP flow's 500
+    # packets a second are answered by none; a second TCP flow's 500 by 250 more.
+    ({"protocol": "udp", "goodput_mbps": 5.792}, 500.0),
+    ({"protocol": "tcp", "goodput_mbps": 5.792}, 750.0),
+])
+def test_a_run_counts_its_background_in_packets_and_an_ack_per_two_tcp_segments(
+        tmp_path: Path, second: dict[str, object], acks: float) -> None:
+    run = one_run(tmp_path, ring_record("tcp", "gloo", port_pps=20000.0,
+                                        background=[{"protocol": "tcp", "goodput_mbps": 11.584}, second, RR]))
     assert DELAYED_ACK_SEGMENTS == 2
-    assert run.background_pps == pytest.approx(1500.0)
-    assert run.background_ack_pps == pytest.approx(500.0)
+    assert run.background_pps == pytest.approx(1500.0)  # rr is not a long flow
+    assert run.background_ack_pps == pytest.approx(acks)
+    assert run.rr_s == 0.01
 
 
 def test_the_acks_come_off_the_switches_budget_and_can_be_left_out() -> None:

@@ -11,10 +11,9 @@ import pytest
 from simulator.errors import SimulatorError
 from simulator.fabric_runs import Run, load_runs
 from simulator.host_model import process_available, run_available, switches_available
-from simulator.traces import Layer, ModelTrace
 from simulator.validate import predict_run
+from tests.sim_validate_helpers import ONE_LAYER
 
-ONE_LAYER = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
 
 
 def test_a_process_gets_its_use_over_use_and_wait() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +10,11 @@ import pytest
 from hosts.schedulers import Segment, Transfer
 from simulator.errors import SimulatorError
 from simulator.fabric_model import CollectiveLink, port_model
-from simulator.fabric_runs import load_runs
+from simulator.fabric_runs import Run
 from simulator.host_model import available, best_cost, cross_validated, host_pps, starvation_from_load
-from simulator.validate import recovery_rounds
+from simulator.traces import Layer, ModelTrace
+from simulator.validate import predict_run, recovery_rounds
+from tests.sim_validate_helpers import ONE_LAYER, TRACE_PLAN, iterations, one_run
 
 
 def test_cpu_available_from_starvation_or_load() -> None:
@@ -73,20 +74,14 @@ def test_recovery_rounds_count_lost_retransmissions() -> None:
 
 
 def test_a_run_record_gives_the_busiest_host_its_loss_and_job(tmp_path: Path) -> None:
-    sweep = tmp_path / "trace-1"
-    (sweep / "runs").mkdir(parents=True)
-    (sweep / "results.json").write_text(json.dumps({"meta": {
-        "job": {"model": "resnet50", "precision": "fp32", "k": 8.0, "port_pps": 20000.0, "scheduler": "fusion"},
-        "scale": {"b": 13.0}}}))
-    records = [{"iteration": i, "iteration_s": t} for i, t in enumerate([9.0, 2.0, 4.0])]
+    records = iterations([9.0, 2.0, 4.0])
     ranks = {"0": {"role": "server", "starvation": 0.8, "totals": {"packets": 900, "retransmitted": 9},
                    "records": records},
              "1": {"role": "worker", "starvation": 0.9, "totals": {"packets": 100, "retransmitted": 1},
                    "records": records}}
-    (sweep / "runs" / "000-incast-priority-r0.json").write_text(json.dumps(
-        {"scenario": "incast", "config": "priority", "status": "ok", "load_before": [4.0], "load_after": [6.0],
-         "jobs": {"1": {"ranks": ranks}}}))
-    (run,) = load_runs(tmp_path)
+    run = one_run(tmp_path, {"scenario": "incast", "config": "priority", "load_before": [4.0], "load_after": [6.0],
+                             "jobs": {"1": {"ranks": ranks}}},
+                  meta={**TRACE_PLAN, "job": {**TRACE_PLAN["job"], "scheduler": "fusion"}})
     assert run.starvation == 0.8  # a star's server is its busiest host
     assert run.loss_rate == pytest.approx(10 / 1000)
     assert run.load == 5.0 and run.ranks == 2 and run.port_pps == 20000.0
@@ -96,11 +91,8 @@ def test_a_run_record_gives_the_busiest_host_its_loss_and_job(tmp_path: Path) ->
 
 
 def test_multitenant_jobs_collide_on_an_uplink_half_the_time() -> None:
-    from simulator.fabric_runs import Run
-    from simulator.traces import Layer, ModelTrace
-    from simulator.validate import predict_run
 
-    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
+    job = ONE_LAYER
     # No background at the host ports: 3 hops of 1 ms per step. 2,888 bytes at 1,444,000 B/s
     # hold the port 2 ms, or 4 ms at half of it; + two steps of 3 ms + 2 ms of compute:
     # 10 ms apart, 12 ms when the two rings hash onto the same uplink.
@@ -115,7 +107,6 @@ def test_a_trace_is_merged_per_layer_as_the_worker_does() -> None:
     from experiments.training import trace_worker
     from gradfabric.traces import merge_layers
     from simulator import validate
-    from simulator.traces import Layer, ModelTrace
 
     assert validate.merge_layers is merge_layers and trace_worker.merge_layers is merge_layers  # one merge
 
@@ -140,7 +131,7 @@ def test_bootstrap_resamples_whole_runs() -> None:
 
 
 def test_transport_versions_split_dlcp_families_by_start_time() -> None:
-    from simulator.fabric_runs import Run, transport_epoch
+    from simulator.fabric_runs import transport_epoch
 
     assert transport_epoch("2026-11-26 11:55:21 UTC") == ""  # a second before the port-rate change
     assert transport_epoch("2026-11-26 11:55:22") == transport_epoch("2026-11-26 14:05:07 UTC") == "port-rate"
@@ -156,19 +147,12 @@ def test_transport_versions_split_dlcp_families_by_start_time() -> None:
 
 
 def test_a_lossy_link_run_records_its_loss_per_data_packet(tmp_path: Path) -> None:
-    sweep = tmp_path / "trace-lossy"
-    (sweep / "runs").mkdir(parents=True)
-    (sweep / "plan.json").write_text(json.dumps({"job": {"model": "resnet50", "precision": "fp32", "k": 8.0,
-                                                          "port_pps": 20000.0}, "scale": {"b": 13.0}}))
-    records = [{"iteration": i, "iteration_s": 1.0} for i in range(3)]
     ranks = {str(r): {"role": "worker", "starvation": 0.5, "totals": {"bytes": 1448 * 1000, "packets": 0},
-                      "records": records} for r in range(2)}
-    (sweep / "runs" / "000-lossy-1-ddp-tcp-rto-r0.json").write_text(json.dumps(
-        {"scenario": "lossy-1", "config": "ddp-tcp-rto", "status": "ok", "started": "2026-11-26 12:15:00 UTC",
-         "rto_min_s": 0.008, "jobs": {"1": {"ranks": ranks}}, "switch": {"link_loss_drops": 30},
-         "link_loss": {"links": [["s1", "l2"]], "probability": 0.01},
-         "background": [{"protocol": "rr", "fct_s": [0.004, 0.001, 0.002]}]}))
-    (run,) = load_runs(tmp_path)
+                      "records": iterations(3, 1.0)} for r in range(2)}
+    run = one_run(tmp_path, {"scenario": "lossy-1", "config": "ddp-tcp-rto", "started": "2026-11-26 12:15:00 UTC",
+                             "rto_min_s": 0.008, "jobs": {"1": {"ranks": ranks}}, "switch": {"link_loss_drops": 30},
+                             "link_loss": {"links": [["s1", "l2"]], "probability": 0.01},
+                             "background": [{"protocol": "rr", "fct_s": [0.004, 0.001, 0.002]}]}, plan=TRACE_PLAN)
     # TCP counts no packets: 2 ranks x 1,448,000 bytes = 2,000 segments of 1,448 B; 30 lost.
     assert run.link_loss_rate == pytest.approx(30 / 2000)
     assert run.rto_min_s == 0.008 and run.rr_s == 0.002 and run.loss_rate is None
@@ -176,13 +160,11 @@ def test_a_lossy_link_run_records_its_loss_per_data_packet(tmp_path: Path) -> No
 
 
 def test_tcp_tail_loss_costs_a_probe_then_timeouts() -> None:
-    from simulator.fabric_runs import Run
-    from simulator.traces import Layer, ModelTrace
-    from simulator.validate import predict_run, tail_repair_s
+    from simulator.validate import tail_repair_s
 
     assert tail_repair_s(0.010, 0.200) == pytest.approx(0.020 + 0.002 + 0.010)  # probe at 2 SRTT + 2 ms, repair
     assert tail_repair_s(0.100, 0.200) == pytest.approx(0.200 + 0.100)  # never later than the timeout
-    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
+    job = ONE_LAYER
 
     def run(loss: float) -> Run:
         return Run("s", "r", "lossy-1", "gloo", 1000.0, 32, [0.01], link_loss_rate=loss, rto_min_s=0.05, rr_s=0.01)
@@ -213,26 +195,9 @@ def test_the_background_takes_its_packets_off_the_switches_budget() -> None:
         host_pps(50e-6, 0.5, -1.0)
 
 
-def test_a_run_records_its_background_goodput_in_packets(tmp_path: Path) -> None:
-    sweep = tmp_path / "cnn-1"
-    (sweep / "runs").mkdir(parents=True)
-    records = [{"iteration": i, "iteration_s": 0.1} for i in range(2)]
-    (sweep / "runs" / "000-tcp-gloo-r0.json").write_text(json.dumps(
-        {"scenario": "tcp", "config": "gloo", "status": "ok", "port_pps": 20000.0,
-         "jobs": {"1": {"ranks": {"0": {"records": records}}}},
-         "background": [{"protocol": "tcp", "goodput_mbps": 11.584}, {"protocol": "tcp", "goodput_mbps": 5.792},
-                        {"protocol": "rr", "goodput_mbps": 0.5, "fct_s": [0.01]}]}))
-    (run,) = load_runs(tmp_path)
-    # 11.584 Mbit/s = 1,448,000 B/s = 1,000 segments of 1,448 B a second; 5.792: 500. rr is not a long flow.
-    assert run.background_pps == pytest.approx(1500.0) and run.rr_s == 0.01
-
-
 def test_two_tenants_share_the_switches_budget() -> None:
-    from simulator.fabric_runs import Run
-    from simulator.traces import Layer, ModelTrace
-    from simulator.validate import predict_run
 
-    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
+    job = ONE_LAYER
     # 2,888 bytes: a ring of two sends 2 packets and receives 2 at the busiest host; at 1 ms
     # a packet with the whole CPU that is 4 ms on top of the wire, 8 ms when another job of
     # the same kind takes half the budget (sprayed: no uplink collision is drawn).
@@ -242,11 +207,8 @@ def test_two_tenants_share_the_switches_budget() -> None:
 
 
 def test_timers_are_not_stretched_by_the_scaling_rule() -> None:
-    from simulator.fabric_runs import Run
-    from simulator.traces import Layer, ModelTrace
-    from simulator.validate import predict_run
 
-    job = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))  # one DDP bucket, one message
+    job = ONE_LAYER  # one DDP bucket, one message
     spec = {"model": "m", "precision": "fp32", "k": 8.0, "b": 1.0}
 
     def run(loss: float) -> Run:

@@ -11,10 +11,9 @@ from hosts.schedulers import Transfer
 from simulator.fabric_model import CollectiveLink, PortModel
 from simulator.fabric_runs import Run
 from simulator.host_model import run_available
-from simulator.traces import Layer, ModelTrace
 from simulator.validate import DLCP_MESSAGE_CPU_S, cost_family, predict_run
+from tests.sim_validate_helpers import ONE_LAYER
 
-ONE_LAYER = ModelTrace("one", (Layer(0, "w", 722, 0.001, 0.001),))
 #: 1,000 frames a second of 1,000 bytes, nothing queued, no hops: 1 ms a packet on the wire.
 PORT = PortModel(port_pps=1000.0, share=1.0, queued_packets=0.0, loss_rate=0.0, hops=0, payload_bytes=1000)
 GSO, PORT_RATE = "2026-11-26 15:00:00 UTC", "2026-11-26 12:00:00 UTC"
