@@ -35,9 +35,14 @@ def test_trace_tables_match_the_experiment() -> None:
     for name, ours in sim.TRACE_CONFIGURATIONS.items():
         c = exp.trace_config(name)
         assert (ours.comm, ours.scheduler, ours.overlap, ours.queues, ours.dropping, ours.spraying, ours.ecn,
-                ours.grad_bound, ours.rto_min_real_s) == \
-            (c.comm, c.scheduler, c.overlap, c.queues, c.dropping, c.spraying, c.ecn, c.grad_bound, c.rto_min_real_s)
+                ours.grad_bound, ours.rto_min_real_s, ours.merge) == \
+            (c.comm, c.scheduler, c.overlap, c.queues, c.dropping, c.spraying, c.ecn, c.grad_bound, c.rto_min_real_s,
+             c.merge)
+    assert "dlcp-merged" in sim.TRACE_CONFIGURATIONS
     assert sim.GRAD_BOUND == exp.GRAD_BOUND
+    from experiments.training.trace_worker import MERGE_BYTES
+
+    assert sim.MERGE_BYTES == MERGE_BYTES
     # The policy's layer rules: thirds of 54 layers at 7, 6, 5; the job class 5; else 0.
     rules = exp.trace_config("dlcp").policy([1])["jobs"][0]["layers"]
     assert [r["priority"] for r in rules] == [switch_priority("layer", int(r["tensors"].split("..")[0]))
@@ -64,9 +69,11 @@ def test_scaled_job_is_the_trace_workers() -> None:
     assert ours.optimizer_s == pytest.approx(theirs.optimizer_s)
     assert sim.scale_b(record) == pytest.approx(job.rule.b)
     # The same transfers, in the same order, from both schedulers when every gradient is ready.
-    for config in ("ddp-tcp", "p3-tcp", "dlcp"):
+    for config in ("ddp-tcp", "p3-tcp", "dlcp", "dlcp-merged"):
         c = sim.trace_configuration(config)
-        worker = make_scheduler(replace(job, scheduler=c.scheduler, grad_bound=c.grad_bound))
+        worker = make_scheduler(replace(job, scheduler=c.scheduler, grad_bound=c.grad_bound,
+                                        merge_bytes=exp.trace_config(config).job(job, exp.trace_scenario("tcp").jobs[0],
+                                                                                 1).merge_bytes))
         mine = sim.make_scheduler(c, sim.scale_b(record))()
         planned = []
         for scheduler in (worker, mine):
@@ -78,6 +85,41 @@ def test_scaled_job_is_the_trace_workers() -> None:
                 out.append((t.segments, t.priority, t.loss))
             planned.append(out)
         assert planned[0] == planned[1] and len(planned[0]) > 1, config
+
+
+# Six layers for dlcp-merged at b = 512: groups of at least 2 MiB / 512 / 4 = 1,024 values,
+# partitions of 4 MiB / 512 / 4 = 2,048 values.
+SIX = ModelTrace("six", tuple(Layer(i, f"l{i}", n, 0.001, 0.001)
+                              for i, n in enumerate((3000, 400, 700, 1500, 300, 500))), optimizer_s=0.0)
+
+
+def test_dlcp_merged_groups_small_layers_into_messages() -> None:
+    # Backward order: 5 (500) and 4 (300) are both below 1,024 and together 800 when layer 3
+    # (1,500, alone) closes them; 2 (700) and 1 (400) reach 1,100; layer 0 (3,000) goes in two
+    # partitions (2,048 + 952). Every gradient ready: front-most first.
+    planned = {}
+    for config in ("dlcp", "dlcp-merged"):
+        scheduler = sim.make_scheduler(sim.trace_configuration(config), 512.0)()
+        scheduler.start_iteration(SIX.layers, 0.0)
+        for i in reversed(range(len(SIX.layers))):
+            scheduler.on_gradient_ready(i, 0.0)
+        out = []
+        while (t := scheduler.next_transfer(0.0, True)) is not None and hasattr(t, "segments"):
+            out.append([(s.layer_index, s.start, s.stop) for s in t.segments])
+        planned[config] = out
+    assert planned["dlcp-merged"] == [[(0, 0, 2048)], [(0, 2048, 3000)], [(2, 0, 700), (1, 0, 400)],
+                                      [(3, 0, 1500)], [(5, 0, 500), (4, 0, 300)]]
+    assert len(planned["dlcp"]) == 7  # every layer alone, layer 0 in two
+    # Over a ring of two: each message's halves go once reduced and once gathered by each rank.
+    c = sim.trace_configuration("dlcp-merged")
+    net = _FixedDelay(0.001)
+    spec = TraceJobSpec(1, ("h1", "h2"), SIX, sim.make_scheduler(c, 512.0), c.overlap, 2, grad_bound=c.grad_bound,
+                        queues=c.queues)
+    job = TraceJobRun(spec, net, net.schedule, lambda: net.now_s, net.messages)  # type: ignore[arg-type]
+    job.start()
+    net.run()
+    assert job.done
+    assert sorted(s[0] for s in net.sent) == sorted([1024, 476, 550, 750, 400] * 8)
 
 
 class _FixedDelay:
@@ -211,3 +253,21 @@ def test_a_bad_trace_job_is_refused_with_what_is_wrong(hosts: tuple[str, ...], i
     c = sim.trace_configuration("ddp-tcp")
     with pytest.raises(PacketSimulationError, match=message):
         TraceJobSpec(1, hosts, TWO, sim.make_scheduler(c, 1.0), c.overlap, iterations)
+
+
+def test_a_slower_port_keeps_b_and_stretches_k_and_the_timers() -> None:
+    from simulator.packet.topology import at_port_pps as topology_at
+    from simulator.packet.topology import from_yaml
+    from simulator.packet.trace_cli import at_port_pps
+
+    # 25 Gbit/s over 5,000 frames/s of 1,500 bytes (60 Mbit/s) is 416.67x; b stays 13.02 (from
+    # 20,000 packets/s and k = 8: 104.17 / 8), so k = 32 and the k-scaled timers grow 4x.
+    job, scale = at_port_pps({"real_gbps": 25.0, "port_pps": 20_000.0, "k": 8.0, "model": "m"}, 5_000)
+    assert (job["port_pps"], job["k"], scale, job["model"]) == (5_000.0, 32.0, 4.0, "m")
+    assert job["b"] == pytest.approx(25e9 / 240e6 / 8)
+    assert sim.scale_b(job) == pytest.approx(13.0208, abs=1e-4)
+    topo = topology_at(from_yaml(sim.TOPOLOGY8), 5_000)
+    assert topo.port.rate_bps == 60e6 and {l.rate_bps for l in topo.links} == {60e6}
+    assert topo.port.queue_packets == 51 and len(topo.links) == 12
+    with pytest.raises(PacketSimulationError, match="must be positive"):
+        at_port_pps(job, 0)

@@ -9,7 +9,7 @@ Every equal-cost next hop towards every host comes from shortest paths (networkx
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import networkx as nx
@@ -199,3 +199,17 @@ def from_spec(spec: str, yaml_default: Path) -> Topology:
             raise SimulatorError(f"--topo {spec!r}: expected fattree:K") from None
         return fattree(k, Port(base.rate_bps, base.priorities, base.queue_packets))
     return from_yaml(Path(spec))
+
+
+def at_port_pps(topo: Topology, pps: float) -> Topology:
+    """``topo`` with its switch ports at ``pps`` full frames per second: the port's rate and every
+    link that ran at it (the fabric's links are capped at the switches' egress rate); queues in
+    packets unchanged (the scaling rule keeps ``b``, so a real buffer is as many packets)."""
+    if pps <= 0:
+        raise SimulatorError(f"port rate must be positive (got {pps} packets/s)")
+    old, new = topo.port.rate_bps, pps * FRAME_BYTES * 8
+    links = [replace(l, rate_bps=new) if l.rate_bps == old else l for l in topo.links]
+    out = Topology(f"{topo.name}@{pps:g}pps", list(topo.hosts), list(topo.switches), links,
+                   replace(topo.port, rate_bps=new), topo.host_queue_packets)
+    out.validate()
+    return out

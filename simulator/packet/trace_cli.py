@@ -15,7 +15,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,12 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                    help="ns-3 TCP's buffers: its 128 KiB, or this kernel's tcp_wmem/tcp_rmem maxima")
     p.add_argument("--background-tcp-mbps", type=float, default=0.0,
                    help="offer each long TCP flow at this rate instead of as fast as ns-3's TCP goes (0)")
+    p.add_argument("--port-pps", type=float, default=None,
+                   help="the switch ports at this many full frames per second (default: the topology's); the job's "
+                        "b kept, k = real / emulated capacity / b, and the timers the fabric scales by k "
+                        "(DLCP's first probe timeout and reorder allowance) scaled by k over the sweep's k")
+    p.add_argument("--rr-interval-ms", type=float, default=None,
+                   help="request/response period (default: the experiment's 50 ms)")
     p.add_argument("--warmup-ms", type=float, default=1000.0, help="background alone before the job starts")
     p.add_argument("--seed", type=int, default=2000, help="seed of the first repetition")
     p.add_argument("--compare", type=Path, action="append", default=None,
@@ -93,11 +99,14 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
               background_tcp_mbps: float = 0.0, host_cpu: Any = None, switch: tuple[float, float] = (0.0, 0.0),
               switch_each: dict[str, tuple[float, float, float]] | None = None,
               tcp_buffers: tuple[int, int] | None = None, server_cpu: Any = None,
+              timer_scale: float = 1.0, rr_interval_s: float | None = None,
               progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids).
     ``switch``: the switches' (on, off) seconds (0: always on), ``switch_each`` named switches' own
     (on, off, availability); ``tcp_buffers``: TCP's (send,
-    receive) bytes (None: ns-3's); ``server_cpu``: a parameter server's host CPU (None: the ranks')."""
+    receive) bytes (None: ns-3's); ``server_cpu``: a parameter server's host CPU (None: the ranks');
+    ``timer_scale``: the DLCP timers the fabric scales by k (first probe timeout, reorder allowance)
+    times this; ``rr_interval_s``: the request/response period (None: the scenario's)."""
     from simulator.packet.host_cpu import SWITCH_FORWARD_S, HostCpu
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
@@ -109,6 +118,9 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
 
     ts, config = trace_scenario(scenario_name), trace_configuration(config_name)
     scenario = tiled(ts.scenario, topo.hosts, group=8) if tile else ts.scenario
+    if rr_interval_s is not None:
+        scenario = replace(scenario, background=tuple(replace(f, interval_s=rr_interval_s) if f.kind == "rr" else f
+                                                      for f in scenario.background))
     lossy = ts.lossy_links
     if tile and lossy:  # every copy's spine link towards its second leaf: s1 to the leaves of h5's
         lossy = tuple(sorted({("s1", _leaf_of(topo, j.hosts[1])) for j in scenario.jobs}))
@@ -116,6 +128,8 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
     factory = make_scheduler(config, b)
     settings = RunSettings(cnn_workload(), iterations=iterations, seed=seed, job_start_s=warmup_s,
                            rto_min_s=config.rto_min_s(k),
+                           dlcp_initial_rto_s=RunSettings.dlcp_initial_rto_s * timer_scale,
+                           dlcp_confirm_grace_s=RunSettings.dlcp_confirm_grace_s * timer_scale,
                            costs=HostCosts(deliver_latency_s=deliver_latency_s,
                                            switch_forward_s=SWITCH_FORWARD_S if switch[1] > 0 or any(
                                                w[1] > 0 for w in (switch_each or {}).values()) else 0.0,
@@ -157,6 +171,24 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
     return record
 
 
+def at_port_pps(job: dict[str, Any], port_pps: float) -> tuple[dict[str, Any], float]:
+    """A recorded job moved to ports of ``port_pps`` full frames per second with its ``b`` kept
+    (the same bytes per rank): ``k`` = real / emulated capacity / b; and the factor the
+    fabric's k-scaled timers grow by (new k over the job's)."""
+    from simulator.packet.runtime import PacketSimulationError
+    from simulator.packet.trace_scenarios import FRAME_BYTES, scale_b
+
+    b, k_before = scale_b(job), float(job["k"])
+    try:
+        real_bps = float(job["real_gbps"]) * 1e9
+    except (KeyError, TypeError, ValueError):
+        raise PacketSimulationError(f"a trace job's record lacks real_gbps: {job}") from None
+    if port_pps <= 0:
+        raise PacketSimulationError(f"--port-pps must be positive (got {port_pps})")
+    k = round(real_bps / (port_pps * FRAME_BYTES * 8) / b, 9)
+    return {**job, "port_pps": float(port_pps), "k": k, "b": b}, k / k_before
+
+
 def _leaf_of(topo: Any, host: str) -> str:
     for link in topo.links:
         if host in (link.a, link.b):
@@ -170,12 +202,18 @@ def _packet_trace(args: argparse.Namespace) -> int:
     from simulator.packet.runtime import load
     from simulator.packet.host_cpu import (SWITCH_OFF_S, host_cpu, linux_tcp_buffers, server_cpu, switch_run_schedules,
                                            switch_schedule)
+    from simulator.packet.topology import at_port_pps as at_topology_pps
     from simulator.packet.topology import from_spec
     from simulator.packet.trace_scenarios import TOPOLOGY8, trace_configuration
 
     say = (lambda _m: None) if args.quiet else (lambda m: print(m, flush=True))
     topo = from_spec(args.topo, TOPOLOGY8)
     job = recorded_job(args.like)
+    timer_scale = 1.0
+    if args.port_pps is not None:
+        job, timer_scale = at_port_pps(job, args.port_pps)
+        topo = at_topology_pps(topo, args.port_pps)
+        say(f"ports at {args.port_pps:g} packets/s: k = {job['k']:g}, b = {job['b']:.2f}, timers x {timer_scale:g}")
     cpus = {c: host_cpu(args.host_cpu, c, trace_configuration(c).comm, args.host_cpu_from or args.like,
                         args.availability_from) for c in args.configs}
     for c, cpu in cpus.items():
@@ -231,7 +269,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                             config, args.host_cpu_from or args.like, r, topo.switches, off_s,
                                             recorded_off=args.switch_off_recorded, scenario=name)
                                         if args.switch_cpu == "each-run" else None,
-                                        server_cpu=servers[config],
+                                        server_cpu=servers[config], timer_scale=timer_scale,
+                                        rr_interval_s=None if args.rr_interval_ms is None else args.rr_interval_ms * 1e-3,
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
                 index += 1

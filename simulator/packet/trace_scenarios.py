@@ -15,7 +15,7 @@ compute, in the job's class, sending until the measured job is done, not recorde
 (:func:`gradfabric.traces.merge_layers`), sizes divided by ``b`` (rounded up, at least one
 value) and times multiplied by ``k`` (``experiments/scaling.py``); :func:`make_scheduler`
 the worker's scheduler options (DDP's 25 MiB buckets with a 1 MiB first one, 4 MiB
-partitions, all divided by ``b``).
+partitions, dlcp-merged's 2 MiB groups of small layers, all divided by ``b``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ SHARED_TRACES = paths.ROOT.parent / "shared" / "traces" / "h100_pytorch_layer_tr
 GRAD_BOUND = 0.10
 FRAME_BYTES = 1500
 DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PARTITION_BYTES = 25 * 2**20, 1 * 2**20, 4 * 2**20
+#: dlcp-merged: consecutive small layers grouped into transfers of at least this many bytes (/b; the
+#: trace worker's MERGE_BYTES, hosts/schedulers/dlcp.py ``merge_numel``).
+MERGE_BYTES = 2 * 2**20
 #: ddp-tcp-rto: the job's rto_min, real seconds (scaled by k).
 TUNED_RTO_REAL_S = 0.001
 LINUX_RTO_MIN_S = 0.2
@@ -89,6 +92,7 @@ class TraceConfiguration:
     spraying: bool = False
     ecn: bool = False
     rto_min_real_s: float | None = None
+    merge: bool = False  # dlcp scheduler: small layers merged (MERGE_BYTES)
 
     @property
     def grad_bound(self) -> float:
@@ -109,6 +113,8 @@ TRACE_CONFIGURATIONS: dict[str, TraceConfiguration] = {c.name: c for c in (
     TraceConfiguration("dropping", "dlcp", "fusion", "ddp", dropping=True),
     TraceConfiguration("spraying", "dlcp", "fusion", "ddp", spraying=True),
     TraceConfiguration("dlcp", "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, spraying=True, ecn=True),
+    TraceConfiguration("dlcp-merged", "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, spraying=True,
+                       ecn=True, merge=True),
 )}
 
 
@@ -164,7 +170,8 @@ def make_scheduler(config: TraceConfiguration, b: float) -> Callable[[], Any]:
     else:
         options = {"partition_bytes": max(4, int(PARTITION_BYTES / b))}
         if config.scheduler == "dlcp":
-            options.update(front_loss_bound=config.grad_bound, back_loss_bound=config.grad_bound / 2)
+            options.update(front_loss_bound=config.grad_bound, back_loss_bound=config.grad_bound / 2,
+                           merge_numel=max(0, int(MERGE_BYTES / b) // 4) if config.merge else 0)
         else:
             options["credit_bytes"] = 1 << 40  # the worker's ring P3: priority order, no credit
     name = config.scheduler
