@@ -97,3 +97,35 @@ class ScaleRule:
                 f"b = {self.b:.2f} (bytes divided), k = {self.k:g} (times multiplied); a real 1 MB port buffer is "
                 f"{self.queue_packets()} emulated packets, rto_min 200 ms -> {self.rto_min_s(LINUX_RTO_MIN_S) * 1e3:g} ms, "
                 f"1 ms -> {self.rto_min_s(TUNED_RTO_MIN_S) * 1e3:g} ms")
+
+
+#: The port rate and ``k`` the trace experiment's fabric and timers were set at
+#: (experiments/topologies/leafspine8_training.yaml; experiments/README.md): b = 13.02 at 25 Gbit/s.
+REFERENCE_PORT_PPS = 20_000.0
+REFERENCE_K = 8.0
+
+
+def port_rule(real_gbps: float, port_pps: float, k: float | None = None) -> ScaleRule:
+    """The rule at another port rate: without `k`, ``b`` stays the reference's (the same bytes
+    per rank and queues in packets) and ``k`` grows as the port slows; with `k`, ``b`` follows."""
+    if k is None:
+        b = ScaleRule(real_gbps, REFERENCE_PORT_PPS, REFERENCE_K).b
+        k = round(ScaleRule(real_gbps, port_pps, 1.0).capacity_ratio / b, 9)
+    return ScaleRule(real_gbps, port_pps, k)
+
+
+def time_factor(k: float) -> float:
+    """How much longer the transport's fixed timers are than at the reference ``k``."""
+    return k / REFERENCE_K
+
+
+#: The DLCP endpoint's fixed timers at the reference k (hosts.endpoint defaults): the probe
+#: timer before the first RTT sample and the reorder allowance; a run at another k scales them.
+PROBE_TIMEOUT_S = 0.2
+REORDER_GRACE_S = 0.005
+
+
+def transport_timers(k: float) -> dict[str, float]:
+    """The endpoint's fixed timers (keyword arguments of hosts.endpoint.Endpoint) at `k`."""
+    f = time_factor(k)
+    return {"probe_timeout": PROBE_TIMEOUT_S * f, "reorder_grace": REORDER_GRACE_S * f}

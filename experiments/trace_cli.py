@@ -20,7 +20,11 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--repetitions", type=int, default=None, help="rounds of paired runs (default 3 quick, 10 full)")
     p.add_argument("--iterations", type=int, default=None, help="iterations per run (default 15)")
     p.add_argument("--real-gbps", type=float, default=None, help="the real link rate the run stands for (25 or 100)")
-    p.add_argument("--k", type=float, default=None, help="time multiplier of the scaling rule (default 8)")
+    p.add_argument("--k", type=float, default=None,
+                   help="time multiplier of the scaling rule (default 8 at 20,000 packets/s; with --port-pps, the k "
+                        "that keeps b at 20,000 packets/s' b)")
+    p.add_argument("--port-pps", type=float, default=None,
+                   help="every switch port's rate, packets/s (default 20,000); the DLCP ranks pace at it")
     p.add_argument("--model", default=None, help="trace model (default resnet50)")
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default: a new build/results/trace/<UTC time>/)")
@@ -70,6 +74,13 @@ def _experiment_trace(args: argparse.Namespace) -> int:
     for name in ("iterations", "real_gbps", "k", "model"):
         if getattr(args, name) is not None:
             job = replace(job, **{name: getattr(args, name)})
+    if args.port_pps is not None:
+        from experiments.scaling import port_rule
+
+        if args.port_pps <= 0:
+            raise ExperimentError("--port-pps must be positive")
+        rule = port_rule(job.real_gbps, args.port_pps, args.k)
+        job = replace(job, port_pps=rule.port_pps, rate_pps=rule.port_pps, k=rule.k)
     settings.job = job
     settings.out = args.out
     if args.starved_share is not None:

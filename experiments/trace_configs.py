@@ -206,6 +206,40 @@ FULL: dict[str, tuple[str, ...]] = {
 }
 
 
+def scaled_background(flows: Sequence[Flow], job: TraceJob) -> tuple[Flow, ...]:
+    """The background at the job's port rate and k: request/response periods times k over the
+    reference k, UDP rates in proportion to the port rate (experiments.scaling)."""
+    from experiments.scaling import REFERENCE_PORT_PPS, time_factor
+
+    out = []
+    for f in flows:
+        if f.protocol == "rr":
+            f = replace(f, interval_s=f.interval_s * time_factor(job.k))
+        elif f.protocol == "udp" and f.mbps:
+            f = replace(f, mbps=f.mbps * job.port_pps / REFERENCE_PORT_PPS)
+        out.append(f)
+    return tuple(out)
+
+
+def port_topology(topo: Path, port_pps: float, folder: Path) -> Path:
+    """`topo` itself when its ports forward `port_pps`; else a copy in `folder` that does."""
+    spec = yaml.safe_load(topo.read_text())
+    switch = spec.setdefault("defaults", {}).setdefault("switch", {})
+    if float(switch.get("egress_rate_pps", 0)) == port_pps and not any("egress_rate_pps" in sw for sw in
+                                                                      spec.get("switches", [])):
+        return topo
+    if port_pps != int(port_pps):
+        raise ExperimentError(f"--port-pps {port_pps:g}: the switches take whole packets per second")
+    switch["egress_rate_pps"] = int(port_pps)
+    for sw in spec.get("switches", []):
+        sw.pop("egress_rate_pps", None)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "topology.yaml"
+    out.write_text(f"# {topo.name} with every switch port forwarding {int(port_pps)} packets/s "
+                   "(gradfabric experiment trace --port-pps)\n" + yaml.safe_dump(spec, sort_keys=False))
+    return out
+
+
 def trace_config(name: str) -> TraceConfig:
     known = {c.name: c for c in TRACE_CONFIGS}
     if name not in known:

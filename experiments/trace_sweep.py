@@ -44,7 +44,8 @@ from typing import Any
 
 from experiments.errors import ExperimentError
 from experiments.runner import PlannedRun
-from experiments.trace_configs import QUICK, TOPOLOGY8, TraceConfig, TraceScenario, trace_config, trace_scenario
+from experiments.trace_configs import (QUICK, TOPOLOGY8, TraceConfig, TraceScenario, port_topology, scaled_background,
+                                        trace_config, trace_scenario)
 from experiments.training.processes import RoleProcess
 from experiments.training.trace_worker import TraceJob
 
@@ -307,7 +308,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
         for _, _, role, _ in roles:
             role.wait_listening(120.0)
         phases["ranks_up"] = round(time.monotonic() - t0, 2)
-        with site.base.background(list(sc.background)) as traffic:
+        with site.base.background(list(scaled_background(sc.background, settings.job))) as traffic:
             time.sleep(1.0)  # queues fill, TCP leaves slow start
             bulk = {f"job{j} rank{k}": role.process.pid for j, k, role, measured in roles if not measured}
             bulk_before = process_sample(bulk)
@@ -410,12 +411,16 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                 trace_config(c)
         meta = {"command": settings.command, "started": _now(), "load_at_start": _load(), "cpus": os.cpu_count(),
                 "sweep": {k: list(v) for k, v in settings.sweep.items()}, "repetitions": settings.repetitions,
-                "job": asdict(settings.job), "scale": settings.job.rule.to_dict(), "topology": str(settings.topo),
+                "job": asdict(settings.job), "scale": settings.job.rule.to_dict(),
+                "timers": scaled_timers(settings.job), "topology": str(settings.topo),
                 "runs": [asdict(r) for r in runs], "cpu_bound_share": CPU_BOUND,
                 "starved_share": settings.starved_share, "code": code.to_dict()}
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    topo = port_topology(settings.topo, settings.job.port_pps, out)
+    meta["topology"] = str(topo)
     (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
     say(settings.job.rule.describe())
+    say("timers: " + ", ".join(f"{k} {v * 1e3:g} ms" for k, v in scaled_timers(settings.job).items()))
     load_pool()  # made once here (PyTorch), read by every rank
     from experiments.trace_masks import write_run_masks
     from experiments.training.trace_worker import scaled_model
@@ -431,7 +436,7 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
         from mininet_topos.programming import program_fabric
         from mininet_topos.runner import teardown_on_signals
 
-        options = LaunchOptions(topo=settings.topo, workdir=work, prefix=NODE_PREFIX, policy=None, progress=say)
+        options = LaunchOptions(topo=topo, workdir=work, prefix=NODE_PREFIX, policy=None, progress=say)
         with teardown_on_signals(), Fabric(options) as fabric:  # SIGTERM/SIGHUP: fabric removed
             program_fabric(fabric.description_path, None)
             site = TraceSite(fabric)
@@ -462,6 +467,18 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                 write_trace_report(out)
     say(f"trace sweep done: results in {out}")
     return out
+
+
+def scaled_timers(job: TraceJob) -> dict[str, float]:
+    """Every time the run sets from k (s): the DLCP endpoint's fixed timers, the tuned TCP
+    ``rto_min`` (ddp-tcp-rto) and the request/response period."""
+    from experiments.scaling import TUNED_RTO_MIN_S, transport_timers
+    from experiments.scenarios import RR_INTERVAL
+
+    from experiments.scaling import time_factor
+
+    return {**transport_timers(job.k), "tuned_rto_min": job.rule.rto_min_s(TUNED_RTO_MIN_S),
+            "rr_interval": RR_INTERVAL * time_factor(job.k)}
 
 
 def _now() -> str:

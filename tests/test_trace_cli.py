@@ -136,3 +136,64 @@ def test_report_of_an_extended_sweep_names_the_extension(tmp_path: Any) -> None:
     assert text.index(f"Command: `{meta['command']}`") < text.index(
         "Extended from 8 to 10 rounds at 2026-11-26 18:00:00 UTC: `gradfabric experiment trace --resume DIR "
         "--repetitions 10`")
+
+
+def test_port_rate_option_keeps_b_and_scales_every_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """At 5,000 packets/s, 25 Gbit/s real: the capacity ratio is 25e9 / (5,000 x 1,500 x 8) = 416.67;
+    b stays 20,000 packets/s' 13.02 (104.17 / 8), so k = 416.67 / 13.02 = 32, and every time is 4x
+    the reference's: probe timer 0.2 -> 0.8 s, reorder allowance 5 -> 20 ms, tuned rto_min 1 ms x 32
+    = 32 ms, request/response every 50 -> 200 ms; the switches forward 5,000 packets/s from the same
+    51-packet queues; the DLCP ranks pace at 5,000 packets/s."""
+    import json
+
+    import mininet_topos.launcher
+    import yaml
+    from experiments.trace_configs import scaled_background, trace_scenario
+    from experiments.training import grad_values
+
+    run_sweep = trace_sweep.run_trace_sweep
+    s = _settings(monkeypatch, "--scenarios", "multitenant,hotspot", "--configs", "ddp-tcp,dlcp,dlcp-merged",
+                  "--port-pps", "5000", "--iterations", "10", "--out", str(tmp_path))
+    job = s.job
+    assert (job.port_pps, job.rate_pps, job.iterations) == (5000, 5000, 10)
+    assert job.k == pytest.approx(32.0, abs=1e-6) and job.rule.b == pytest.approx(13.0208, abs=1e-3)
+    assert job.rule.queue_packets() == 51
+    rr = [f for f in scaled_background(trace_scenario("multitenant").background, job) if f.protocol == "rr"]
+    assert [f.interval_s for f in rr] == [pytest.approx(0.2)]
+    with_k = _settings(monkeypatch, "--scenarios", "hotspot", "--port-pps", "5000", "--k", "16").job
+    assert with_k.k == 16 and with_k.rule.b == pytest.approx(26.04, abs=0.01)
+    default = _settings(monkeypatch, "--scenarios", "hotspot").job
+    assert (default.port_pps, default.rate_pps, default.k) == (20_000, 20_000, 8)
+
+    class Booted(Exception):
+        pass
+
+    seen: list[Any] = []
+
+    def no_fabric(options: Any) -> None:
+        seen.append(options.topo)
+        raise Booted
+
+    monkeypatch.setattr(mininet_topos.launcher, "Fabric", no_fabric)
+    monkeypatch.setattr(grad_values, "load_pool", lambda: None)
+    with pytest.raises(Booted):
+        run_sweep(s, say=lambda msg: None)
+    meta = json.loads((tmp_path / "plan.json").read_text())
+    assert meta["scale"]["k"] == pytest.approx(32.0) and meta["scale"]["emulated_mbps"] == pytest.approx(60.0)
+    assert meta["timers"] == {"probe_timeout": pytest.approx(0.8), "reorder_grace": pytest.approx(0.02),
+                              "tuned_rto_min": pytest.approx(0.032), "rr_interval": pytest.approx(0.2)}
+    topo = yaml.safe_load(Path(seen[0]).read_text())
+    assert Path(seen[0]) == tmp_path / "topology.yaml" == Path(meta["topology"])
+    assert topo["defaults"]["switch"]["egress_rate_pps"] == 5000 and topo["defaults"]["switch"]["queue_depth"] == 51
+    assert len(meta["runs"]) == 2 * 3 * 10
+
+
+def test_transport_timers_at_the_reference_k_are_the_endpoints_defaults() -> None:
+    import inspect
+
+    from experiments.scaling import transport_timers
+    from hosts.endpoint import Endpoint
+
+    defaults = inspect.signature(Endpoint.__init__).parameters
+    assert transport_timers(8.0) == {name: defaults[name].default for name in ("probe_timeout", "reorder_grace")}
+    assert transport_timers(32.0)["reorder_grace"] == pytest.approx(4 * defaults["reorder_grace"].default)

@@ -52,7 +52,7 @@ import numpy as np
 from experiments.errors import ExperimentError
 from experiments.training.accounting import TOTALED, IterationTotals, received
 from experiments.training.cpu import cpu_seconds, schedstat, starvation, thread_stats, wait_per_slice, wait_share
-from experiments.scaling import ScaleRule
+from experiments.scaling import ScaleRule, transport_timers
 from gradfabric.traces import Layer, ModelTrace, load_trace, merge_layers, unit_of
 
 SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "h100_pytorch_layer_traces.csv"
@@ -469,7 +469,8 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                             aimd=Aimd(rate=job.rate_pps, min_rate=job.rate_pps / 10, max_rate=job.max_rate_pps,
                                       increase=job.rate_pps / 10),
                             bounds={MsgType.GRADIENT: job.grad_bound, MsgType.PARAMETER: 0.0},
-                            peer_timeout=job.timeout_s, marking=_marking(job), port_rate=job.port_pps)
+                            peer_timeout=job.timeout_s, marking=_marking(job), port_rate=job.port_pps,
+                            **transport_timers(job.k))
         closers.append(endpoint)
         if ps:
             from hosts.ps import ParameterServer, PsClient
