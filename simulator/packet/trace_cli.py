@@ -77,7 +77,7 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-ms", type=float, default=1000.0, help="background alone before the job starts")
     p.add_argument("--seed", type=int, default=2000, help="seed of the first repetition")
     p.add_argument("--compare", type=Path, action="append", default=None,
-                   help="fabric sweep folder(s) for the validation table (default: --like)")
+                   help="fabric sweep folder(s) for the validation table (default: --like; none with --port-pps)")
     p.add_argument("--out", type=Path, default=None, help="folder for runs/, results.md/.json and validation.*")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(handler=_packet_trace)
@@ -274,8 +274,9 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
                 index += 1
-    compare = args.compare or [args.like]
-    table = comparison_markdown(summarise(runs), summarise(load_records(compare)))
+    # At another port rate than --like's, nothing of the sweep's is comparable unless --compare names it.
+    compare = args.compare or ([args.like] if args.port_pps is None else [])
+    table = comparison_markdown(summarise(runs), summarise(load_records(compare)) if compare else None)
     print(table, end="")
     if out is not None:
         command = "gradfabric sim packet-trace " + " ".join(shlex.quote(a) for a in sys.argv[3:])
@@ -306,7 +307,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                 "tcp_buffers": list(tcp_buffers) if tcp_buffers else None,
                 "server_cpu": {c: asdict(x) for c, x in servers.items() if x is not None}}
         (out / "results.json").write_text(json.dumps({"meta": meta, "hosts": len(topo.hosts)}, indent=1) + "\n")
-        if not args.tile:
+        if not args.tile and compare:
             from simulator.packet.validation import write as write_validation
 
             write_validation(out, command, compare, [("ns-3", out)])
