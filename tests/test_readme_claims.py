@@ -121,6 +121,7 @@ BENCH = lambda: bench_constant("PORT_RATE_PPS")  # noqa: E731
 TRACE_TOPO = "experiments/topologies/leafspine8_training.yaml"
 TRACE_FABRIC = lambda: topology_switch((ROOT / TRACE_TOPO).read_text())["egress_rate_pps"]  # noqa: E731
 TRACE_QUICK = "experiments/results/training/trace-quick-20261126-080603"
+QUARTER = lambda: TRACE_FABRIC() / 4  # noqa: E731
 
 
 def trace_job_default(name: str) -> float:
@@ -185,6 +186,15 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"emulated port ([\d,]+) full frames/s", (lambda: trace_job_default("port_pps"),)),
     ("experiments/README.md", r"pacing from the port rate \(([\d,]+) packets/s\), never above it",
      (lambda: same_in_both("port_pps"),)),
+    # the port-rate question (--port-pps): a quarter of the trace fabric's rate, k 4x the default's
+    ("experiments/README.md", r"At a quarter of the port rate: ([\d,]+) packets/s, k = (\d+)",
+     (QUARTER, lambda: 4 * trace_job_default("k"))),
+    ("experiments/README.md", r"At ([\d,]+) packets/s per port the DLCP ranks do not", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"emulated port ([\d,]+) packets/s \((\d+) Mbit/s\)",
+     (QUARTER, lambda: QUARTER() * 1500 * 8 / 1e6)),
+    ("experiments/README.md", r"the DLCP ranks pace at ([\d,]+) packets/s;", (QUARTER,)),
+    ("experiments/README.md", r"-104 µs at ([\d,]+) packets/s;", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"`lossy-0.1` at ([\d,]+) packets/s with the same configurations", (QUARTER,)),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.
@@ -252,6 +262,9 @@ MEASURED: list[tuple[str, str, object]] = [
      r"packets/s in its last",
      lambda m: None if _n(m[1]) <= _n(m[2]) <= _n(m[3]) <= _n(m[4]) <= TRACE_FABRIC()
      else f"{m[1]}-{m[2]} and {m[3]}-{m[4]} are not rising ranges under the port rate"),
+    ("experiments/README.md", r"a rank sends ([\d,]+) packets/s \((\d+) % of the port\)",
+     lambda m: None if f"| {m[1]} packets/s, {m[2]} % of the port |" in normalized(ROOT / "experiments/README.md")
+     else f"{m[1]} packets/s ({m[2]} %) is not the timing table's row"),
     ("experiments/README.md", r"SRTT 64 ms \(up to 200 ms\), ([\d,]+) packets/s,",
      lambda m: None if _n(m[1]) <= TRACE_FABRIC() else f"{m[1]} is above the port rate"),
 ]
