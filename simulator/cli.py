@@ -6,6 +6,7 @@
   measured per-blob all-reduce times).
 * ``sim reproduce``: regenerate every figure of the reproduction table.
 * ``sim validate``: predict the training experiment's raw runs and compare.
+* ``sim port-predict``: the same model's prediction for sweeps moved to another port rate.
 * ``sim profile``: make a trace (pytorch format) from a PyTorch model on this machine (needs torch).
 """
 
@@ -149,12 +150,26 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "share the switches by their recorded CPU use, else equally), incast-flows (a star's TCP "
                           "pushes as one flow per worker in the server's FIFO), message-cost (the DLCP transport's "
                           "measured CPU per message on the GSO transport's runs), background-acks (the background TCP "
-                          "flows' ACKs, one per two data packets, among the switches' packets)")
+                          "flows' ACKs, one per two data packets, among the switches' packets), host-code (the DLCP "
+                          "transport's host CPU at the hosts' code's measured ratio: probes answered in C)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--out", type=Path, default=None,
                      help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
     val.set_defaults(handler=_validate)
+
+    pp = simsub.add_parser("port-predict", help="the validation model's prediction for sweeps moved to another port "
+                                                "rate (before its runs exist)")
+    pp.add_argument("sources", type=Path, nargs="+", help="sweep folders of `experiment trace` at their own port rate")
+    pp.add_argument("--port-pps", type=float, required=True, help="the new port rate (packets a second)")
+    pp.add_argument("--k", type=float, required=True, help="the scaling rule's time multiplier there (b kept)")
+    pp.add_argument("--tcp-cost-us", type=float, default=7.0, help="kernel TCP's host cost per packet (us)")
+    pp.add_argument("--dlcp-cost-us", type=float, default=14.0,
+                    help="the GSO DLCP transport's host cost per packet at its per-process CPU share (us)")
+    pp.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
+    pp.add_argument("--out", type=Path, default=None,
+                    help="folder for prediction.md (default: build/results/simulation/port-predict/)")
+    pp.set_defaults(handler=_port_predict)
 
     prof = simsub.add_parser("profile", help="make a trace (pytorch format) from a PyTorch model on this machine "
                                              "(needs torch)")
@@ -290,6 +305,27 @@ def _validate(args: argparse.Namespace) -> int:
     print(validate(args.results, out, args.job_trace, args.traces, command, args.baseline, cpu_measure=args.cpu,
                    without=args.without, notes=notes), end="")
     print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _port_predict(args: argparse.Namespace) -> int:
+    from simulator.port_predict import port_predict
+
+    command = (f"gradfabric sim port-predict {' '.join(_shown(p) for p in args.sources)} --port-pps {args.port_pps:g} "
+               f"--k {args.k:g}")
+    if (args.tcp_cost_us, args.dlcp_cost_us) != (7.0, 14.0):
+        command += f" --tcp-cost-us {args.tcp_cost_us:g} --dlcp-cost-us {args.dlcp_cost_us:g}"
+    if args.traces != DEFAULT_TRACES:
+        command += f" --traces {_shown(args.traces)}"
+    out = default_results() / "port-predict" if args.out is None else args.out
+    if args.out is not None:
+        command += f" --out {_shown(args.out)}"
+    costs = {"trace/tcp": args.tcp_cost_us * 1e-6, "trace/dlcp+ecn (gso) [per process]": args.dlcp_cost_us * 1e-6}
+    text = port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "prediction.md").write_text(text)
+    print(text, end="")
+    print(f"wrote {out / 'prediction.md'}", file=sys.stderr)
     return 0
 
 

@@ -77,6 +77,11 @@ TCP_SEGMENT_BYTES = 1448
 #: veths have no GRO, so segments arrive one by one): a background TCP flow's ACKs are packets
 #: the software switches forward too, half as many as its data packets.
 DELAYED_ACK_SEGMENTS = 2
+#: Versions of the hosts' code whose DLCP receive path answers probes in C (commit 424f238 and
+#: later, hosts/README.md "Probes answered in C"): runs that record ``probes_answered_in_c`` in a
+#: rank's totals (since commit 384eedb), and the runs made before that record at the code they
+#: name (the 20 ``c-answers-after-N`` sweeps, experiments/README.md). Label ``c-answers``.
+C_ANSWERS_CODE = ("a6129ae0a860d949",)
 
 
 def transport_epoch(started: str) -> str:
@@ -143,6 +148,18 @@ class Run:
     #: A star's server's CPU per packet over a worker's (:func:`server_cost`); None: not a star
     #: or not recorded.
     server_cost: float | None = None
+    #: The hosts' code the run recorded (a commit id) and the probes its DLCP ranks answered in C
+    #: (None: not recorded).
+    code: str = ""
+    answered_in_c: int | None = None
+
+    @property
+    def host_code(self) -> str:
+        """``c-answers`` where the run's DLCP receive path answered probes in C (recorded, or by
+        its code, :data:`C_ANSWERS_CODE`), else ``""``."""
+        if self.answered_in_c or any(self.code.startswith(c) for c in C_ANSWERS_CODE):
+            return "c-answers"
+        return ""
 
     @property
     def epoch(self) -> str:
@@ -151,8 +168,10 @@ class Run:
 
     @property
     def scenario_label(self) -> str:
-        """The scenario, with the transport version where it is not the first."""
-        return f"{self.scenario} ({self.epoch})" if self.epoch else self.scenario
+        """The scenario, with the transport version where it is not the first and the hosts'
+        code where it answers probes in C (:attr:`host_code`)."""
+        tags = ", ".join(t for t in (self.epoch, self.host_code) if t)
+        return f"{self.scenario} ({tags})" if tags else self.scenario
 
     @property
     def kind(self) -> str:
@@ -336,6 +355,10 @@ def load_runs(results: Path) -> list[Run]:
         if sent:
             run.loss_rate = sum(int(t.get("retransmitted") or 0) for t in totals) / sent
         run.started = str(record.get("started") or "")
+        code = record.get("code")
+        run.code = str((code.get("commit") if isinstance(code, dict) else code) or "")
+        answered = [int(t["probes_answered_in_c"]) for t in totals if t.get("probes_answered_in_c") is not None]
+        run.answered_in_c = sum(answered) if answered else None
         fcts = [float(t) for flow in record.get("background") or [] if flow.get("protocol") == "rr"
                 for t in flow.get("fct_s") or []]
         run.rr_s = statistics.median(fcts) if fcts else None
@@ -364,5 +387,5 @@ def load_runs(results: Path) -> list[Run]:
     return runs
 
 
-__all__ = ["CNN_CONFIGS", "DELAYED_ACK_SEGMENTS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
+__all__ = ["CNN_CONFIGS", "C_ANSWERS_CODE", "DELAYED_ACK_SEGMENTS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
            "tenant_share", "transport_epoch"]

@@ -69,6 +69,7 @@ from simulator.fabric_runs import Run, load_runs, not_results
 from simulator.host_model import (CALIBRATED_APART, COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, best_cost,
                                    cross_validated, host_pps, run_available)
 from simulator.traces import ModelTrace, load_trace
+from simulator.ranking import bootstrap_p50, clear_verdict, measured_tie, rank_row
 from simulator.validate_report import clean_section, summary, write_report
 
 #: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
@@ -82,7 +83,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal), a star's
 #: kernel-TCP pushes as one flow per worker, and the DLCP transport's CPU per message.
 #: ``background-acks``: the background TCP flows' ACKs among the packets the switches forward.
-TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost", "background-acks")
+TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost", "background-acks",
+         "host-code")
 #: CPU per message of the DLCP transport, sender's and receiver's together (experiments/README.md,
 #: "Where a DLCP rank's time goes": 20-23 us per packet for both sides sending one 42-packet
 #: message at a time between two endpoints on loopback, about 0.9 ms a message, in Python per
@@ -91,6 +93,13 @@ DLCP_MESSAGE_CPU_S = 0.9e-3
 #: Transport versions (:data:`simulator.fabric_runs.TRANSPORT_EPOCHS`) the figure was measured on:
 #: the GSO transport; the earlier ones moved messages another way and are not covered by it.
 MESSAGE_COST_EPOCHS = ("gso",)
+#: The DLCP transport's host CPU (per packet and per message) by the hosts' code
+#: (:attr:`simulator.fabric_runs.Run.host_code`), over the code before it: with probes answered in
+#: C, both sides' CPU per message in window 22 fell to 0.96x (median of 8 alternated pairs on
+#: loopback, hosts/README.md "Probes answered in C"; ``host-code``), a figure measured apart from
+#: the fabric's runs. (Those runs' own CPU per packet sent fell 0.87x, but within a configuration
+#: it follows their iteration time, correlation 0.89-0.96: validation notes.md.)
+HOST_CODE_CPU: dict[str, float] = {"c-answers": 0.96}
 #: The spread of iterations about their median (``spread``, :func:`iteration_spread`): for the
 #: trace-driven job, whose compute is a timed sleep, the family's runs in the other sweeps;
 #: a CNN run's host time is replayed from loopback runs, which carry its own.
@@ -116,10 +125,6 @@ DLCP_IN_FLIGHT = 4
 GLOO_THREADS = 2
 DRAWS_PER_RUN = 2_000
 CALIBRATION_DRAWS = 200
-#: A measured order of two configurations is clear when the paired confidence interval (this
-#: level, two-sided) of the gap between their p50s over resamples of whole runs excludes 0; a
-#: pair whose gap the interval includes is a *tie* (counted apart).
-BOOTSTRAP, CLEAR_ORDER = 1_000, 0.95
 FRAME_BYTES = 1500
 #: The trace worker's caps (experiments/training/trace_worker.py), divided by b at run time.
 DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PARTITION_BYTES = 25 * 2**20, 1 * 2**20, 4 * 2**20
@@ -231,12 +236,13 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         tenants = run.tenant_share if run.tenant_share and "tenant-use" not in without else 1 / run.tenants
         background_pps = 0.0 if "background" in without else \
             run.background_pps + (0.0 if "background-acks" in without else run.background_ack_pps)
-        pps = host_pps(cost_s, cpu, background_pps) * tenants
+        code = 1.0 if tcp or "host-code" in without else HOST_CODE_CPU.get(run.host_code, 1.0)
+        pps = host_pps(cost_s * code, cpu, background_pps) * tenants
         if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
             # The server's packets at its own recorded CPU per packet (the DLCP transport's
             # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).
             pps /= run.server_cost
-        message_s = DLCP_MESSAGE_CPU_S / cpu if not tcp and run.epoch in MESSAGE_COST_EPOCHS \
+        message_s = DLCP_MESSAGE_CPU_S * code / cpu if not tcp and run.epoch in MESSAGE_COST_EPOCHS \
             and "message-cost" not in without else 0.0
         if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
             message_s *= run.server_cost
@@ -324,63 +330,8 @@ def _inputs(run: Run, cnn: ModelTrace | None, traces: Path, hosts: dict[str, tup
     return _Inputs(cnn, host[0], host[1])
 
 
-def bootstrap_p50(runs: Sequence[Sequence[float]], resamples: int = BOOTSTRAP, seed: int = 0) -> np.ndarray:
-    """p50 of the pooled iteration times of ``runs`` resampled with replacement (whole runs:
-    iterations of one run share its conditions), ``resamples`` times."""
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(runs), size=(resamples, len(runs)))
-    return np.array([np.median(np.concatenate([runs[i] for i in pick])) for pick in picks])
-
-
 def _error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
-
-
-def _ranking(values: dict[str, float]) -> list[str]:
-    return sorted(values, key=lambda c: values[c])
-
-
-def rank_row(measured: dict[str, float], predicted: dict[str, float],
-             run_times: dict[str, Sequence[Sequence[float]]]) -> list[str]:
-    """One scenario's ranking of configurations by p50, measured (``measured``) against
-    predicted: both orders, whether they are the same, whether every clearly ordered pair is
-    (:func:`clear_verdict`), the pairs kept of all and of the clear ones, the ties predicted the
-    other way of all ties, and the pairs predicted the other way with the share of resamples
-    that keep their measured order, each marked ``clear`` or ``tie``. A pair is a tie when the
-    :data:`CLEAR_ORDER` paired confidence interval of its measured gap includes 0
-    (:func:`measured_tie`; the resamples of the runs' iteration times, ``run_times``, draw the
-    same runs of every configuration: the sweeps' rounds are paired), else clear."""
-    m, p = _ranking(measured), _ranking(predicted)
-    pairs = [(a, b) for n, a in enumerate(m) for b in m[n + 1:]]
-    kept = sum(1 for a, b in pairs if p.index(a) < p.index(b))
-    boot = {c: bootstrap_p50(run_times[c]) for c in m}
-    share = {(a, b): float(np.mean(boot[a] < boot[b])) for a, b in pairs}
-    tie = {(a, b): measured_tie(boot[a], boot[b]) for a, b in pairs}
-    clear = [pair for pair in pairs if not tie[pair]]
-    kept_clear = sum(1 for a, b in clear if p.index(a) < p.index(b))
-    ties = [pair for pair in pairs if tie[pair]]
-    swapped_ties = sum(1 for a, b in ties if p.index(a) > p.index(b))
-    swapped = [f"{a} < {b} ({share[(a, b)]:.0%}, {'tie' if tie[(a, b)] else 'clear'})"
-               for a, b in pairs if p.index(a) > p.index(b)]
-    return [" < ".join(m), " < ".join(p), "yes" if m == p else "no", clear_verdict(m == p, kept_clear, len(clear)),
-            f"{kept} of {len(pairs)}", f"{kept_clear} of {len(clear)}", f"{swapped_ties} of {len(ties)}",
-            "; ".join(swapped) or "-"]
-
-
-def measured_tie(first: np.ndarray, second: np.ndarray, level: float = CLEAR_ORDER) -> bool:
-    """Whether the measured gap ``second - first`` (p50s over the same resamples of whole runs)
-    has a two-sided ``level`` confidence interval that includes 0: a tie."""
-    gap = np.asarray(second, dtype=float) - np.asarray(first, dtype=float)
-    low, high = np.percentile(gap, [50 * (1 - level), 50 * (1 + level)])
-    return bool(low <= 0.0 <= high)
-
-
-def clear_verdict(same: bool, kept_clear: int, clear: int) -> str:
-    """Whether the prediction keeps every pair the runs order clearly: ``yes``, ``no``, or
-    ``yes (differs only in ties)`` where the strict ranking is not the same."""
-    if kept_clear < clear:
-        return "no"
-    return "yes" if same else "yes (differs only in ties)"
 
 
 @dataclass
@@ -577,6 +528,6 @@ def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],
     return clean_section(CLEAN_TITLE, sweeps, errors, rows, rank_rows), dict(errors), rank_rows
 
 
-__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "TERMS", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
+__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "HOST_CODE_CPU", "TERMS", "bootstrap_p50", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
            "host_baseline", "iteration_spread",
            "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]

@@ -1,0 +1,124 @@
+"""`gradfabric sim port-predict`: the validation model's prediction for a sweep at another port
+rate, made before its runs exist.
+
+Each run of the source sweeps (the same scenarios and configurations, at their own port rate)
+is predicted twice with :func:`simulator.validate.predict_run`: as recorded, and moved to the
+new port rate with the scaling rule's ``k`` for it (``b`` unchanged, as ``experiment trace
+--port-pps`` keeps it: the same bytes per rank and queues in packets). Moved, the run's
+recorded compute is stretched by the ratio of the ``k``s and a tuned ``rto_min`` with it
+(the experiment scales its timers by ``k``); the CPU shares, tenants' shares and background
+are what the source run recorded, or (``free``) an uncontended CPU: the two bracket what the
+hosts will get when they move four times fewer packets a second. The host cost per packet of
+each family is given (by default the committed validation table's figure fitted on every
+run); the moved runs run the hosts' code of today, which answers probes in C (its DLCP host
+terms at :data:`simulator.validate.HOST_CODE_CPU`). Each draw is multiplied by the spread of
+iterations about their median that the same configuration's runs in the *other* sweeps under
+the results folder recorded (:func:`simulator.validate.iteration_spread`, as ``sim validate``
+does): without it the p50 of a hashed job's draws falls on either side of the uplink
+collision, drawn half the time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from gradfabric.traces import merge_layers
+from simulator.errors import SimulatorError
+from simulator.fabric_runs import C_ANSWERS_CODE, Run, load_runs
+from simulator.host_model import DEFAULT_CPU_MEASURE
+from simulator.traces import ModelTrace
+from simulator.validate import (HOST_CODE_CPU, SPREAD_SEED, _b, cost_family, iteration_spread, predict_run,
+                                scaled_trace)
+
+#: Host cost per packet by family (the committed validation table's "fitted on every run"):
+#: kernel TCP 7 us, the GSO DLCP transport at its per-process CPU share 14 us.
+DEFAULT_COSTS: dict[str, float] = {"trace/tcp": 7e-6, "trace/dlcp+ecn (gso) [per process]": 14e-6}
+CONDITIONS = ("recorded", "free")
+DRAWS = 400
+
+
+def moved(run: Run, port_pps: float, k: float, condition: str = "recorded", code: str = C_ANSWERS_CODE[0]) -> Run:
+    """``run`` at ``port_pps`` with the job's time multiplier ``k`` (``b`` kept), on the hosts'
+    ``code``: recorded compute and a tuned ``rto_min`` times ``k`` over the run's; ``condition``
+    ``free`` gives every process the whole CPU it wants (no wait, no starvation, no load)."""
+    if run.job is None:
+        raise SimulatorError(f"{run.sweep}/{run.run_id}: only a trace-driven run can be moved to another port rate")
+    if port_pps <= 0 or k <= 0 or condition not in CONDITIONS:
+        raise SimulatorError(f"bad port rate {port_pps}, k {k} or condition {condition!r} (one of {CONDITIONS})")
+    f = k / float(run.job["k"])
+    job = {**run.job, "b": _b(run.job), "k": k, "port_pps": port_pps}
+    new = replace(run, port_pps=port_pps, job=job, compute=[c * f for c in run.compute], code=code,
+                  answered_in_c=None, rto_min_s=run.rto_min_s * f if run.rto_min_s else None)
+    if condition == "free":
+        new = replace(new, starvation=0.0, load=None, cpu_wait=0.0 if new.cpu_use is not None else None,
+                      switch_cpu={name: (use, 0.0) for name, (use, _) in new.switch_cpu.items()})
+    return new
+
+
+def predict_group(runs: Sequence[Run], traces: Path, costs: Mapping[str, float], *, seed: int = 0,
+                  spread: Mapping[tuple[str, str, str], np.ndarray] | None = None) -> float:
+    """p50 of the pooled draws of ``runs``, each with its family's cost from ``costs`` and
+    multiplied by a ratio drawn from ``spread`` (by sweep, family and configuration) where given."""
+    draws = []
+    cache: dict[tuple[str, ...], ModelTrace] = {}
+    for i, run in enumerate(runs):
+        assert run.job is not None
+        family = cost_family(run, DEFAULT_CPU_MEASURE)
+        if family not in costs:
+            raise SimulatorError(f"no host cost for family {family} (given: {', '.join(sorted(costs))})")
+        key = (str(run.job["model"]), str(run.job["precision"]), str(_b(run.job)), str(run.job["k"]))
+        if key not in cache:
+            cache[key] = merge_layers(scaled_trace(run.job, traces))
+        pred = predict_run(run, cache[key], costs[family], draws=DRAWS, seed=seed + i).draws
+        ratios = (spread or {}).get((run.sweep, run.family, run.config))
+        draws.append(pred * (np.random.default_rng(SPREAD_SEED + seed + i).choice(ratios, len(pred))
+                             if ratios is not None else 1.0))
+    return float(np.percentile(np.concatenate(draws), 50))
+
+
+def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Path, command: str,
+                 costs: Mapping[str, float] | None = None, results: Path | None = None) -> str:
+    """The Markdown table: per scenario x configuration of the ``sources``' runs, the measured
+    and predicted p50 at the runs' own port rate, and the p50 predicted at ``port_pps`` and
+    ``k`` under both :data:`CONDITIONS`, with the speed-up over DDP-style TCP (``ddp-tcp``); the
+    spread from the runs under ``results`` (default: the first source's parent folder)."""
+    costs = dict(DEFAULT_COSTS if costs is None else costs)
+    spread = iteration_spread(load_runs(results or sources[0].parent))
+    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for source in sources:
+        for run in load_runs(source):
+            if run.job is not None:
+                groups[(run.scenario, run.config)].append(run)
+    if not groups:
+        raise SimulatorError(f"no trace-driven runs under {', '.join(map(str, sources))}")
+    table: dict[tuple[str, str], list[float]] = {}
+    for n, ((scenario, config), runs) in enumerate(sorted(groups.items())):
+        measured = statistics.median(t for r in runs for t in r.iterations)
+        here = predict_group(runs, traces, costs, seed=1000 * n, spread=spread)
+        there = [predict_group([moved(r, port_pps, k, c) for r in runs], traces, costs, seed=1000 * n, spread=spread)
+                 for c in CONDITIONS]
+        table[(scenario, config)] = [measured, here, *there]
+    pps_from = sorted({f"{r.port_pps:,.0f}" for runs in groups.values() for r in runs})
+    lines = [f"Made by `{command}`. Model: simulator/port_predict.py (module doc).", "",
+             f"Host cost per packet: {', '.join(f'{f} {c * 1e6:g} us' for f, c in sorted(costs.items()))}; "
+             f"at the new port rate the DLCP transport's host terms x {HOST_CODE_CPU['c-answers']:g} "
+             "(probes answered in C).", "",
+             f"| scenario | configuration | runs | p50 measured at {'/'.join(pps_from)} pkt/s (ms) | "
+             f"predicted there (ms) | predicted at {port_pps:,.0f} pkt/s, k = {k:g}, CPU as recorded (ms) | "
+             "speed-up over ddp-tcp | predicted, CPU uncontended (ms) | speed-up over ddp-tcp |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (scenario, config), (measured, here, rec, free) in table.items():
+        base = table.get((scenario, "ddp-tcp"))
+        up = (f"{base[2] / rec:.2f}x", f"{base[3] / free:.2f}x") if base else ("-", "-")
+        lines.append(f"| {scenario} | {config} | {len(groups[(scenario, config)])} | {measured * 1e3:,.1f} | "
+                     f"{here * 1e3:,.1f} | {rec * 1e3:,.1f} | {up[0]} | {free * 1e3:,.1f} | {up[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CONDITIONS", "DEFAULT_COSTS", "moved", "port_predict", "predict_group"]

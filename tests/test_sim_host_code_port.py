@@ -1,0 +1,66 @@
+"""`sim validate`'s host-code term (probes answered in C) and `sim port-predict`'s move of a run
+to another port rate, figures by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.errors import SimulatorError
+from simulator.fabric_runs import C_ANSWERS_CODE, Run
+from simulator.host_model import run_available
+from simulator.port_predict import moved
+from simulator.validate import HOST_CODE_CPU, predict_run
+from tests.sim_validate_helpers import ONE_LAYER, TRACE_PLAN, iterations, one_run
+
+GSO = "2026-11-26 15:00:00 UTC"
+TRACE_JOB = {"model": "m", "precision": "fp32", "b": 1.0, "k": 8.0}
+
+
+def _run(config: str, **extra: object) -> Run:
+    return Run("s", "r", "tcp", config, 1000.0, 32, [0.01], job=dict(TRACE_JOB), started=GSO, **extra)
+
+
+def test_a_run_names_its_hosts_code_by_its_record_or_its_commit(tmp_path: Path) -> None:
+    totals = {"packets": 10, "retransmitted": 0, "probes_received": 8, "probes_answered_in_c": 3}
+    ranks = {str(r): {"records": iterations(2), "totals": totals} for r in range(2)}
+    run = one_run(tmp_path, {"scenario": "lossy-0.1", "config": "dlcp", "started": GSO, "code": "0123abcd",
+                             "jobs": {"1": {"ranks": ranks}}}, plan=TRACE_PLAN)
+    assert run.answered_in_c == 6 and run.code == "0123abcd"  # both ranks' answers in C
+    assert run.host_code == "c-answers" and run.scenario_label == "lossy-0.1 (gso, c-answers)"
+    assert _run("dlcp", code=C_ANSWERS_CODE[0]).host_code == "c-answers"  # by the commit it names
+    assert _run("dlcp", code="9662f4451e55c4dc", answered_in_c=0).host_code == ""  # answered none
+    assert _run("dlcp").scenario_label == "tcp (gso)"
+
+
+def test_the_c_answers_take_the_dlcp_host_terms_to_their_measured_ratio() -> None:
+    # A ring of 2 on one layer above the background: 4 packets at the busiest host at 1 ms each
+    # (the whole CPU) and 2 messages at 0.9 ms, 5.8 ms of host time; with the probes answered in
+    # C both at 0.96: 5.568 ms, 0.232 ms less. Left out (host-code), nothing changes.
+    assert HOST_CODE_CPU == {"c-answers": 0.96}
+    before = predict_run(_run("transport-qos"), ONE_LAYER, 1e-3, draws=10).draws
+    after = predict_run(_run("transport-qos", code=C_ANSWERS_CODE[0]), ONE_LAYER, 1e-3, draws=10).draws
+    assert before - after == pytest.approx(np.full(10, 0.04 * 0.0058))
+    off = predict_run(_run("transport-qos", code=C_ANSWERS_CODE[0]), ONE_LAYER, 1e-3, draws=10,
+                      without=frozenset({"host-code"})).draws
+    assert off == pytest.approx(before)
+    # Kernel TCP's runs of the same code are not touched.
+    tcp = [predict_run(_run("ddp-tcp-qos", code=c), ONE_LAYER, 1e-3, draws=10).draws for c in ("", C_ANSWERS_CODE[0])]
+    assert tcp[0] == pytest.approx(tcp[1])
+
+
+def test_a_run_moved_to_a_quarter_of_the_port_rate_stretches_its_compute_and_timers() -> None:
+    run = _run("dlcp", compute=[0.3, 0.5], rto_min_s=0.008, starvation=0.6, load=4.0, cpu_use=0.2, cpu_wait=0.2,
+               switch_cpu={"s1": (0.3, 0.1)}, code="9662f4451e55c4dc")
+    there = moved(run, 250.0, 32.0)
+    # k 8 -> 32: compute and a tuned rto_min x 4; b kept; the hosts' code of today.
+    assert there.port_pps == 250.0 and there.job is not None and (there.job["k"], there.job["b"]) == (32.0, 1.0)
+    assert there.compute == pytest.approx([1.2, 2.0]) and there.rto_min_s == pytest.approx(0.032)
+    assert there.host_code == "c-answers" and run.host_code == ""
+    # As recorded: the rank's 0.2 / 0.4 = 0.5 (switches 0.75); uncontended: the whole CPU.
+    assert run_available(there, "dlcp-recorded")[0] == pytest.approx(0.5)
+    assert run_available(moved(run, 250.0, 32.0, "free"), "dlcp-recorded")[0] == 1.0
+    with pytest.raises(SimulatorError, match="only a trace-driven run"):
+        moved(Run("s", "r", "tcp", "qos", 1000.0, 32, [0.01]), 250.0, 32.0)
