@@ -152,12 +152,15 @@ class Run:
     #: (None: not recorded).
     code: str = ""
     answered_in_c: int | None = None
+    #: Whether a run of the same sweep and code answered probes in C (kernel TCP's runs of that
+    #: code answer none, but ran on it: they are its scenario's rows too).
+    code_answers_in_c: bool = False
 
     @property
     def host_code(self) -> str:
         """``c-answers`` where the run's DLCP receive path answered probes in C (recorded, or by
         its code, :data:`C_ANSWERS_CODE`), else ``""``."""
-        if self.answered_in_c or any(self.code.startswith(c) for c in C_ANSWERS_CODE):
+        if self.answered_in_c or self.code_answers_in_c or any(self.code.startswith(c) for c in C_ANSWERS_CODE):
             return "c-answers"
         return ""
 
@@ -384,6 +387,9 @@ def load_runs(results: Path) -> list[Run]:
                           if uses[name] is not None and waits.get(name) is not None}
         if run.iterations:
             runs.append(run)
+    in_c = {(run.sweep, run.code) for run in runs if run.answered_in_c}
+    for run in runs:
+        run.code_answers_in_c = (run.sweep, run.code) in in_c
     return runs
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from simulator.errors import SimulatorError
-from simulator.fabric_runs import C_ANSWERS_CODE, Run
+from simulator.fabric_runs import C_ANSWERS_CODE, Run, load_runs
 from simulator.host_model import run_available
 from simulator.port_predict import moved
 from simulator.validate import HOST_CODE_CPU, predict_run
-from tests.sim_validate_helpers import ONE_LAYER, TRACE_PLAN, iterations, one_run
+from tests.sim_validate_helpers import ONE_LAYER, TRACE_PLAN, iterations, ring_record, write_sweep
 
 GSO = "2026-11-26 15:00:00 UTC"
 TRACE_JOB = {"model": "m", "precision": "fp32", "b": 1.0, "k": 8.0}
@@ -26,10 +26,16 @@ def _run(config: str, **extra: object) -> Run:
 def test_a_run_names_its_hosts_code_by_its_record_or_its_commit(tmp_path: Path) -> None:
     totals = {"packets": 10, "retransmitted": 0, "probes_received": 8, "probes_answered_in_c": 3}
     ranks = {str(r): {"records": iterations(2), "totals": totals} for r in range(2)}
-    run = one_run(tmp_path, {"scenario": "lossy-0.1", "config": "dlcp", "started": GSO, "code": "0123abcd",
-                             "jobs": {"1": {"ranks": ranks}}}, plan=TRACE_PLAN)
-    assert run.answered_in_c == 6 and run.code == "0123abcd"  # both ranks' answers in C
-    assert run.host_code == "c-answers" and run.scenario_label == "lossy-0.1 (gso, c-answers)"
+    common = {"scenario": "lossy-0.1", "started": GSO, "code": "0123abcd"}
+    write_sweep(tmp_path, "trace-1", {"000-dlcp": {**common, "config": "dlcp", "jobs": {"1": {"ranks": ranks}}},
+                                      "001-tcp": {**ring_record("lossy-0.1", "ddp-tcp"), **common}}, plan=TRACE_PLAN)
+    write_sweep(tmp_path, "trace-2", {"000-tcp": {**ring_record("lossy-0.1", "ddp-tcp"), **common}}, plan=TRACE_PLAN)
+    dlcp, tcp, alone = load_runs(tmp_path)
+    assert dlcp.answered_in_c == 6 and dlcp.code == "0123abcd"  # both ranks' answers in C
+    assert dlcp.host_code == "c-answers" and dlcp.scenario_label == "lossy-0.1 (gso, c-answers)"
+    # Kernel TCP's run of the same sweep and code ran on it too; the same code in another sweep
+    # with no answer recorded is not known to answer in C.
+    assert tcp.host_code == "c-answers" and alone.host_code == "" and alone.scenario_label == "lossy-0.1 (gso)"
     assert _run("dlcp", code=C_ANSWERS_CODE[0]).host_code == "c-answers"  # by the commit it names
     assert _run("dlcp", code="9662f4451e55c4dc", answered_in_c=0).host_code == ""  # answered none
     assert _run("dlcp").scenario_label == "tcp (gso)"
