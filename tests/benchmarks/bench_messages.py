@@ -28,10 +28,17 @@ full 80-87 % of the time): a message then goes in several chunks, each with its 
 answer. What a chunk beyond the first costs is the CPU difference of the two DLCP modes over
 their difference in chunks per message.
 
+The CE mode (``dlcp-w22-ce``) is the window-22 mode with every `CE_EVERY`-th data packet sent
+with ECN = CE in its TOS byte (as a congested switch marks it; the sender's marking replaced
+in the benchmark): 2 marks per message, so probes owe the sender ECN echoes as on the fabric
+(12,700-13,700 CE marks per DLCP run there); each echo shrinks the sender's window, so a
+message goes in about 9 chunks (2 of whose probes carry an echo) instead of 4.
+
     python -m tests.benchmarks.bench_messages [--rounds 5] [--messages 300]
 
 ``--profile-receiver FILE`` (with ``--messages 6000``) records the receiver's receive thread in the
-window-22 mode with ``perf record -g`` for 4 s and prints its samples by what they were doing.
+window-22 mode (``--ce``: the CE mode) with ``perf record -g`` for 4 s and prints its samples by
+what they were doing.
 
 ``--handle-batch`` (with ``--messages 400``) times the receive loop's work alone, in-process, on
 whole-window messages (:func:`handle_batches`).
@@ -67,7 +74,8 @@ WARMUP = 20
 ROUNDS = 5
 BOUND = 0.1
 SMALL_WINDOW = 22  # packets: a trace rank's congestion window on the fabric
-KINDS = ("dlcp", "dlcp-w22", "tcp")
+CE_EVERY = 21  # the CE mode: data packets k with k % CE_EVERY == CE_EVERY // 2 leave CE-marked
+KINDS = ("dlcp", "dlcp-w22", "dlcp-w22-ce", "tcp")
 _LEN = struct.Struct("!Q")
 
 
@@ -98,6 +106,26 @@ def _values() -> np.ndarray:
     return (np.random.default_rng(1).standard_normal(VALUES) * 1e-3).astype(np.float32)
 
 
+def _ce_marks(length: int) -> np.ndarray:
+    """TOS bytes of a message's `length` data packets in the CE mode: ECT(0), CE on every CE_EVERY-th."""
+    tos = np.full(length, 0x02, dtype=np.uint8)
+    tos[CE_EVERY // 2::CE_EVERY] = 0x03
+    return tos
+
+
+class _CeMarking:
+    """An endpoint's marking with the data packets' TOS bytes of the CE mode (:func:`_ce_marks`)."""
+
+    def __init__(self, marking: Any) -> None:
+        self._marking = marking
+
+    def data_tos(self, _prio: int, eligible: np.ndarray, _ecn_capable: bool = True) -> np.ndarray:
+        return _ce_marks(len(eligible))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._marking, name)
+
+
 def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None,
                    tid_out: Any = None) -> None:
     from hosts.endpoint import Endpoint
@@ -123,16 +151,19 @@ def _dlcp_receiver(to_sender: Any, to_receiver: Any, out: Any, messages: int, wi
                 cpu, wall, switches = _cpu(), time.perf_counter(), _switches()
                 rx_thread = _thread(tid)
                 in_c = getattr(endpoint.reassembler.stats, "answered_in_c", 0)
+                echoes = endpoint.reassembler.stats.ecn_echoes
             endpoint.take(key, timeout=60, peer=peer)
         now = _thread(tid)
         extra = {"rx_thread": now[0] - rx_thread[0], "rx_thread_switches": now[1] - rx_thread[1],
-                 "in_c": getattr(endpoint.reassembler.stats, "answered_in_c", 0) - in_c}
+                 "in_c": getattr(endpoint.reassembler.stats, "answered_in_c", 0) - in_c,
+                 "echoes": endpoint.reassembler.stats.ecn_echoes - echoes}
         out.put(("receiver", _cpu() - cpu, time.perf_counter() - wall, endpoint.reassembler.stats.data_packets,
                  _switches() - switches, 0, extra))
         endpoint.drain(quiet=0.2, limit=2)
 
 
-def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None) -> None:
+def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int, window: int | None,
+                 ce: bool = False) -> None:
     from hosts.endpoint import Endpoint
     from hosts.pacing import Window
     from hosts.wire import MsgType
@@ -141,6 +172,8 @@ def _dlcp_sender(to_sender: Any, to_receiver: Any, out: Any, messages: int, wind
     bounds = {MsgType.GRADIENT: BOUND, MsgType.PARAMETER: 0.0}
     held = Window(cwnd=window, max_cwnd=window) if window else None
     with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, linger=0.1, window=held) as endpoint:
+        if ce:
+            endpoint.marking = _CeMarking(endpoint.marking)
         dest = to_sender.get(timeout=60)
         to_receiver.put(endpoint.address)
         cpu = wall = 0.0
@@ -213,9 +246,10 @@ def _round(kind: str, messages: int) -> dict[str, tuple[float, float, int, int, 
     to_sender, to_receiver, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
     dlcp = kind.startswith("dlcp")
     recv_fn, send_fn = (_dlcp_receiver, _dlcp_sender) if dlcp else (_tcp_receiver, _tcp_sender)
-    window = SMALL_WINDOW if kind == "dlcp-w22" else None
+    window = SMALL_WINDOW if kind.startswith("dlcp-w22") else None
     receiver = ctx.Process(target=recv_fn, args=(to_sender, to_receiver, out, messages, window))
-    sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages, window))
+    sender = ctx.Process(target=send_fn, args=(to_sender, to_receiver, out, messages, window)
+                         + ((True,) if kind == "dlcp-w22-ce" else ()))
     receiver.start()
     sender.start()
     return _gather(out, (sender, receiver), 300)
@@ -258,6 +292,7 @@ def measure(rounds: int = ROUNDS, messages: int = MESSAGES,
                 row["rx_thread"] = rcv[5]["rx_thread"] / measured * 1e6
                 row["rx_thread_switches"] = rcv[5]["rx_thread_switches"] / measured
                 row["in_c"] = rcv[5]["in_c"] / measured
+                row["echoes"] = rcv[5]["echoes"] / measured
             results[kind].append(row)
             print(f"round {r + 1} {kind}: " + ", ".join(f"{k} {v:,.2f}" for k, v in row.items()), flush=True)
     return results
@@ -278,10 +313,11 @@ def per_chunk(full: list[dict[str, float]], small: list[dict[str, float]], field
 
 def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
     results = measure(rounds, messages)
-    dlcp, small, tcp = results["dlcp"], results["dlcp-w22"], results["tcp"]
+    dlcp, small, tcp, marked = results["dlcp"], results["dlcp-w22"], results["tcp"], results["dlcp-w22-ce"]
     for kind, rows in results.items():
         fields = ["sender", "receiver", "both", "switches", "wall_ms"] + (
-            ["per_packet", "packets", "chunks", "rx_thread", "rx_thread_switches", "in_c"] if kind.startswith("dlcp")
+            ["per_packet", "packets", "chunks", "rx_thread", "rx_thread_switches", "in_c", "echoes"]
+            if kind.startswith("dlcp")
             else [])
         print(f"{kind}: " + "; ".join(f"{f} {_summary(rows, f)}" for f in fields) + " (µs CPU per message; "
               "switches voluntary per message, both processes; per_packet µs per data packet, both sides; "
@@ -290,6 +326,9 @@ def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
           f"{per_chunk(dlcp, small):,.1f} µs CPU both sides (sender {per_chunk(dlcp, small, 'sender'):,.1f}, "
           f"receiver {per_chunk(dlcp, small, 'receiver'):,.1f}; its receive thread "
           f"{per_chunk(dlcp, small, 'rx_thread'):,.1f}), {per_chunk(dlcp, small, 'switches'):,.2f} voluntary switches")
+    print(f"per chunk beyond the first (window {SMALL_WINDOW}, CE-marked): {per_chunk(dlcp, marked):,.1f} µs CPU both "
+          f"sides (receiver {per_chunk(dlcp, marked, 'receiver'):,.1f}; its receive thread "
+          f"{per_chunk(dlcp, marked, 'rx_thread'):,.1f})")
     med = lambda rows, f: statistics.median(r[f] for r in rows)  # noqa: E731
     return [
         Figure("DLCP CPU per 42-packet message, both sides", med(dlcp, "both"), "TCP framed message",
@@ -302,6 +341,8 @@ def run(rounds: int = ROUNDS, messages: int = MESSAGES) -> list[Figure]:
                "TCP framed message", med(tcp, "both"), "µs", higher_is_better=False),
         Figure(f"DLCP CPU per chunk beyond the first (window {SMALL_WINDOW}), both sides",
                per_chunk(dlcp, small), "TCP framed message", med(tcp, "both"), "µs", higher_is_better=False),
+        Figure(f"DLCP CPU per message, window {SMALL_WINDOW}, CE-marked, both sides", med(marked, "both"),
+               "TCP framed message", med(tcp, "both"), "µs", higher_is_better=False),
         Figure(f"DLCP voluntary switches per message, window {SMALL_WINDOW}", med(small, "switches"),
                "TCP framed message", med(tcp, "switches"), "", higher_is_better=False),
     ]
@@ -337,14 +378,14 @@ def classify(perf_data: Path) -> dict[str, float]:
     return {k: v / total for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
 
 
-def profile_receiver(messages: int, seconds: float, out_file: Path) -> None:
-    """One window-22 run of `messages` messages; ``perf record -g`` of the receiver's receive
-    thread for `seconds` from 1 s after it starts; its samples by class, in % and in µs per chunk
-    (the share of the thread's CPU per message, over the message's chunks)."""
+def profile_receiver(messages: int, seconds: float, out_file: Path, ce: bool = False) -> None:
+    """One window-22 run of `messages` messages (`ce`: in the CE mode); ``perf record -g`` of the
+    receiver's receive thread for `seconds` from 1 s after it starts; its samples by class, in %
+    and in µs per chunk (the share of the thread's CPU per message, over the message's chunks)."""
     ctx = mp.get_context("spawn")
     to_sender, to_receiver, out, tids = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Queue()
     receiver = ctx.Process(target=_dlcp_receiver, args=(to_sender, to_receiver, out, messages, SMALL_WINDOW, tids))
-    sender = ctx.Process(target=_dlcp_sender, args=(to_sender, to_receiver, out, messages, SMALL_WINDOW))
+    sender = ctx.Process(target=_dlcp_sender, args=(to_sender, to_receiver, out, messages, SMALL_WINDOW, ce))
     receiver.start()
     sender.start()
     try:
@@ -361,7 +402,8 @@ def profile_receiver(messages: int, seconds: float, out_file: Path) -> None:
     per_message = got["receiver"][5]["rx_thread"] / measured * 1e6
     chunks = got["sender"][4] / measured
     print(f"receive thread: {per_message:,.1f} µs CPU per message, {chunks:.2f} chunks per message, "
-          f"{got['receiver'][5]['in_c'] / measured:.2f} probes per message answered in C")
+          f"{got['receiver'][5]['in_c'] / measured:.2f} probes per message answered in C, "
+          f"{got['receiver'][5].get('echoes', 0) / measured:.2f} ECN echoes per message")
     for name, share in classify(out_file).items():
         print(f"  {name:40s} {100 * share:5.1f} %  {share * per_message / chunks:6.1f} µs per chunk")
 
@@ -452,10 +494,20 @@ def against(other: Path, pairs: int, messages: int) -> None:
         for kind, rows in kinds.items():
             fields = [f for f in rows[0] if all(f in r for r in rows)]
             print(f"{name} ({checkouts[name]}) {kind}: " + "; ".join(f"{f} {_summary(rows, f)}" for f in fields))
-        full, small = kinds["dlcp"], kinds["dlcp-w22"]
-        fields = [f for f in ("both", "sender", "receiver", "rx_thread", "switches") if all(f in r for r in full + small)]
-        print(f"{name}: per chunk beyond the first (window {SMALL_WINDOW}): " +
-              ", ".join(f"{f} {per_chunk(full, small, f):,.2f}" for f in fields))
+        for small_kind in ("dlcp-w22", "dlcp-w22-ce"):
+            full, small = kinds["dlcp"], kinds.get(small_kind, [])
+            fields = [f for f in ("both", "sender", "receiver", "rx_thread", "switches")
+                      if small and all(f in r for r in full + small)]
+            print(f"{name}: per chunk beyond the first ({small_kind}): " +
+                  ", ".join(f"{f} {per_chunk(full, small, f):,.2f}" for f in fields))
+    for kind in [k for k in results["this"] if k in results["other"]]:
+        ratios = []
+        for f in ("receiver", "rx_thread", "sender", "both", "switches"):
+            per_pair = [a[f] / b[f] for a, b in zip(results["this"][kind], results["other"][kind])
+                        if f in a and f in b and b[f] > 0]
+            if per_pair:
+                ratios.append(f"{f} {statistics.median(per_pair):.3f} ({min(per_pair):.3f}-{max(per_pair):.3f})")
+        print(f"this over other, per pair, {kind}: " + "; ".join(ratios))
 
 
 def main() -> None:
@@ -466,6 +518,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--profile-receiver", type=Path, metavar="PERF_DATA",
                         help="perf-record the receive thread in window-22 mode into PERF_DATA (needs perf)")
+    parser.add_argument("--ce", action="store_true", help="with --profile-receiver: the CE mode")
     parser.add_argument("--handle-batch", action="store_true",
                         help="CPU per whole-window message of the receive loop's work alone (in-process)")
     args = parser.parse_args()
@@ -473,7 +526,7 @@ def main() -> None:
         print(f"{handles_batches_line(args.messages)}")
         return
     if args.profile_receiver is not None:
-        profile_receiver(args.messages, 4.0, args.profile_receiver)
+        profile_receiver(args.messages, 4.0, args.profile_receiver, args.ce)
         return
     if args.against is not None:
         against(args.against, args.pairs, args.messages)
