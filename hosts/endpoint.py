@@ -230,6 +230,8 @@ class Endpoint:
         if self.reassembler.peers is None:
             self.reassembler.peers = {}
         self.reassembler.peers[worker_id] = address
+        if self._rx is not None:  # probes C answers from elsewhere go to Python (hosts.fastpath)
+            self._rx.members_changed(dict(self.reassembler.peers))
 
     def drain(self, quiet: float = 0.5, limit: float = 5.0) -> None:
         """Keep answering (late probes, retransmissions) until nothing arrived for `quiet`

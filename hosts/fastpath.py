@@ -58,15 +58,19 @@ CDEF = """
 struct gfh_entry {
     const uint8_t *seqs;
     uint32_t src_ip, tensor_len;
+    uint32_t received, allowed;
     uint16_t src_port;
     uint8_t key[10];
-    uint8_t kind, echo, used;
+    uint8_t kind, echo, used, left;
     int mark;
 };
 struct gfh_answers {
     int top;
     int marked;
     int answered, left, failed;
+    int echoed;
+    int ndone;
+    int done[256];
     struct gfh_entry e[256];
 };
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
@@ -349,8 +353,9 @@ class BatchReceiver:
 
     #: Open messages whose probes C answers at once (hosts/answers.c).
     ANSWER_SLOTS = 256
-    #: `bad` of a probe C answers (:meth:`answer`), and of one it left to the caller.
-    ANSWERED, LEFT = 2, 3
+    #: `bad` of a probe C answers (:meth:`answer`), of one it left to the caller, and of one whose
+    #: answer (flagged *last*) completed its message.
+    ANSWERED, LEFT, ANSWERED_LAST = 2, 3, 4
 
     def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None,
                  answers: bool | None = None) -> None:
@@ -385,6 +390,9 @@ class BatchReceiver:
         self.answers = nat.ffi.new("struct gfh_answers *") if on and not key else None
         self._answers_c = self.answers if self.answers is not None else nat.ffi.NULL
         self._free = list(range(self.ANSWER_SLOTS))  # a heap: the lowest free slot first
+        self._owners: list[Any] = [None] * self.ANSWER_SLOTS  # the message registered in each slot
+        #: The job's membership after it changed (another thread's add_peer), not yet applied.
+        self._members: list[dict[int, tuple[str, int]]] = []
 
     def recv(self) -> int:
         """Packets of the next batch (0: nothing queued); OSError on a socket error."""
@@ -424,10 +432,14 @@ class BatchReceiver:
         """Probes of the last batch that C will answer (:meth:`answer`), flagged ANSWERED in `bad`."""
         return int(self.answers.marked) if self.answers is not None else 0
 
-    def register(self, i: int, tensor_len: int, seqs: Any, mark: int) -> int | None:
+    def register(self, i: int, tensor_len: int, seqs: Any, mark: int, allowed: int = 0, received: int = 0,
+                 owner: Any = None) -> int | None:
         """Let C answer the probes of the message of data packet `i` of the batch (its source and
         header's job, worker, tensor, iteration and kind) from its packet map `seqs` (a C pointer,
-        alive until :meth:`forget`), where `mark` means arrived. Its slot; None when off or full."""
+        alive until :meth:`forget`), where `mark` means arrived; `received` of its elements arrived
+        (:meth:`set_received` keeps it current), `allowed` missing ones within its bound (a probe
+        flagged *last* completes it then: :meth:`completed` gives `owner` back). Its slot; None
+        when off or full."""
         a = self.answers
         if a is None or not self._free:
             return None
@@ -436,9 +448,11 @@ class BatchReceiver:
         o = int(self.off[i])
         e.seqs = seqs
         e.src_ip, e.src_port, e.tensor_len = int(self.src_ip[i]), int(self.src_port[i]), tensor_len
+        e.received, e.allowed = received, allowed
         self.nat.ffi.memmove(e.key, self.view[o + 2:o + 12], 10)
-        e.kind, e.echo, e.mark = int(self.buf[o]) & 0x0F, 0, mark
+        e.kind, e.echo, e.left, e.mark = int(self.buf[o]) & 0x0F, 0, 0, mark
         e.used = 1
+        self._owners[k] = owner
         if k >= a.top:
             a.top = k + 1
         return k
@@ -448,24 +462,61 @@ class BatchReceiver:
         a = self.answers
         assert a is not None
         a.e[slot].used = 0
+        self._owners[slot] = None
         heapq.heappush(self._free, slot)
         while a.top and not a.e[a.top - 1].used:
             a.top -= 1
 
+    def set_received(self, slot: int, received: int) -> None:
+        """`received` elements of the message in `slot` arrived."""
+        assert self.answers is not None
+        self.answers.e[slot].received = received
+
     def owe_echo(self, slot: int, owed: bool) -> None:
-        """The message in `slot` owes an ECN echo (its probes go to Python until it is sent) or not."""
+        """The message in `slot` owes an ECN echo (its next answer carries it) or not."""
         assert self.answers is not None
         self.answers.e[slot].echo = int(owed)
 
-    def answer(self, n: int) -> tuple[int, int, int]:
-        """Answer the probes of packets 0..n-1 flagged ANSWERED, all in one sendmmsg: (answered,
-        left, failed). Those left (flagged LEFT: message gone, echo owed, shape disagrees) are the
-        caller's to handle as any probe."""
+    def echo_owed(self, slot: int) -> bool:
+        """Whether the message in `slot` owes an ECN echo."""
+        assert self.answers is not None
+        return bool(self.answers.e[slot].echo)
+
+    def members_changed(self, peers: dict[int, tuple[str, int]]) -> None:
+        """The job's membership is now `peers` (worker id -> address; thread-safe): before its next
+        answers, C leaves to Python the probes of registered messages whose source is not their
+        worker's member address (Python drops them as from an unknown peer)."""
+        self._members.append(peers)
+
+    def _apply_members(self) -> None:
         a = self.answers
         assert a is not None
+        while self._members:
+            peers = self._members.pop(0)
+            for k in range(a.top):
+                e = a.e[k]
+                if e.used and peers.get((e.key[2] << 8) | e.key[3]) != self.address(e.src_ip, e.src_port):
+                    e.left = 1
+
+    def answer(self, n: int) -> tuple[int, int, int, int]:
+        """Answer the probes of packets 0..n-1 flagged ANSWERED, all in one sendmmsg: (answered,
+        left, failed, echoed). Those left (flagged LEFT: message gone, its source no longer the
+        member's, shape disagrees) are the caller's to handle as any probe; those whose answer
+        completed their message are flagged ANSWERED_LAST (:meth:`completed`)."""
+        a = self.answers
+        assert a is not None
+        if self._members:
+            self._apply_members()
         c = self._c
         self.nat.lib.gfh_answer(self.fd, c[0], c[1], c[2], c[3], c[4], c[7], n, a)
-        return int(a.answered), int(a.left), int(a.failed)
+        return int(a.answered), int(a.left), int(a.failed), int(a.echoed)
+
+    def completed(self) -> list[Any]:
+        """The owners of the messages the last :meth:`answer` completed (a probe flagged *last*
+        within their bound), in the order of those probes."""
+        a = self.answers
+        assert a is not None
+        return [self._owners[a.done[d]] for d in range(a.ndone)]
 
     def run_end(self, i: int, n: int) -> int:
         c = self._c
@@ -473,6 +524,12 @@ class BatchReceiver:
 
     def source(self, i: int) -> tuple[str, int]:
         raw = (int(self.src_ip[i]), int(self.src_port[i]))
+        hit = self._sources.get(raw)
+        return hit if hit is not None else self.address(*raw)
+
+    def address(self, ip: int, port: int) -> tuple[str, int]:
+        """The address of a source as received (network-order IP and port as stored)."""
+        raw = (ip, port)
         hit = self._sources.get(raw)
         if hit is None:
             if len(self._sources) > 4096:

@@ -108,6 +108,12 @@ class Finals:
                 elif not entry[1]:
                     entry[1] = now
 
+    def probed(self, source: Address) -> None:
+        """Note `source` as one that probes."""
+        if source not in self._probers:
+            with self._lock:
+                self._probers.add(source)
+
     def replied(self, reply: bytes | memoryview, source: Address, now: float) -> None:
         """Note an answer sent to `source` (a prober); one flagged last settles its message."""
         if source not in self._probers:

@@ -26,6 +26,7 @@ are given up first).
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,6 +77,8 @@ class ReceiverStats:
     probes: int = 0
     bitmaps_sent: int = 0
     answered_in_c: int = 0  # of the probes and bitmaps: answered by the C receive path (hosts/answers.c)
+    echoes_in_c: int = 0  # of the ECN echoes: sent by the C receive path
+    completed_in_c: int = 0  # of the completed messages: by a probe flagged last that the C answered
     ce_marked: int = 0  # data packets that arrived with ECN = CE
     ecn_echoes: int = 0  # bitmap answers carrying the ECN-echo flag
     completed: int = 0
@@ -171,7 +174,8 @@ class Reassembler:
         self._arrays = ArrayPool()  # new messages' arrays, reused once their users dropped them
         self._spare_bytes = 0  # their bytes
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
-        self._echo: set[MessageKey] = set()  # CE-marked data seen since the last answer
+        #: CE-marked data seen since the last answer (of messages whose probes C answers: the C's echo flag)
+        self._echo: set[MessageKey] = set()
         self._done_bits: dict[MessageKey, np.ndarray] = {}  # packets a message completed with, if not all
         self._into: OrderedDict[MessageKey, tuple[np.ndarray, bool]] = OrderedDict()  # where expected ones go
 
@@ -293,13 +297,25 @@ class Reassembler:
             asm.received += int(res[5])
             if asm.received == tensor_len:
                 delivered.append(self._complete(asm))
-            elif asm.answers is None and asm.source == source:  # its probes answered in C from now on
-                slot = rx.register(first, tensor_len, asm.cptrs[2], asm.mark)
+            elif asm.answers is not None:
+                rx.set_received(asm.answers[1], asm.received)
+            elif asm.source == source:  # its probes answered in C from now on
+                allowed = math.floor(self.bounds.get(key.kind, 0.0) * tensor_len + 1e-9)  # within_bound's
+                slot = rx.register(first, tensor_len, asm.cptrs[2], asm.mark, allowed, asm.received, asm)
                 if slot is not None:
                     asm.answers = (rx, slot)
-                    if key in self._echo:
+                    if key in self._echo:  # the echo owed is C's while it answers
+                        self._echo.discard(key)
                         rx.owe_echo(slot, True)
         return delivered
+
+    def completed_in_c(self, asm: Assembly) -> Delivered | None:
+        """Complete `asm`, whose probe flagged *last* the C answered as completing it
+        (:meth:`hosts.fastpath.BatchReceiver.completed`); None when it is no longer open."""
+        if self._open.get(asm.key) is not asm:
+            return None
+        self.stats.completed_in_c += 1
+        return self._complete(asm)
 
     def _place_counts(self, res: Any) -> int:
         """Note the packet-level drops of a gfh_place result; the index it stopped at."""
@@ -364,6 +380,8 @@ class Reassembler:
         np.frombuffer(have, np.uint8, count, offset).fill(mark)
         if asm.received == tensor_len:
             return [], [self._complete(asm)]
+        if asm.answers is not None:
+            asm.answers[0].set_received(asm.answers[1], asm.received)
         return [], []
 
     def _assembly(self, key: MessageKey, tensor_len: int, source: Address) -> Assembly | None:
@@ -438,16 +456,20 @@ class Reassembler:
     def _note_ce(self, key: MessageKey) -> None:
         self.stats.ce_marked += 1
         if len(self._echo) >= self.max_open + self.done_memory:  # senders that never probe
-            self._echo.clear()  # (an echo C was told of stays owed: answered in Python, then cleared)
-        self._echo.add(key)
+            self._echo.clear()  # (an echo owed in C stays owed)
         asm = self._open.get(key)
-        if asm is not None and asm.answers is not None:  # the echo is answered in Python
+        if asm is not None and asm.answers is not None:  # the C's answers carry it
             asm.answers[0].owe_echo(asm.answers[1], True)
+        else:
+            self._echo.add(key)
 
-    @staticmethod
-    def _forget_answers(asm: Assembly) -> None:
+    def _forget_answers(self, asm: Assembly) -> None:
+        """C no longer answers for `asm`; an echo it still owes becomes Python's."""
         if asm.answers is not None:
-            asm.answers[0].forget(asm.answers[1])
+            rx, slot = asm.answers
+            if rx.echo_owed(slot):
+                self._echo.add(asm.key)
+            rx.forget(slot)
             asm.answers = None
 
     def _bitmaps(self, key: MessageKey, tensor_len: int, first: int, bits: np.ndarray | None, nonce: int = 0,
@@ -455,13 +477,15 @@ class Reassembler:
         """The answers to a probe: `bits` says which packets arrived (None: all `nbits`)."""
         replies = []
         flags = Flags.LAST if complete else 0
-        if key in self._echo:
+        asm = self._open.get(key)
+        echo = key in self._echo
+        if asm is not None and asm.answers is not None and asm.answers[0].echo_owed(asm.answers[1]):
+            asm.answers[0].owe_echo(asm.answers[1], False)  # owed in C (a probe C left): sent here
+            echo = True
+        if echo:
             self._echo.discard(key)
             flags |= Flags.ECN_ECHO
             self.stats.ecn_echoes += 1
-        asm = self._open.get(key)
-        if asm is not None and asm.answers is not None:  # no echo owed now: C may answer again
-            asm.answers[0].owe_echo(asm.answers[1], False)
         size = nbits if bits is None else bits.size
         for start in range(0, max(size, 1), BITMAP_BITS_PER_PACKET):
             count = min(BITMAP_BITS_PER_PACKET, size - start) if size else 0

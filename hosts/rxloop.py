@@ -3,9 +3,11 @@
 Batches of datagrams (:meth:`hosts.fastpath.BatchReceiver.recv`); runs of one message's data
 placed at once (:meth:`hosts.receiver.Reassembler.handle_run`); probes of open messages that
 the C registered answered by it once the batch's data is placed, all answers of a batch in one
-``sendmmsg`` (:meth:`BatchReceiver.answer`, ``hosts/answers.c``); everything else one by one
-in Python. What a probe answered in C leaves for Python is the bookkeeping of any datagram
-heard (liveness, the time of the last data or probe, its sender noted as one that probes).
+``sendmmsg`` (:meth:`BatchReceiver.answer`, ``hosts/answers.c``), with the ECN echoes they owe,
+and those flagged *last* that complete their message; everything else one by one in Python.
+What a probe answered in C leaves for Python is the bookkeeping of any datagram heard
+(liveness, the time of the last data or probe, its sender noted as one that probes or told its
+message completed) and the completion of the messages its answer completed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from hosts.wire import HEADER_LEN, MsgType
 
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _CE_BYTES = bytes(1 if t & ECN_CE == ECN_CE else 0 for t in range(256))  # TOS byte -> 1 when CE
-_ANSWERED, _LEFT = BatchReceiver.ANSWERED, BatchReceiver.LEFT
+_ANSWERED, _LEFT, _ANSWERED_LAST = BatchReceiver.ANSWERED, BatchReceiver.LEFT, BatchReceiver.ANSWERED_LAST
 
 
 def receive_batches(ep: Any, rx: BatchReceiver) -> None:
@@ -79,21 +81,30 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
             delivered += done
         i = j
     if marked:
-        answered, left, failed = rx.answer(n)
+        answered, left, failed, echoed = rx.answer(n)
         stats.probes += answered
         stats.bitmaps_sent += answered
         stats.answered_in_c += answered
+        stats.ecn_echoes += echoed
+        stats.echoes_in_c += echoed
         if failed:
             stats.drops["reply_failed"] += failed
+        for asm in rx.completed():  # messages whose probe flagged last C answered within the bound
+            message = reassembler.completed_in_c(asm)
+            if message is not None:
+                delivered.append(message)
         for k in np.flatnonzero(bad[:n] >= _ANSWERED).tolist():
             source, data = rx.source(k), rx.packet(k)
             heard(source, now, bytes(data[:HEADER_LEN]))
             ep._last_peer_rx = now
-            if bad[k] == _LEFT:  # its message completed in this batch, owes an echo, or disagrees
+            flag = bad[k]
+            if flag == _LEFT:  # its message completed, its source moved, or it disagrees
                 replies, done = reassembler.handle(data, source, False)
                 ep._reply(replies, source)
                 delivered += done
+            elif flag == _ANSWERED_LAST:
+                finals.replied(data, source, now)  # the probe (flagged last) as its answer: settles it
             else:
-                finals.replied(data, source, now)  # notes a prober (the probe is not flagged last)
+                finals.probed(source)
     if delivered:
         ep._deliver(delivered)

@@ -186,9 +186,8 @@ def test_answers_in_c_are_the_python_answers_byte_for_byte(seed: int) -> None:
     finally:
         for s in sockets:
             s.close()
-    # C answered most chunk probes (not those after CE-marked data, whose echo Python sends)
-    assert fast.reassembler.stats.answered_in_c >= chunks // 2
-    assert fast.reassembler.stats.ecn_echoes > 0  # and left the echoes to Python
+    assert fast.reassembler.stats.answered_in_c >= chunks // 2  # C answered most chunk probes
+    assert fast.reassembler.stats.ecn_echoes > 0
     for addr in sources:
         assert Counter(got[addr]) == Counter(slow.replies[addr]), f"answers to {addr} differ"
     assert _stats(fast.reassembler) == _stats(slow.reassembler)
