@@ -151,7 +151,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "pushes as one flow per worker in the server's FIFO), message-cost (the DLCP transport's "
                           "measured CPU per message on the GSO transport's runs), background-acks (the background TCP "
                           "flows' ACKs, one per two data packets, among the switches' packets), host-code (the DLCP "
-                          "transport's host CPU at the hosts' code's measured ratio: probes answered in C)")
+                          "transport's host CPU at the hosts' code's measured ratio: probes answered in C), paced (the "
+                          "paced DLCP transport takes what the background leaves at the switches, no max-min half)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--out", type=Path, default=None,

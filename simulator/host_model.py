@@ -27,7 +27,8 @@ cost per packet and by the CPU the run's processes got.
   packets with the same CPU, first-come first-served before any egress queue's priority;
   the background's recorded goodput (data packets of 1,448 bytes a second) and its TCP flows'
   ACKs (one per two data packets, delayed ACK) are taken off the ceiling, leaving the job at
-  least half of it (max-min); the jobs of one run (multitenant's two, hotspot's job and bulk job) share what is left by their ranks' recorded CPU use, else
+  least half of it (max-min between window-based flows; the DLCP transport since it paces
+  its sends, ``sim validate``'s ``paced`` term, keeps no such half: it takes what is left); the jobs of one run (multitenant's two, hotspot's job and bulk job) share what is left by their ranks' recorded CPU use, else
   equally (``sim validate``, ``fabric_runs.tenant_share``).
 * **Ceiling**: the busiest host moves at most ``(1 - s) / c`` packets a second; a message of
   ``n`` packets on it holds the link ``n c / (1 - s)`` on top of its time on the wire
@@ -129,17 +130,24 @@ def run_available(run: Run, measure: str = "summed", cores: int = CORES) -> tupl
     return path_available(run.starvation, run.load, cores), source
 
 
-def host_pps(cost_s: float, cpu_available: float, background_pps: float = 0.0) -> float:
+#: The share of the switches' budget a job keeps against the background (max-min between
+#: window-based flows: kernel TCP's job and the background's long TCP flows each claim half).
+MAX_MIN_FLOOR = 0.5
+
+
+def host_pps(cost_s: float, cpu_available: float, background_pps: float = 0.0, floor: float = MAX_MIN_FLOOR) -> float:
     """Packets a second the busiest host moves: ``(1 - s) / c`` (infinite for ``c = 0``), less
     the background's packets, which the same software switches handle first-come first-served
-    ahead of any queue priority; max-min sharing leaves the job at least half."""
-    if cost_s < 0 or not 0 < cpu_available <= 1 or background_pps < 0:
-        raise SimulatorError(f"bad host cost {cost_s} s per packet, CPU share {cpu_available} or background "
-                             f"{background_pps} packets/s")
+    ahead of any queue priority; max-min sharing leaves the job at least ``floor`` of it (0: a
+    paced job, which claims no share, takes what the background leaves, but never below 1%
+    of it)."""
+    if cost_s < 0 or not 0 < cpu_available <= 1 or background_pps < 0 or not 0 <= floor <= 1:
+        raise SimulatorError(f"bad host cost {cost_s} s per packet, CPU share {cpu_available}, background "
+                             f"{background_pps} packets/s or floor {floor}")
     if cost_s == 0:
         return math.inf
     capacity = cpu_available / cost_s
-    return max(capacity - background_pps, capacity / 2)
+    return max(capacity - background_pps, capacity * max(floor, MIN_AVAILABLE))
 
 
 #: Costs per packet a calibration tries: 0, then 1 us to 10 ms in steps of 10^(1/15) (17%).
@@ -176,5 +184,5 @@ def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Seq
     return out
 
 
-__all__ = ["CALIBRATED_APART", "CORES", "COST_GRID", "CPU_MEASURES", "DEFAULT_CPU_MEASURE", "available", "best_cost", "cross_validated", "host_pps",
+__all__ = ["CALIBRATED_APART", "CORES", "MAX_MIN_FLOOR", "COST_GRID", "CPU_MEASURES", "DEFAULT_CPU_MEASURE", "available", "best_cost", "cross_validated", "host_pps",
            "path_available", "process_available", "run_available", "starvation_from_load", "switches_available"]

@@ -66,10 +66,10 @@ from simulator.errors import SimulatorError
 from simulator.fabric_model import (DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model,
                                     split_fifo)
 from simulator.fabric_runs import Run, load_runs, not_results
-from simulator.host_model import (CALIBRATED_APART, COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, best_cost,
-                                   cross_validated, host_pps, run_available)
-from simulator.traces import ModelTrace, load_trace
+from simulator.host_model import (CALIBRATED_APART, COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, MAX_MIN_FLOOR,
+                                   best_cost, cross_validated, host_pps, run_available)
 from simulator.ranking import bootstrap_p50, clear_verdict, measured_tie, rank_row
+from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import clean_section, summary, write_report
 
 #: Background and collective per scenario (experiments/scenarios.py, trace_configs.py).
@@ -84,7 +84,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: kernel-TCP pushes as one flow per worker, and the DLCP transport's CPU per message.
 #: ``background-acks``: the background TCP flows' ACKs among the packets the switches forward.
 TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost", "background-acks",
-         "host-code")
+         "host-code", "paced")
 #: CPU per message of the DLCP transport, sender's and receiver's together (experiments/README.md,
 #: "Where a DLCP rank's time goes": 20-23 us per packet for both sides sending one 42-packet
 #: message at a time between two endpoints on loopback, about 0.9 ms a message, in Python per
@@ -100,6 +100,12 @@ MESSAGE_COST_EPOCHS = ("gso",)
 #: the fabric's runs. (Those runs' own CPU per packet sent fell 0.87x, but within a configuration
 #: it follows their iteration time, correlation 0.89-0.96: validation notes.md.)
 HOST_CODE_CPU: dict[str, float] = {"c-answers": 0.96}
+#: Transport versions whose DLCP ranks pace their sends at the port's rate from their least RTT
+#: and cut it on marks (commit 2602e95 on; ``paced``): at the switches' CPU such a job claims no
+#: max-min half against the background's window-based TCP flows but takes what they leave
+#: (:data:`simulator.host_model.MAX_MIN_FLOOR` applies to window-based jobs: kernel TCP, and
+#: the DLCP transport before it paced).
+PACED_EPOCHS = ("port-rate", "gso")
 #: The spread of iterations about their median (``spread``, :func:`iteration_spread`): for the
 #: trace-driven job, whose compute is a timed sleep, the family's runs in the other sweeps;
 #: a CNN run's host time is replayed from loopback runs, which carry its own.
@@ -237,7 +243,8 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         background_pps = 0.0 if "background" in without else \
             run.background_pps + (0.0 if "background-acks" in without else run.background_ack_pps)
         code = 1.0 if tcp or "host-code" in without else HOST_CODE_CPU.get(run.host_code, 1.0)
-        pps = host_pps(cost_s * code, cpu, background_pps) * tenants
+        paced = not tcp and run.epoch in PACED_EPOCHS and "paced" not in without
+        pps = host_pps(cost_s * code, cpu, background_pps, 0.0 if paced else MAX_MIN_FLOOR) * tenants
         if collective == "star" and run.server_cost and not tcp and "server-cost" not in without:
             # The server's packets at its own recorded CPU per packet (the DLCP transport's
             # packet work runs in the process; kernel TCP's mostly in softirq, not charged to it).
@@ -528,6 +535,6 @@ def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],
     return clean_section(CLEAN_TITLE, sweeps, errors, rows, rank_rows), dict(errors), rank_rows
 
 
-__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "HOST_CODE_CPU", "TERMS", "bootstrap_p50", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
+__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "HOST_CODE_CPU", "PACED_EPOCHS", "TERMS", "bootstrap_p50", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
            "host_baseline", "iteration_spread",
            "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]

@@ -70,3 +70,31 @@ def test_a_run_moved_to_a_quarter_of_the_port_rate_stretches_its_compute_and_tim
     assert run_available(moved(run, 250.0, 32.0, "free"), "dlcp-recorded")[0] == 1.0
     with pytest.raises(SimulatorError, match="only a trace-driven run"):
         moved(Run("s", "r", "tcp", "qos", 1000.0, 32, [0.01]), 250.0, 32.0)
+
+
+def test_a_paced_dlcp_job_takes_what_the_background_leaves_at_the_switches() -> None:
+    from simulator.host_model import MAX_MIN_FLOOR, host_pps
+
+    # 1 ms a packet with the whole CPU: 1,000 packets/s; the background's 600 leave 400. A
+    # window-based job keeps max-min's half, 500; a paced one the 400 (never below 1%: 10).
+    assert MAX_MIN_FLOOR == 0.5
+    assert host_pps(1e-3, 1.0, 600.0) == pytest.approx(500.0)
+    assert host_pps(1e-3, 1.0, 600.0, 0.0) == pytest.approx(400.0)
+    assert host_pps(1e-3, 1.0, 1500.0, 0.0) == pytest.approx(10.0)
+    with pytest.raises(SimulatorError, match="floor"):
+        host_pps(1e-3, 1.0, 0.0, 1.5)
+
+    def host_time(config: str, started: str, without: frozenset[str] = frozenset()) -> float:
+        run = Run("s", "r", "tcp", config, 1000.0, 32, [0.01], job=dict(TRACE_JOB), started=started,
+                  background_pps=600.0)
+        free = predict_run(run, ONE_LAYER, 1e-3, draws=4, without=without | {"background"}).draws
+        return float((predict_run(run, ONE_LAYER, 1e-3, draws=4, without=without).draws - free)[0])
+
+    # The ring of two handles 4 packets at its busiest host: 4/400 - 4/1,000 = 6 ms more than
+    # without the background when paced (the GSO and port-rate transports), 4/500 - 4/1,000 =
+    # 4 ms when not (the earliest transport, kernel TCP, or the term left out).
+    assert host_time("transport-qos", GSO) == pytest.approx(0.006)
+    assert host_time("transport-qos", "2026-11-26 12:00:00 UTC") == pytest.approx(0.006)
+    assert host_time("transport-qos", "2026-11-26 09:00:00 UTC") == pytest.approx(0.004)
+    assert host_time("ddp-tcp-qos", GSO) == pytest.approx(0.004)
+    assert host_time("transport-qos", GSO, frozenset({"paced"})) == pytest.approx(0.004)
