@@ -155,6 +155,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "paced DLCP transport takes what the background leaves at the switches, no max-min half)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
+    val.add_argument("--leave-out", type=lambda text: tuple(t for t in text.split(",") if t), default=(),
+                     help="sweeps not to read, by the start of their folder names, comma-separated (named in the table)")
     val.add_argument("--out", type=Path, default=None,
                      help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
     val.set_defaults(handler=_validate)
@@ -296,6 +298,8 @@ def _validate(args: argparse.Namespace) -> int:
         command += f" --without {','.join(sorted(args.without))}"
     if args.notes is not None:
         command += f" --notes {_shown(args.notes)}"
+    if args.leave_out:
+        command += f" --leave-out {','.join(args.leave_out)}"
     out = default_results() / "validation" if args.out is None else args.out
     if args.out is not None:
         command += f" --out {_shown(args.out)}"
@@ -304,7 +308,7 @@ def _validate(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SimulatorError(f"--notes {args.notes}: {exc.strerror}") from None
     print(validate(args.results, out, args.job_trace, args.traces, command, args.baseline, cpu_measure=args.cpu,
-                   without=args.without, notes=notes), end="")
+                   without=args.without, notes=notes, leave_out=args.leave_out), end="")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -398,19 +398,21 @@ def iteration_spread(runs: Sequence[Run], kinds: Sequence[str] = SPREAD_KINDS,
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
              baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
              without: frozenset[str] = frozenset(), calibrated: Calibration | None = None,
-             clean: str = CLEAN_PREFIX, notes: str = "") -> str:
+             clean: str = CLEAN_PREFIX, notes: str = "", leave_out: tuple[str, ...] = ()) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
     taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out;
     ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand; ``clean``:
     sweeps whose folder name starts so are also summarised alone (:func:`clean_set`; "": none);
-    ``notes``: Markdown put under the ranking table."""
+    ``notes``: Markdown put under the ranking table; ``leave_out``: sweeps whose folder name starts
+    so are not read (named above the table)."""
     under_ranking = notes
     if not without <= set(TERMS):
         raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
     if cpu_measure not in CPU_MEASURES:
         raise SimulatorError(f"unknown CPU measure {cpu_measure!r}; choose from {', '.join(CPU_MEASURES)}")
-    runs = load_runs(results)
+    runs = [run for run in load_runs(results) if not (leave_out and run.sweep.startswith(leave_out))]
+    left = sorted({run.sweep for run in load_runs(results)} - {run.sweep for run in runs})
     cnn = load_trace(job_trace) if job_trace is not None else None
     hosts = host_baseline(baseline, cpu_measure) if baseline is not None else {}
     cal = calibrated or calibrate(runs, cnn, traces, hosts, progress=progress, cpu_measure=cpu_measure,
@@ -500,6 +502,8 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     skipped = not_results(results)
     note = (f"Left out: the runs of {', '.join(skipped)}, whose README.md marks them as no result of the "
             "project's code.\n\n" if skipped else "")
+    if left:
+        note += f"Left out by the command (`--leave-out {','.join(leave_out)}`): the runs of {', '.join(left)}.\n\n"
     section = ""
     if clean:
         section, clean_errors, clean_ranks = clean_set(runs, run_draws, clean)

@@ -67,6 +67,22 @@ def test_validate_predicts_a_one_layer_job(tmp_path: Path, capsys: pytest.Captur
     assert main(["sim", "validate", str(runs), "--notes", str(tmp_path / "none.md"), "--out", str(out)]) == 1
 
 
+def test_validate_leaves_out_the_sweeps_named(tmp_path: Path) -> None:
+    job = tmp_path / "job.csv"
+    job.write_text("name,numel,forward_us,backward_us\nw,722,1000,1000\n")
+    runs = tmp_path / "runs"
+    _run(runs / "a", 0, "tcp", "qos", [0.011])
+    _run(runs / "b", 0, "tcp", "qos", [0.011])
+    _run(runs / "later-1", 0, "tcp", "qos", [0.500])  # a sweep still running
+    out = tmp_path / "out"
+    assert main(["sim", "validate", str(runs), "--job-trace", str(job), "--leave-out", "later-", "--out", str(out)]) == 0
+    with (out / "validation.csv").open() as f:
+        (qos,) = list(csv.DictReader(f))
+    assert (qos["sweeps"], qos["runs"], qos["p50 measured (ms)"]) == ("2", "2", "11.0")  # later-1's 500 ms not read
+    md = (out / "validation.md").read_text()
+    assert "--leave-out later-" in md and "Left out by the command (`--leave-out later-`): the runs of later-1." in md
+
+
 def test_validate_needs_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "validate", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
     assert "no raw runs" in capsys.readouterr().err
