@@ -170,8 +170,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--dlcp-cost-us", type=float, default=14.0,
                     help="the GSO DLCP transport's host cost per packet at its per-process CPU share (us)")
     pp.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
+    pp.add_argument("--against", type=Path, nargs="+", default=None,
+                    help="sweeps made at the new port rate: compare them with the model instead (against.md)")
     pp.add_argument("--out", type=Path, default=None,
-                    help="folder for prediction.md (default: build/results/simulation/port-predict/)")
+                    help="folder for prediction.md or against.md (default: build/results/simulation/port-predict/)")
     pp.set_defaults(handler=_port_predict)
 
     prof = simsub.add_parser("profile", help="make a trace (pytorch format) from a PyTorch model on this machine "
@@ -314,7 +316,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _port_predict(args: argparse.Namespace) -> int:
-    from simulator.port_predict import port_predict
+    from simulator.port_predict import against, port_predict
 
     command = (f"gradfabric sim port-predict {' '.join(_shown(p) for p in args.sources)} --port-pps {args.port_pps:g} "
                f"--k {args.k:g}")
@@ -326,11 +328,15 @@ def _port_predict(args: argparse.Namespace) -> int:
     if args.out is not None:
         command += f" --out {_shown(args.out)}"
     costs = {"trace/tcp": args.tcp_cost_us * 1e-6, "trace/dlcp+ecn (gso) [per process]": args.dlcp_cost_us * 1e-6}
-    text = port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs)
+    if args.against:
+        command += f" --against {' '.join(_shown(p) for p in args.against)}"
+        name, text = "against.md", f"Made by `{command}`.\n\n" + against(args.against, args.traces, costs)
+    else:
+        name, text = "prediction.md", port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "prediction.md").write_text(text)
+    (out / name).write_text(text)
     print(text, end="")
-    print(f"wrote {out / 'prediction.md'}", file=sys.stderr)
+    print(f"wrote {out / name}", file=sys.stderr)
     return 0
 
 

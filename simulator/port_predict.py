@@ -121,4 +121,34 @@ def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Pat
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CONDITIONS", "DEFAULT_COSTS", "moved", "port_predict", "predict_group"]
+def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | None = None,
+            results: Path | None = None) -> str:
+    """The runs made at the new port rate (``targets``) against the model: per scenario x
+    configuration the measured p50 and the p50 predicted from each run's own record (its CPU
+    shares, tenants, code), with the same costs and spread as :func:`port_predict`, and both
+    speed-ups over DDP-style TCP (the p50 of the pooled iterations over ddp-tcp's)."""
+    costs = dict(DEFAULT_COSTS if costs is None else costs)
+    spread = iteration_spread(load_runs(results or targets[0].parent))
+    groups: dict[tuple[str, str, float], list[Run]] = defaultdict(list)
+    for target in targets:
+        for run in load_runs(target):
+            if run.job is not None:
+                groups[(run.scenario, run.config, run.port_pps)].append(run)
+    if not groups:
+        raise SimulatorError(f"no trace-driven runs under {', '.join(map(str, targets))}")
+    table = {key: (statistics.median(t for r in runs for t in r.iterations),
+                   predict_group(runs, traces, costs, seed=1000 * n, spread=spread))
+             for n, (key, runs) in enumerate(sorted(groups.items()))}
+    lines = [f"Against the runs of {', '.join(t.name for t in targets)}:", "",
+             "| scenario | configuration | port (pkt/s) | runs | p50 measured (ms) | p50 predicted from each run's record "
+             "(ms) | error | speed-up over ddp-tcp, measured | predicted |", "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    for (scenario, config, pps), (measured, predicted) in table.items():
+        base = table.get((scenario, "ddp-tcp", pps))
+        up = (f"{base[0] / measured:.2f}x", f"{base[1] / predicted:.2f}x") if base else ("-", "-")
+        lines.append(f"| {scenario} | {config} | {pps:,.0f} | {len(groups[(scenario, config, pps)])} | "
+                     f"{measured * 1e3:,.1f} | {predicted * 1e3:,.1f} | {(predicted - measured) / measured:+.0%} | "
+                     f"{up[0]} | {up[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CONDITIONS", "DEFAULT_COSTS", "against", "moved", "port_predict", "predict_group"]

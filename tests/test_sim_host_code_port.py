@@ -98,3 +98,19 @@ def test_a_paced_dlcp_job_takes_what_the_background_leaves_at_the_switches() -> 
     assert host_time("transport-qos", "2026-11-26 09:00:00 UTC") == pytest.approx(0.004)
     assert host_time("ddp-tcp-qos", GSO) == pytest.approx(0.004)
     assert host_time("transport-qos", GSO, frozenset({"paced"})) == pytest.approx(0.004)
+
+
+def test_port_predict_against_sets_measured_speed_ups_beside_the_predicted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.port_predict as pp
+
+    plan = {"job": {**TRACE_PLAN["job"], "port_pps": 5000.0, "k": 32.0}, "scale": TRACE_PLAN["scale"]}
+    runs = {f"00{i}-{c}": ring_record("hotspot", c, times=[9.0, t, t]) for i, (c, t) in
+            enumerate((("ddp-tcp", 3.0), ("dlcp", 2.0)))}
+    sweep = write_sweep(tmp_path, "portrate-1", runs, plan=plan)
+    # The model's p50 stubbed: 2.4 s for DDP-style TCP, 2.0 s for DLCP.
+    monkeypatch.setattr(pp, "predict_group", lambda g, *a, **k: 2.4 if g[0].config == "ddp-tcp" else 2.0)
+    text = pp.against([sweep], Path("unused"))
+    # Measured 3.0 and 2.0 s (iteration 0 left out): DLCP 1.50x; predicted 2.4 / 2.0 = 1.20x; errors -20% and +0%.
+    assert "| hotspot | ddp-tcp | 5,000 | 1 | 3,000.0 | 2,400.0 | -20% | 1.00x | 1.00x |" in text
+    assert "| hotspot | dlcp | 5,000 | 1 | 2,000.0 | 2,000.0 | +0% | 1.50x | 1.20x |" in text
