@@ -16,6 +16,7 @@
  * (bad[q] = LEFT), which answers or drops it as any other. Never with a job key (answers are
  * signed in Python). */
 #define ANSWER_SLOTS 256
+#define DONE_SLOTS 128 /* messages completed with every element, the latest ones */
 #define ANSWERED 2
 #define LEFT 3
 #define ANSWERED_LAST 4
@@ -41,6 +42,8 @@ struct gfh_answers {
     int ndone;                  /* messages it completed: their slots in done[0, ndone) */
     int done[ANSWER_SLOTS];
     struct gfh_entry e[ANSWER_SLOTS];
+    int dnext;                  /* the done entry gfh_done fills next (a ring) */
+    struct gfh_entry d[DONE_SLOTS];
 };
 
 static int entry_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, uint16_t port) {
@@ -50,6 +53,39 @@ static int entry_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, 
             return k;
     }
     return -1;
+}
+
+/* The done entry of probe b's message (-1: none): a message that completed with every element,
+ * whose probes are answered flagged LAST with every bit set, as Python answers them. */
+static int done_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, uint16_t port) {
+    for (int k = 0; k < DONE_SLOTS; k++) {
+        const struct gfh_entry *e = &a->d[k];
+        if (e->used == 1 && e->src_ip == ip && e->src_port == port && e->kind == b[22] && memcmp(e->key, b + 2, 10) == 0)
+            return k;
+    }
+    return -1;
+}
+
+/* The message of data packet i (its header and source) completed with all tensor_len elements:
+ * its later probes are answered here (until its done entry is reused, DONE_SLOTS messages later,
+ * or Python forgets it). Returns the entry's slot. */
+int gfh_done(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *src_ip,
+             const uint16_t *src_port, int i, uint32_t tensor_len) {
+    int k = a->dnext;
+    a->dnext = (k + 1) % DONE_SLOTS;
+    struct gfh_entry *e = &a->d[k];
+    const uint8_t *b = buf + off[i];
+    e->seqs = NULL;
+    e->src_ip = src_ip[i];
+    e->src_port = src_port[i];
+    e->tensor_len = e->received = tensor_len;
+    e->allowed = 0;
+    memcpy(e->key, b + 2, 10);
+    e->kind = b[0] & 0x0F;
+    e->echo = e->left = 0;
+    e->mark = 0;
+    e->used = 1;
+    return k;
 }
 
 /* No probe of a batch marked yet. */
@@ -91,8 +127,8 @@ static int data_after(const uint8_t *buf, const uint32_t *off, const uint32_t *l
     return 0;
 }
 
-/* A probe (version 1, no reserved flags) about a message (tensor_len > 0) that is registered or
- * has data before it in the batch, and no data after it that would change its answer
+/* A probe (version 1, no reserved flags) about a message (tensor_len > 0) that is registered (open
+ * or done) or has data before it in the batch, and no data after it that would change its answer
  * (data_after). Marks bad[q] = ANSWERED; returns how many. */
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
              const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n) {
@@ -106,7 +142,8 @@ int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, con
         const uint8_t *b = buf + off[q];
         if (bad[q] || len[q] < HDR || b[0] != ((1 << 4) | 2) || (b[1] & 0xF0) || b[22] > 1 || be32(b + 16) == 0)
             continue;
-        if ((data_before(buf, off, len, src_ip, src_port, bad, q) || entry_of(a, b, src_ip[q], src_port[q]) >= 0) &&
+        if ((data_before(buf, off, len, src_ip, src_port, bad, q) || entry_of(a, b, src_ip[q], src_port[q]) >= 0 ||
+             done_of(a, b, src_ip[q], src_port[q]) >= 0) &&
             !data_after(buf, off, len, tos, bad, q, n, until)) {
             bad[q] = ANSWERED;
             marked++;
@@ -146,20 +183,23 @@ int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *
         if (bad[q] != ANSWERED) continue;
         const uint8_t *b = buf + off[q];
         int k = entry_of(a, b, src_ip[q], src_port[q]);
+        struct gfh_entry *e = k >= 0 ? &a->e[k] : NULL;
+        if (!e && (k = done_of(a, b, src_ip[q], src_port[q])) >= 0) e = &a->d[k];
         uint32_t first = be32(b + 12), tl = be32(b + 16), nb = be32(b + 24);
         int64_t cap = 8 * (3 * (int64_t)len[q] - HDR);
         if (cap > BITMAP_BITS) cap = BITMAP_BITS;
-        if (k < 0 || a->e[k].left || tl != a->e[k].tensor_len || nb == 0 || (int64_t)nb > cap ||
-            (uint64_t)first + nb > tl) {
+        if (!e || e->left || tl != e->tensor_len || nb == 0 || (int64_t)nb > cap || (uint64_t)first + nb > tl) {
             bad[q] = LEFT;
             a->left++;
             continue;
         }
-        struct gfh_entry *e = &a->e[k];
         uint8_t *o = out[m];
         o[0] = (1 << 4) | 3; /* bitmap */
         o[1] = 0;
-        if ((b[1] & F_LAST) && e->tensor_len - e->received <= e->allowed) { /* completes it (Python's _probe) */
+        if (!e->seqs) { /* completed with every element: it needs nothing more */
+            o[1] |= F_LAST;
+            bad[q] = ANSWERED_LAST;
+        } else if ((b[1] & F_LAST) && e->tensor_len - e->received <= e->allowed) { /* completes it (_probe) */
             o[1] |= F_LAST;
             e->used = 2;
             a->done[a->ndone++] = k;
@@ -179,10 +219,15 @@ int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *
         o[26] = b[20]; /* the probe's nonce */
         o[27] = b[21];
         uint32_t bytes = (nb + 7) / 8;
-        memset(o + HDR, 0, bytes);
-        const uint8_t *s = e->seqs + first, mk = (uint8_t)e->mark;
-        for (uint32_t i = 0; i < nb; i++)
-            if (s[i] == mk) o[HDR + i / 8] |= (uint8_t)(1u << (i & 7));
+        if (!e->seqs) {
+            memset(o + HDR, 0xFF, nb / 8);
+            if (nb % 8) o[HDR + nb / 8] = (uint8_t)((1u << (nb % 8)) - 1);
+        } else {
+            memset(o + HDR, 0, bytes);
+            const uint8_t *s = e->seqs + first, mk = (uint8_t)e->mark;
+            for (uint32_t i = 0; i < nb; i++)
+                if (s[i] == mk) o[HDR + i / 8] |= (uint8_t)(1u << (i & 7));
+        }
         memset(&to[m], 0, sizeof to[m]);
         to[m].sin_family = AF_INET;
         to[m].sin_addr.s_addr = src_ip[q];

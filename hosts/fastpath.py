@@ -72,7 +72,11 @@ struct gfh_answers {
     int ndone;
     int done[256];
     struct gfh_entry e[256];
+    int dnext;
+    struct gfh_entry d[128];
 };
+int gfh_done(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *src_ip,
+             const uint16_t *src_port, int i, uint32_t tensor_len);
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
              const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n);
 int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
@@ -242,7 +246,7 @@ def _load() -> Native | None:
         ffi.cdef(CDEF)
         lib = ffi.dlopen(str(path))
         for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes", "gfh_auth_init", "gfh_mark",
-                     "gfh_answer"):
+                     "gfh_answer", "gfh_done"):
             getattr(lib, name)  # cffi parses a declaration on first use: do it now, not mid-transfer
     except (FastPathError, OSError, AttributeError) as exc:
         log.warning("hosts data path: Python, because the C data path is unavailable: %s", exc)
@@ -353,6 +357,8 @@ class BatchReceiver:
 
     #: Open messages whose probes C answers at once (hosts/answers.c).
     ANSWER_SLOTS = 256
+    #: Messages completed with every element whose later probes C answers (the latest ones).
+    DONE_SLOTS = 128
     #: `bad` of a probe C answers (:meth:`answer`), of one it left to the caller, and of one whose
     #: answer (flagged *last*) completed its message.
     ANSWERED, LEFT, ANSWERED_LAST = 2, 3, 4
@@ -391,6 +397,7 @@ class BatchReceiver:
         self._answers_c = self.answers if self.answers is not None else nat.ffi.NULL
         self._free = list(range(self.ANSWER_SLOTS))  # a heap: the lowest free slot first
         self._owners: list[Any] = [None] * self.ANSWER_SLOTS  # the message registered in each slot
+        self._done_keys: list[Any] = [None] * self.DONE_SLOTS  # the key of each done entry
         #: The job's membership after it changed (another thread's add_peer), not yet applied.
         self._members: list[dict[int, tuple[str, int]]] = []
 
@@ -482,6 +489,39 @@ class BatchReceiver:
         assert self.answers is not None
         return bool(self.answers.e[slot].echo)
 
+    def register_done(self, i: int, tensor_len: int, key: Any) -> tuple[int, Any, bool] | None:
+        """Let C answer the later probes of `key`, the message of data packet `i` of the batch, which
+        completed with all `tensor_len` elements (flagged LAST, every bit set). (Its slot, the key
+        whose entry that slot held before or None, and whether that one owed an echo); None when off."""
+        a = self.answers
+        if a is None:
+            return None
+        k = a.dnext
+        old, echo = self._done_keys[k], bool(a.d[k].used and a.d[k].echo)
+        c = self._c
+        slot = self.nat.lib.gfh_done(a, c[0], c[1], c[3], c[4], i, tensor_len)
+        self._done_keys[slot] = key
+        return slot, old, echo
+
+    def forget_done(self, slot: int, key: Any) -> bool:
+        """C no longer answers for `key` in done entry `slot` (if it still holds it); whether it owed an echo."""
+        a = self.answers
+        assert a is not None
+        if self._done_keys[slot] != key:
+            return False
+        self._done_keys[slot] = None
+        a.d[slot].used = 0
+        return bool(a.d[slot].echo)
+
+    def done_echo(self, slot: int, owed: bool) -> None:
+        """The completed message in done entry `slot` owes an ECN echo or not."""
+        assert self.answers is not None
+        self.answers.d[slot].echo = int(owed)
+
+    def done_echo_owed(self, slot: int) -> bool:
+        assert self.answers is not None
+        return bool(self.answers.d[slot].echo)
+
     def members_changed(self, peers: dict[int, tuple[str, int]]) -> None:
         """The job's membership is now `peers` (worker id -> address; thread-safe): before its next
         answers, C leaves to Python the probes of registered messages whose source is not their
@@ -493,8 +533,7 @@ class BatchReceiver:
         assert a is not None
         while self._members:
             peers = self._members.pop(0)
-            for k in range(a.top):
-                e = a.e[k]
+            for e in [a.e[k] for k in range(a.top)] + [a.d[k] for k in range(self.DONE_SLOTS)]:
                 if e.used and peers.get((e.key[2] << 8) | e.key[3]) != self.address(e.src_ip, e.src_port):
                     e.left = 1
 

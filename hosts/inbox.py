@@ -114,12 +114,14 @@ class Finals:
             with self._lock:
                 self._probers.add(source)
 
-    def replied(self, reply: bytes | memoryview, source: Address, now: float) -> None:
-        """Note an answer sent to `source` (a prober); one flagged last settles its message."""
+    def replied(self, reply: bytes | memoryview, source: Address, now: float, last: bool | None = None) -> None:
+        """Note an answer sent to `source` (a prober); one flagged last settles its message.
+        `last`: whether the answer was flagged last (None: as `reply` is; `reply` may then be the
+        probe it answered, whose header names the same message)."""
         if source not in self._probers:
             with self._lock:
                 self._probers.add(source)
-        if len(reply) >= HEADER_LEN and reply[1] & _LAST:
+        if len(reply) >= HEADER_LEN and (reply[1] & _LAST if last is None else last):
             _vt, _f, job, worker, tensor, iteration, _o, _tl, _n, kind, _p, _s = HEADER_STRUCT.unpack_from(reply)
             if kind > 1:
                 return

@@ -177,6 +177,8 @@ class Reassembler:
         #: CE-marked data seen since the last answer (of messages whose probes C answers: the C's echo flag)
         self._echo: set[MessageKey] = set()
         self._done_bits: dict[MessageKey, np.ndarray] = {}  # packets a message completed with, if not all
+        #: Completed messages whose probes a batch receiver's C answers: key -> (receiver, done slot)
+        self._done_c: dict[MessageKey, tuple[Any, int]] = {}
         self._into: OrderedDict[MessageKey, tuple[np.ndarray, bool]] = OrderedDict()  # where expected ones go
 
     @property
@@ -297,6 +299,8 @@ class Reassembler:
             asm.received += int(res[5])
             if asm.received == tensor_len:
                 delivered.append(self._complete(asm))
+                if asm.source == source and rx.answers is not None:  # its later probes answered in C
+                    self._done_in_c(rx, first, key)
             elif asm.answers is not None:
                 rx.set_received(asm.answers[1], asm.received)
             elif asm.source == source:  # its probes answered in C from now on
@@ -308,6 +312,19 @@ class Reassembler:
                         self._echo.discard(key)
                         rx.owe_echo(slot, True)
         return delivered
+
+    def _done_in_c(self, rx: Any, i: int, key: MessageKey) -> None:
+        """Let `rx`'s C answer the probes of `key` (data packet `i`'s message), completed with every element."""
+        got = rx.register_done(i, self._done[key][0], key)
+        if got is None:
+            return
+        slot, old, old_echo = got
+        if old is not None and self._done_c.pop(old, None) is not None and old_echo:
+            self._echo.add(old)
+        self._done_c[key] = (rx, slot)
+        if key in self._echo:
+            self._echo.discard(key)
+            rx.done_echo(slot, True)
 
     def completed_in_c(self, asm: Assembly) -> Delivered | None:
         """Complete `asm`, whose probe flagged *last* the C answered as completing it
@@ -460,6 +477,8 @@ class Reassembler:
         asm = self._open.get(key)
         if asm is not None and asm.answers is not None:  # the C's answers carry it
             asm.answers[0].owe_echo(asm.answers[1], True)
+        elif (done := self._done_c.get(key)) is not None:
+            done[0].done_echo(done[1], True)
         else:
             self._echo.add(key)
 
@@ -481,6 +500,9 @@ class Reassembler:
         echo = key in self._echo
         if asm is not None and asm.answers is not None and asm.answers[0].echo_owed(asm.answers[1]):
             asm.answers[0].owe_echo(asm.answers[1], False)  # owed in C (a probe C left): sent here
+            echo = True
+        elif (done := self._done_c.get(key)) is not None and done[0].done_echo_owed(done[1]):
+            done[0].done_echo(done[1], False)
             echo = True
         if echo:
             self._echo.discard(key)
@@ -514,7 +536,10 @@ class Reassembler:
             self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top) == asm.mark,
                                                    bitorder="little")
         while len(self._done) > self.done_memory:
-            self._done_bits.pop(self._done.popitem(last=False)[0], None)
+            old = self._done.popitem(last=False)[0]
+            self._done_bits.pop(old, None)
+            if (done := self._done_c.pop(old, None)) is not None and done[0].forget_done(done[1], old):
+                self._echo.add(old)  # the echo it owed stays owed, as in Python
         self.stats.completed += 1
         # The maps are the reassembler's own: reused by a later message of the same length, which
         # spares the allocation's page faults and zeroing pass (a third of the receiver's CPU on

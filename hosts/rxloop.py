@@ -102,8 +102,8 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
                 replies, done = reassembler.handle(data, source, False)
                 ep._reply(replies, source)
                 delivered += done
-            elif flag == _ANSWERED_LAST:
-                finals.replied(data, source, now)  # the probe (flagged last) as its answer: settles it
+            elif flag == _ANSWERED_LAST:  # its answer, flagged last, settles its message
+                finals.replied(data, source, now, last=True)
             else:
                 finals.probed(source)
     if delivered:

@@ -39,20 +39,21 @@ pytestmark = pytest.mark.skipif(NAT is None, reason="the C data path cannot be b
 
 
 def _stream(seed: int) -> tuple[list[Datagram], list[int]]:
-    """Four messages from two sources (2 is a stranger) in chunks of 10 packets (two of lengths whose
-    bound allows one element less than two packets), each closed by a
-    probe, 10 % of the data CE-marked, 3-9 % lost; then a probe flagged last (within the gradient
-    bound of 0.05 or not), the lost packets again but two (the last message: but one, so it is then
-    within its bound), another probe flagged last, a probe after completion and late data. The
-    indices of the probes."""
+    """Five messages from two sources (2 is a stranger) in chunks of 10 packets (two of lengths whose
+    bound allows one element less than two packets), each closed by a probe, 10 % of the data
+    CE-marked, 3-9 % lost (the fifth: none, so it completes with every element); then a probe
+    flagged last (within the gradient bound of 0.05 or not), the lost packets again but two (the
+    fourth message: but one, so it is then within its bound), another probe flagged last, a probe
+    after completion, late CE-marked data and a probe after them. The indices of the probes."""
     rng = random.Random(seed)
     out: list[Datagram] = []
     for tensor, (worker, src, n, kind) in enumerate(((1, 0, 3990, MsgType.GRADIENT), (2, 1, 3995, MsgType.GRADIENT),
-                                                     (1, 0, 2500, MsgType.PARAMETER), (2, 1, 6000, MsgType.GRADIENT))):
+                                                     (1, 0, 2500, MsgType.PARAMETER), (2, 1, 6000, MsgType.GRADIENT),
+                                                     (1, 0, 2000, MsgType.GRADIENT))):
         values = np.random.default_rng(seed + n).standard_normal(n, dtype=np.float32)
         batch = packetize(values, kind=kind, job_id=1, worker_id=worker, tensor_id=tensor, iteration=seed, count=100)
         packets = [batch.packet(i) for i in range(len(batch))]
-        loss = rng.choice((0.03, 0.09)) if tensor < 3 else 0.09  # the last one: first outside its bound
+        loss = rng.choice((0.03, 0.09)) if tensor < 3 else 0.09 if tensor == 3 else 0.0
         lost = []
         for first in range(0, len(packets), 10):
             chunk = list(range(first, min(first + 10, len(packets))))
@@ -73,6 +74,7 @@ def _stream(seed: int) -> tuple[list[Datagram], list[int]]:
         out.append((_probe(worker, tensor, seed, 0, len(packets), n, int(kind), 12, last=True), src, 2))
         out.append((_probe(worker, tensor, seed, 0, 10, n, int(kind), 13, last=True), src, 2))  # after completion
         out.extend((p, src, 3) for p in packets[:2])  # late, CE-marked
+        out.append((_probe(worker, tensor, seed, 10, 10, n, int(kind), 14), src, 2))  # owes an echo
     probes = [k for k, (d, _s, _t) in enumerate(out) if len(d) >= HEADER_LEN and d[0] & 0x0F == MsgType.PROBE]
     return out, probes
 
@@ -92,7 +94,10 @@ def _told(host: _Host) -> set[Any]:
 
 
 def _python(stream: list[Datagram], sources: list[tuple[str, int]]) -> _FinalsHost:
-    host = _FinalsHost(sources)
+    return _python_with(_FinalsHost(sources), stream, sources)
+
+
+def _python_with(host: _FinalsHost, stream: list[Datagram], sources: list[tuple[str, int]]) -> _FinalsHost:
     for data, src, tos in stream:
         replies, done = host.reassembler.handle(data, sources[src], tos & 3 == 3)
         host._reply(replies, sources[src])
@@ -100,13 +105,15 @@ def _python(stream: list[Datagram], sources: list[tuple[str, int]]) -> _FinalsHo
     return host
 
 
-def _c(stream: list[Datagram], cuts: list[int], sockets: list[socket.socket]) -> tuple[_FinalsHost, dict[Any, list]]:
+def _c(stream: list[Datagram], cuts: list[int], sockets: list[socket.socket], host: _FinalsHost | None = None,
+       ) -> tuple[_FinalsHost, dict[Any, list], list[bytes]]:
+    """The host (`host`, or a new one), the answers each source received, and those the C sent."""
     assert NAT is not None
     sources = [s.getsockname() for s in sockets]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx_sock:
         rx_sock.bind(("127.0.0.1", 0))
         rx = BatchReceiver(NAT, rx_sock, answers=True)
-        host = _FinalsHost(sources)
+        host = host or _FinalsHost(sources)
         got: dict[Any, list[bytes]] = {s: [] for s in sources}
         bounds = sorted(set([0, len(stream)] + cuts))
         for lo, hi in zip(bounds, bounds[1:]):
@@ -115,9 +122,10 @@ def _c(stream: list[Datagram], cuts: list[int], sockets: list[socket.socket]) ->
                                            [t for _, _, t in part]))
             for s, addr in zip(sockets, sources):
                 got[addr] += _drain(s)
+    in_c = [r for addr in sources for r in got[addr]]
     for addr in sources:
         got[addr] += host.replies[addr]
-    return host, got
+    return host, got, in_c
 
 
 def _same_messages(a: list[Delivered], b: list[Delivered]) -> None:
@@ -134,12 +142,16 @@ def test_echoes_and_last_probes_in_c_are_the_python_answers_byte_for_byte(seed: 
     try:
         sources = [s.getsockname() for s in sockets]
         slow = _python(stream, sources)
-        fast, got = _c(stream, [p + 1 for p in probes], sockets)
+        fast, got, in_c = _c(stream, [p + 1 for p in probes], sockets)
     finally:
         for s in sockets:
             s.close()
     stats = fast.reassembler.stats
     assert stats.echoes_in_c > 0 and stats.completed_in_c > 0, stats
+    finals = [r for r in in_c if r[1] & Flags.LAST]  # completing answers, and those of completed messages
+    assert len(finals) > stats.completed_in_c
+    assert sum(r[7] == 4 for r in finals) == 5  # the fifth message (complete): its last chunk probe and 4 after
+    assert any(r[1] & Flags.ECN_ECHO for r in finals)  # an echo owed after completion, sent by the C
     assert stats.echoes_in_c == stats.ecn_echoes - Counter(  # every echo but those after completion in C
         r[1] & Flags.ECN_ECHO != 0 for rs in fast.replies.values() for r in rs)[True]
     for addr in sources:
@@ -160,7 +172,7 @@ def test_batches_cut_anywhere_count_and_deliver_as_python(seed: int) -> None:
     try:
         sources = [s.getsockname() for s in sockets]
         slow = _python(stream, sources)
-        fast, got = _c(stream, cuts, sockets)
+        fast, got, _in_c = _c(stream, cuts, sockets)
     finally:
         for s in sockets:
             s.close()
@@ -231,3 +243,34 @@ def test_a_member_moved_gets_no_answer_at_its_old_address() -> None:
         assert MessageKey(receiver.job_id, 1, 0, 0, MsgType.GRADIENT) in receiver.reassembler._open
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("done_memory", [3, 65536])
+def test_many_completed_messages_owing_echoes_agree(done_memory: int) -> None:
+    """140 messages completed with every element, each owing an echo (its last packet CE-marked),
+    then a probe of each: more than the C keeps (128) and, with a done memory of 3, more than
+    Python remembers; the answers are the same bytes."""
+    stream: list[Datagram] = []
+    for t in range(140):
+        batch = packetize(np.full(200, t, dtype=np.float32), kind=MsgType.GRADIENT, job_id=1, worker_id=1,
+                          tensor_id=t, iteration=0, count=100)
+        stream += [(batch.packet(0), 0, 2), (batch.packet(1), 0, 3)]
+    probes = []
+    for t in range(140):
+        probes.append(len(stream))
+        stream.append((_probe(1, t, 0, 0, 2, 200, 0, 20 + t, last=t % 2 == 0), 0, 2))
+    sockets = _sockets(3)
+    try:
+        sources = [s.getsockname() for s in sockets]
+        slow = _FinalsHost(sources)
+        slow.reassembler.done_memory = done_memory
+        slow = _python_with(slow, stream, sources)
+        fast = _FinalsHost(sources)
+        fast.reassembler.done_memory = done_memory
+        fast, got, in_c = _c(stream, [p + 1 for p in probes] + list(range(2, probes[0], 2)), sockets, fast)
+    finally:
+        for s in sockets:
+            s.close()
+    assert Counter(got[sources[0]]) == Counter(slow.replies[sources[0]])
+    assert _stats(fast.reassembler) == _stats(slow.reassembler)
+    assert len(in_c) == (128 if done_memory > 128 else 3)  # the probes of the messages the C still held
