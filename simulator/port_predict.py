@@ -87,9 +87,10 @@ def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Pat
     """The Markdown table: per scenario x configuration of the ``sources``' runs, the measured
     and predicted p50 at the runs' own port rate, and the p50 predicted at ``port_pps`` and
     ``k`` under both :data:`CONDITIONS`, with the speed-up over DDP-style TCP (``ddp-tcp``); the
-    spread from the runs under ``results`` (default: the first source's parent folder)."""
+    spread from the runs under ``results`` (default: the first source's parent folder) but those at
+    ``port_pps`` (runs already made there are not what a prediction before them may see)."""
     costs = dict(DEFAULT_COSTS if costs is None else costs)
-    spread = iteration_spread(load_runs(results or sources[0].parent))
+    spread = iteration_spread([r for r in load_runs(results or sources[0].parent) if r.port_pps != port_pps])
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for source in sources:
         for run in load_runs(source):
