@@ -1,12 +1,15 @@
 """DDP with the DLCP hook (bound 0) against plain DDP over gloo, same run.
 
 ``torchrun --nproc_per_node=3`` on loopback (``python -m torch.distributed.run``), one
-process per rank running ``ddp_hook_worker.py``: an MLP of 32 MB of float32 gradients,
-iterations of the two interleaved; the figures are the median iteration time of each (lower
-is better), for the ring and the star collective, and the CPU time rank 0's process used per
-iteration (all its threads: on a machine with fewer cores than busy threads the wall time
-follows it). ``python -m tests.benchmarks.bench_ddp_hook --runs 5 --collectives ring`` repeats
-the comparison and prints each run's ratios and their median.
+process per rank running ``ddp_hook_worker.py``: an MLP of 32 MB of float32 gradients, in
+pairs of one iteration of each whose order alternates; the figures are the median iteration
+time of each (lower is better), for the ring and the star collective, and the CPU time rank
+0's process used per iteration (all its threads: on a machine with fewer cores than busy
+threads the wall time follows it). ``python -m tests.benchmarks.bench_ddp_hook --runs 5
+--collectives ring`` repeats the comparison and prints each run's ratios, the median of the
+per-pair ratios (hook over gloo, the two iterations of a pair run back to back, so a change of
+load hits both alike) over all runs with its distribution-free 95% CI, and the median over
+runs; ``--save DIR`` keeps each run's raw times.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.benchmarks.bench_transport import median_ci
 from tests.benchmarks.figure import Figure
 
 RANKS = 3
@@ -61,6 +65,11 @@ def figures_of(collective: str, result: dict) -> list[Figure]:
                    higher_is_better=False)]
 
 
+def pair_ratios(result: dict, what: str = "times") -> list[float]:
+    """Hook over gloo of each pair of iterations (`what`: "times" or "cpu")."""
+    return [h / g for g, h in zip(result[what]["gloo"], result[what]["hook"]) if g > 0]
+
+
 def run(collectives: tuple[str, ...] = ("ring", "star")) -> list[Figure]:
     figures = []
     for collective in collectives:
@@ -73,16 +82,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="DDP with the DLCP hook against gloo, repeated")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--collectives", default="ring", help="comma-separated: ring, star")
+    parser.add_argument("--save", type=Path, default=None, help="a folder for each run's raw times (JSON)")
     args = parser.parse_args()
     ratios: dict[str, list[float]] = {}
+    pairs: dict[str, list[float]] = {}
     for i in range(args.runs):
-        for f in run(tuple(args.collectives.split(","))):
-            ratios.setdefault(f.name, []).append(f.ratio)
-            print(f"run {i + 1}: {f.name}: {f.value:,.1f} against {f.baseline:,.1f} {f.unit}, {f.ratio:.3f}x",
-                  flush=True)
+        for collective in args.collectives.split(","):
+            result = measure(collective)
+            if args.save is not None:
+                args.save.mkdir(parents=True, exist_ok=True)
+                (args.save / f"run{i + 1}_{collective}.json").write_text(json.dumps(result))
+            for f in figures_of(collective, result):
+                ratios.setdefault(f.name, []).append(f.ratio)
+                print(f"run {i + 1}: {f.name}: {f.value:,.1f} against {f.baseline:,.1f} {f.unit}, {f.ratio:.3f}x",
+                      flush=True)
+            for what in ("times", "cpu"):
+                mine = pair_ratios(result, what)
+                pairs.setdefault(f"{collective} {what}", []).extend(mine)
+                mid, lo, hi = median_ci(mine)
+                print(f"run {i + 1}: {collective}, {what} hook / gloo per pair: median {mid:.3f}x "
+                      f"(95% CI {lo:.3f}-{hi:.3f}x, {len(mine)} pairs, {min(mine):.3f}-{max(mine):.3f}x)", flush=True)
     for name, values in ratios.items():
-        print(f"{name}: median {statistics.median(values):.3f}x over {len(values)} runs "
-              f"({min(values):.3f}-{max(values):.3f}x)")
+        mid, lo, hi = median_ci(values)
+        print(f"{name}: median {mid:.3f}x over {len(values)} runs ({min(values):.3f}-{max(values):.3f}x; "
+              f"95% CI {lo:.3f}-{hi:.3f}x)")
+    for name, values in pairs.items():
+        mid, lo, hi = median_ci(values)
+        print(f"{name}, hook / gloo per pair over all runs: median {mid:.3f}x (95% CI {lo:.3f}-{hi:.3f}x, "
+              f"{len(values)} pairs)")
 
 
 if __name__ == "__main__":

@@ -15,10 +15,17 @@ first). CPU is each process's user plus
 system time over the transfer, per data packet of 1,444 bytes, or per 1,444 payload bytes
 (TCP, and DLCP's 64 kB datagrams). The runs alternate (DLCP 64 kB, DLCP 1,444 bytes, TCP,
 ...) and each figure is the median of ``ROUNDS``, so a busy machine weighs on all alike.
+Each round prints DLCP's ratio to the TCP run beside it and where DLCP waited (probe
+timeouts, packets resent, waits for window room, the time until the first messages ended:
+the window's slow start from a fresh endpoint); the end prints the median of the rounds'
+ratios with its distribution-free 95% CI (:func:`median_ci`).
+``python -m tests.benchmarks.bench_transport --rounds N`` runs N rounds.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import multiprocessing as mp
 import resource
 import socket
@@ -38,6 +45,20 @@ ROUNDS = 5
 IN_FLIGHT = 2  # messages the sender keeps in flight, as a collective keeps several
 PAYLOAD = 1444  # bytes of values in a full DLCP packet
 TOTAL = MESSAGES * ELEMENTS * 4
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high): the median of `values` and its distribution-free confidence
+    interval (order statistics of the binomial(n, 1/2) rank of the median); with too few
+    values for `level`, the interval is their whole range."""
+    xs = sorted(values)
+    n = len(xs)
+    if not n:
+        raise ValueError("the median of no values")
+    k = 0  # the interval xs[k] .. xs[n - 1 - k] misses the median with probability 2 P(B <= k)
+    while k + 1 < n - 1 - k and sum(math.comb(n, i) for i in range(k + 2)) * 2 / 2**n <= 1 - level:
+        k += 1
+    return statistics.median(xs), xs[k], xs[n - 1 - k]
 
 
 def _cpu() -> float:
@@ -76,15 +97,25 @@ def _dlcp_sender(port: int, out: mp.Queue, fast: bool, mtu: bool) -> None:
     tensors = _tensors()
     with Endpoint(worker_id=1, host="127.0.0.1", bounds=bounds, fast=fast, aimd=Aimd(rate=10_000_000),
                   count=_count(mtu)) as ep:
-        cpu, started = _cpu(), time.perf_counter()
+        cpu, started, t0 = _cpu(), time.perf_counter(), time.monotonic()
         futures: deque[Future] = deque()
-        packets = 0
+        reports = []
         for i, t in enumerate(tensors):  # IN_FLIGHT messages at once, as a collective keeps them
             if len(futures) >= IN_FLIGHT:
-                packets += futures.popleft().result().packets
+                reports.append(futures.popleft().result())
             futures.append(ep.send_async(("127.0.0.1", port), t, copy=False, iteration=i))
-        packets += sum(f.result().packets for f in futures)
-        out.put((time.perf_counter() - started, _cpu() - cpu, packets))
+        reports += [f.result() for f in futures]
+        wall, used = time.perf_counter() - started, _cpu() - cpu
+        out.put((wall, used, sum(r.packets for r in reports), _stalls(reports, t0)))
+
+
+def _stalls(reports: list, t0: float) -> dict[str, float]:
+    """Where a transfer waited: probes re-sent after their RTO, packets resent, the senders'
+    waits for window room (ms, summed over messages) and the time until the first
+    ``IN_FLIGHT`` messages ended (ms: the window's slow start from a fresh endpoint)."""
+    return {"timeouts": sum(r.timeouts for r in reports), "retransmitted": sum(r.retransmitted for r in reports),
+            "room_wait_ms": sum(r.timing.room_wait_s for r in reports) * 1e3,
+            "first_ms": max(r.timing.ended - t0 for r in reports[:IN_FLIGHT]) * 1e3}
 
 
 def _tcp_receiver(ports: mp.Queue, out: mp.Queue) -> None:
@@ -154,14 +185,18 @@ def measure(rounds: int = ROUNDS) -> dict[str, float]:
         for label, fast, mtu in (("mtu", True, True), ("c", True, False), ("python", False, False)):
             if label == "python" and r > 0:
                 continue  # the slow path once is enough to compare
-            (wall, tx_cpu, packets), (rx_cpu, rx_packets) = _pair(ctx, _dlcp_receiver, _dlcp_sender, fast, mtu)
+            (wall, tx_cpu, packets, stalls), (rx_cpu, rx_packets) = _pair(ctx, _dlcp_receiver, _dlcp_sender, fast, mtu)
             note(f"{label}_goodput", TOTAL / wall)
             note(f"{label}_tx_ns", tx_cpu / packets * 1e9)
             note(f"{label}_rx_ns", rx_cpu / max(rx_packets, 1) * 1e9)
             note(f"{label}_tx_ns_1444", tx_cpu / per * 1e9)
             note(f"{label}_rx_ns_1444", rx_cpu / per * 1e9)
+            for name, value in stalls.items():
+                note(f"{label}_{name}", value)
             print(f"bench transport: round {r + 1} DLCP ({label}) {TOTAL / wall / 1e6:,.0f} MB/s, "
-                  f"{packets:,} packets", flush=True)
+                  f"{packets:,} packets, {wall * 1e3:.1f} ms (first {IN_FLIGHT} messages done at "
+                  f"{stalls['first_ms']:.1f} ms, room waits {stalls['room_wait_ms']:.1f} ms), "
+                  f"{stalls['timeouts']} probe timeouts, {stalls['retransmitted']} resent", flush=True)
         (wall, tx_cpu, _), (rx_cpu, _) = _pair(ctx, _tcp_receiver, _tcp_sender)
         note("tcp_goodput", TOTAL / wall)
         note("tcp_tx_ns", tx_cpu / per * 1e9)
@@ -173,13 +208,15 @@ def measure(rounds: int = ROUNDS) -> dict[str, float]:
               flush=True)
     for label, what in (("mtu", "64 kB packets"), ("c", "1,444-byte packets")):
         ratios = runs[f"{label}_round_ratio"]
-        print(f"bench transport: DLCP ({what}) / TCP per round, median {statistics.median(ratios):.2f} "
-              f"({', '.join(f'{x:.2f}' for x in ratios)})", flush=True)
+        mid, lo, hi = median_ci(ratios)
+        print(f"bench transport: DLCP ({what}) / TCP per round, median {mid:.2f} (95% CI {lo:.2f}-{hi:.2f}; "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}), {sum(x >= 0.5 for x in ratios)} of {len(ratios)} "
+              f"rounds at or above 0.5", flush=True)
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
-def run() -> list[Figure]:
-    m = measure()
+def run(rounds: int = ROUNDS) -> list[Figure]:
+    m = measure(rounds)
     what = "loopback, 100 MB in 1M-element messages, bound 0"
     return [
         Figure(f"DLCP goodput, C data path, packets from the MTU (64 kB), {what}", m["mtu_goodput"] / 1e6,
@@ -201,3 +238,15 @@ def run() -> list[Figure]:
         Figure("DLCP receiver CPU per 1,444 bytes, C data path, 64 kB packets", m["mtu_rx_ns_1444"],
                "TCP receiver CPU per 1,444 bytes", m["tcp_rx_ns"], "ns", higher_is_better=False),
     ]
+
+
+def main() -> None:
+    from tests.benchmarks.figure import print_table
+
+    parser = argparse.ArgumentParser(description="DLCP against TCP on loopback, 100 MB, alternating rounds")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    print_table(run(parser.parse_args().rounds))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,9 @@
 """One rank of the DDP hook benchmark (started by torchrun from bench_ddp_hook.py).
 
 Plain DDP (gloo's all-reduce) and DDP with the DLCP hook (bound 0) train the same MLP of
-``--mb`` MB of float32 gradients, iterations interleaved (gloo, hook, gloo, ...), so a busy
-machine weighs on both alike; rank 0 writes as JSON each side's iteration times, the CPU
+``--mb`` MB of float32 gradients, in pairs of one iteration each whose order alternates (gloo
+then hook, hook then gloo, ...), so a busy machine weighs on both alike and ``times[side][i]``
+of the two sides form pair i; rank 0 writes as JSON each side's iteration times, the CPU
 time its process used per iteration (s, all threads), every rank's times and CPU, and the
 address every rank's endpoint advertised. ``--check`` (after the timed iterations): the
 gradients of one more iteration of each against each other, and one all-reduce of
@@ -87,7 +88,9 @@ def main() -> None:
     times: dict[str, list[float]] = {"gloo": [], "hook": []}
     cpu: dict[str, list[float]] = {"gloo": [], "hook": []}
     for i in range(args.warmup + args.iterations):
-        for name, model in (("gloo", gloo), ("hook", hooked)):
+        # A pair of iterations, its order swapped each time, so neither side always follows the other.
+        order = (("gloo", gloo), ("hook", hooked)) if i % 2 == 0 else (("hook", hooked), ("gloo", gloo))
+        for name, model in order:
             seconds, used = _step(model, x)
             if i >= args.warmup:
                 times[name].append(seconds)
