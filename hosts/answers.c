@@ -20,18 +20,21 @@
 #define ANSWERED 2
 #define LEFT 3
 #define ANSWERED_LAST 4
+#define PLACED 5
 #define F_LAST 0x02     /* hosts/wire.py Flags */
 #define F_ECN_ECHO 0x08
 #define BITMAP_BITS 8192 /* BITMAP_BITS_PER_PACKET, hosts/wire.py */
 
 struct gfh_entry {
-    const uint8_t *seqs;
+    uint8_t *values, *have; /* the open message's arrays (gfh_absorb places its runs there) */
+    uint8_t *seqs;
     uint32_t src_ip, tensor_len;
     uint32_t received, allowed; /* elements arrived (Python keeps it current); missing ones the bound allows */
     uint16_t src_port;
     uint8_t key[10]; /* header bytes 2..11: job, worker, tensor, iteration */
     uint8_t kind, echo, used, left; /* used: 1 open, 2 completed by gfh_answer (until Python forgets it) */
     int mark;
+    int mode; /* gfh_place's mode for its runs (0 place, 2 add, 3 place and read ahead) */
 };
 
 struct gfh_answers {
@@ -44,6 +47,12 @@ struct gfh_answers {
     struct gfh_entry e[ANSWER_SLOTS];
     int dnext;                  /* the done entry gfh_done fills next (a ring) */
     struct gfh_entry d[DONE_SLOTS];
+    /* Of the last gfh_absorb: packets placed (flagged PLACED), the entries it placed runs of
+     * (touched, possibly repeated) and completed (full), the hint's entry (-1: none), and counts
+     * as hosts/receiver.py's handle_run keeps them. */
+    int nplaced, ntouched, nfull, hinted;
+    int touched[ANSWER_SLOTS], full[ANSWER_SLOTS];
+    int64_t data, dup, oob, payload, late, ce;
 };
 
 static int entry_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, uint16_t port) {
@@ -247,4 +256,95 @@ int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *
     }
     if (m) a->failed += send_answers(fd, msgs, m);
     return a->left;
+}
+
+/* gfh_done for the message of open entry k (completed with every element). */
+int gfh_done_entry(struct gfh_answers *a, int k) {
+    int d = a->dnext;
+    a->dnext = (d + 1) % DONE_SLOTS;
+    struct gfh_entry *e = &a->d[d];
+    *e = a->e[k];
+    e->values = e->have = e->seqs = NULL;
+    e->received = e->tensor_len;
+    e->allowed = 0;
+    e->echo = e->left = 0;
+    e->used = 1;
+    return d;
+}
+
+/* A probe of the message of data packet b (any source) among packets [0, i) that gfh_mark left
+ * to Python (handled in order there: the message's later data must wait for it). */
+static int probe_left_before(const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint8_t *bad,
+                             const uint8_t *b, int i) {
+    for (int o = 0; o < i; o++) {
+        const uint8_t *p = buf + off[o];
+        if (bad[o] != ANSWERED && len[o] >= HDR && p[0] == ((1 << 4) | 2) && p[22] == (b[0] & 0x0F) &&
+            memcmp(p + 2, b + 2, 10) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Place the runs (gfh_runs) of data of registered open messages in packets [0, n), from their
+ * sources, of their length, none after a probe of theirs left to Python, as hosts/receiver.py's
+ * handle_run would (gfh_place in the entry's mode, CE marks owing an echo, packets after the one
+ * completing a message counted late); flag their packets PLACED. Python then takes the counts,
+ * each touched message's elements received and the completed ones (hosts/fastpath.py). Returns
+ * the packets placed. */
+int gfh_absorb(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+               const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad,
+               const uint64_t *pay, int n, struct gfh_hint *hint) {
+    a->nplaced = a->ntouched = a->nfull = 0;
+    a->hinted = -1;
+    a->data = a->dup = a->oob = a->payload = a->late = a->ce = 0;
+    int64_t res[R_SLOTS];
+    for (int i = 0; i < n && a->top && a->ntouched < ANSWER_SLOTS;) {
+        int j = gfh_runs(buf, off, len, src_ip, src_port, i, n);
+        const uint8_t *b = buf + off[i];
+        if (bad[i] || len[i] < HDR || (b[0] >> 4) != 1 || (b[0] & 0x0F) > 1 || (b[1] & 0xF0)) {
+            i = j;
+            continue;
+        }
+        int k = -1;
+        for (int c = 0; c < a->top && k < 0; c++) {
+            const struct gfh_entry *e = &a->e[c];
+            if (e->used == 1 && !e->left && e->values && e->src_ip == src_ip[i] && e->src_port == src_port[i] &&
+                e->kind == (b[0] & 0x0F) && e->tensor_len == be32(b + 16) && memcmp(e->key, b + 2, 10) == 0)
+                k = c;
+        }
+        if (k < 0 || probe_left_before(buf, off, len, bad, b, i)) {
+            i = j;
+            continue;
+        }
+        struct gfh_entry *e = &a->e[k];
+        for (int o = i; o < j; o++)
+            if ((tos[o] & 3) == 3) {
+                a->ce++;
+                e->echo = 1;
+            }
+        gfh_place(buf, off, len, i, j, e->tensor_len, e->values, e->have, e->seqs, e->received, e->mode, res,
+                  e->mark, pay, src_ip, src_port, hint);
+        a->data += res[R_DATA];
+        a->dup += res[R_DUP];
+        a->oob += res[R_OOB];
+        a->payload += res[R_PAYLOAD];
+        e->received += (uint32_t)res[R_RECEIVED];
+        if (a->ntouched == 0 || a->touched[a->ntouched - 1] != k) a->touched[a->ntouched++] = k;
+        if (e->mode == 3 && hint && hint->values == e->values) a->hinted = k;
+        if (e->received == e->tensor_len) { /* complete: the rest of the run comes late */
+            e->used = 2;
+            a->full[a->nfull++] = k;
+            if (res[R_USED] < j) {
+                gfh_place(buf, off, len, (int)res[R_USED], j, e->tensor_len, NULL, NULL, NULL, 0, 1, res, 0, pay,
+                          src_ip, src_port, NULL);
+                a->oob += res[R_OOB];
+                a->payload += res[R_PAYLOAD];
+                a->late += res[R_OTHER];
+            }
+        }
+        for (int o = i; o < j; o++) bad[o] = PLACED;
+        a->nplaced += j - i;
+        i = j;
+    }
+    return a->nplaced;
 }

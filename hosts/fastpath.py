@@ -56,13 +56,15 @@ SOURCE = "fastpath.c"
 SOURCES = (SOURCE, "answers.c")
 CDEF = """
 struct gfh_entry {
-    const uint8_t *seqs;
+    uint8_t *values, *have;
+    uint8_t *seqs;
     uint32_t src_ip, tensor_len;
     uint32_t received, allowed;
     uint16_t src_port;
     uint8_t key[10];
     uint8_t kind, echo, used, left;
     int mark;
+    int mode;
 };
 struct gfh_answers {
     int top;
@@ -74,9 +76,13 @@ struct gfh_answers {
     struct gfh_entry e[256];
     int dnext;
     struct gfh_entry d[128];
+    int nplaced, ntouched, nfull, hinted;
+    int touched[256], full[256];
+    int64_t data, dup, oob, payload, late, ce;
 };
 int gfh_done(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *src_ip,
              const uint16_t *src_port, int i, uint32_t tensor_len);
+int gfh_done_entry(struct gfh_answers *a, int k);
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
              const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n);
 int gfh_answer(int fd, const uint8_t *buf, const uint32_t *off, const uint32_t *len, const uint32_t *src_ip,
@@ -104,6 +110,9 @@ void gfh_place(const uint8_t *buf, const uint32_t *off, const uint32_t *len, int
                int mark, const uint64_t *pay, const uint32_t *src_ip, const uint16_t *src_port,
                struct gfh_hint *hint);
 void gfh_classes(const float *values, int64_t n, uint32_t count, uint8_t *out);
+int gfh_absorb(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
+               const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad,
+               const uint64_t *pay, int n, struct gfh_hint *hint);
 """
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -246,7 +255,7 @@ def _load() -> Native | None:
         ffi.cdef(CDEF)
         lib = ffi.dlopen(str(path))
         for name in ("gfh_send", "gfh_recv", "gfh_runs", "gfh_place", "gfh_classes", "gfh_auth_init", "gfh_mark",
-                     "gfh_answer", "gfh_done"):
+                     "gfh_answer", "gfh_done", "gfh_done_entry", "gfh_absorb"):
             getattr(lib, name)  # cffi parses a declaration on first use: do it now, not mid-transfer
     except (FastPathError, OSError, AttributeError) as exc:
         log.warning("hosts data path: Python, because the C data path is unavailable: %s", exc)
@@ -362,6 +371,8 @@ class BatchReceiver:
     #: `bad` of a probe C answers (:meth:`answer`), of one it left to the caller, and of one whose
     #: answer (flagged *last*) completed its message.
     ANSWERED, LEFT, ANSWERED_LAST = 2, 3, 4
+    #: `bad` of a data packet whose run C placed in its registered message (:meth:`absorbed`).
+    PLACED = 5
 
     def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None,
                  answers: bool | None = None) -> None:
@@ -415,10 +426,46 @@ class BatchReceiver:
                                   self.max_pkts, *self._key, c[7], hint, c[8], self._answers_c)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
+        if n and self.answers is not None:
+            self._absorb(n)
         return int(n)
 
-    def load(self, datagrams: list[bytes], sources: list[tuple[str, int]], tos: list[int]) -> int:
-        """Fill the batch with `datagrams` as if received (at most SLOTS x SLOT_SIZE bytes)."""
+    def _absorb(self, n: int) -> None:
+        """Place the batch's runs of registered messages in C (gfh_absorb; :meth:`absorbed`)."""
+        a = self.answers
+        if self._members:
+            self._apply_members()  # a moved member's data go to Python (dropped there)
+        if not a.top:
+            a.nplaced = 0
+            return
+        c = self._c
+        if self.nat.lib.gfh_absorb(a, c[0], c[1], c[2], c[3], c[4], c[5], c[7], c[8], n, self.hint):
+            if self.hint.values == self.nat.ffi.NULL:
+                self._hinted = None
+            elif a.hinted >= 0:
+                owner = self._owners[a.hinted]
+                self._hinted = (owner, owner.cptrs)
+
+    def placed(self) -> int:
+        """Packets of the last batch C placed in registered messages (flagged PLACED in `bad`)."""
+        return int(self.answers.nplaced) if self.answers is not None else 0
+
+    def absorbed(self) -> tuple[tuple[int, ...], list[tuple[Any, int]], list[tuple[Any, int]]]:
+        """Of the packets C placed in the last batch: (data packets, duplicates, out of bounds, bad
+        payload, late, CE-marked), each message it placed into with its elements received now, and
+        the messages it completed with their slots (the C no longer answers for them)."""
+        a = self.answers
+        assert a is not None
+        counts = (int(a.data), int(a.dup), int(a.oob), int(a.payload), int(a.late), int(a.ce))
+        touched = [(self._owners[k], int(a.e[k].received)) for k in {int(a.touched[t]) for t in range(a.ntouched)}]
+        full = [(self._owners[a.full[f]], int(a.full[f])) for f in range(a.nfull)]
+        return counts, touched, full
+
+    def load(self, datagrams: list[bytes], sources: list[tuple[str, int]], tos: list[int], absorb: bool = False) -> int:
+        """Fill the batch with `datagrams` as if received (at most SLOTS x SLOT_SIZE bytes), its probes
+        marked for C answers as :meth:`recv` marks them; `absorb`: and the runs of registered messages
+        placed by the C, as :meth:`recv` places them (for callers that handle the batch with
+        :func:`hosts.rxloop.handle_batch`, which skips what the C placed)."""
         at = 0
         for i, (data, (ip, port), t) in enumerate(zip(datagrams, sources, tos)):
             self.buf[at:at + len(data)] = np.frombuffer(data, np.uint8)
@@ -428,9 +475,13 @@ class BatchReceiver:
             self.pay[i] = 0
             self.bad[i] = 0
             at += len(data)
-        if self.answers is not None:  # as gfh_recv does
+        if self.answers is not None:  # as gfh_recv and recv do
             c = self._c
             self.nat.lib.gfh_mark(self.answers, c[0], c[1], c[2], c[3], c[4], c[5], c[7], len(datagrams))
+            if absorb:
+                self._absorb(len(datagrams))
+            else:
+                self.answers.nplaced = 0
         return len(datagrams)
 
     # -- probes answered in C (hosts/answers.c) ------------------------------------------------
@@ -439,23 +490,24 @@ class BatchReceiver:
         """Probes of the last batch that C will answer (:meth:`answer`), flagged ANSWERED in `bad`."""
         return int(self.answers.marked) if self.answers is not None else 0
 
-    def register(self, i: int, tensor_len: int, seqs: Any, mark: int, allowed: int = 0, received: int = 0,
-                 owner: Any = None) -> int | None:
+    def register(self, i: int, tensor_len: int, arrays: tuple[Any, Any, Any], mark: int, mode: int,
+                 allowed: int = 0, received: int = 0, owner: Any = None) -> int | None:
         """Let C answer the probes of the message of data packet `i` of the batch (its source and
-        header's job, worker, tensor, iteration and kind) from its packet map `seqs` (a C pointer,
-        alive until :meth:`forget`), where `mark` means arrived; `received` of its elements arrived
-        (:meth:`set_received` keeps it current), `allowed` missing ones within its bound (a probe
-        flagged *last* completes it then: :meth:`completed` gives `owner` back). Its slot; None
-        when off or full."""
+        header's job, worker, tensor, iteration and kind) from its packet map, and place its later
+        runs (:meth:`absorbed`): `arrays` its values, element and packet maps (C pointers, alive until
+        :meth:`forget`), where `mark` means arrived, placed in gfh_place's `mode`; `received` of its
+        elements arrived (:meth:`set_received` keeps it current), `allowed` missing ones within its
+        bound (a probe flagged *last* completes it then: :meth:`completed` gives `owner` back). Its
+        slot; None when off or full."""
         a = self.answers
         if a is None or not self._free:
             return None
         k = heapq.heappop(self._free)
         e = a.e[k]
         o = int(self.off[i])
-        e.seqs = seqs
+        e.values, e.have, e.seqs = arrays
         e.src_ip, e.src_port, e.tensor_len = int(self.src_ip[i]), int(self.src_port[i]), tensor_len
-        e.received, e.allowed = received, allowed
+        e.received, e.allowed, e.mode = received, allowed, mode
         self.nat.ffi.memmove(e.key, self.view[o + 2:o + 12], 10)
         e.kind, e.echo, e.left, e.mark = int(self.buf[o]) & 0x0F, 0, 0, mark
         e.used = 1
@@ -489,17 +541,19 @@ class BatchReceiver:
         assert self.answers is not None
         return bool(self.answers.e[slot].echo)
 
-    def register_done(self, i: int, tensor_len: int, key: Any) -> tuple[int, Any, bool] | None:
-        """Let C answer the later probes of `key`, the message of data packet `i` of the batch, which
-        completed with all `tensor_len` elements (flagged LAST, every bit set). (Its slot, the key
-        whose entry that slot held before or None, and whether that one owed an echo); None when off."""
+    def register_done(self, i: int | None, tensor_len: int, key: Any, entry: int = -1) -> tuple[int, Any, bool] | None:
+        """Let C answer the later probes of `key`, the message of data packet `i` of the batch (None:
+        of open entry `entry`), which completed with all `tensor_len` elements (flagged LAST, every
+        bit set). (Its slot, the key whose entry that slot held before or None, and whether that one
+        owed an echo); None when off."""
         a = self.answers
         if a is None:
             return None
         k = a.dnext
         old, echo = self._done_keys[k], bool(a.d[k].used and a.d[k].echo)
         c = self._c
-        slot = self.nat.lib.gfh_done(a, c[0], c[1], c[3], c[4], i, tensor_len)
+        slot = (self.nat.lib.gfh_done(a, c[0], c[1], c[3], c[4], i, tensor_len) if i is not None else
+                self.nat.lib.gfh_done_entry(a, entry))
         self._done_keys[slot] = key
         return slot, old, echo
 

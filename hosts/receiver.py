@@ -79,6 +79,7 @@ class ReceiverStats:
     answered_in_c: int = 0  # of the probes and bitmaps: answered by the C receive path (hosts/answers.c)
     echoes_in_c: int = 0  # of the ECN echoes: sent by the C receive path
     completed_in_c: int = 0  # of the completed messages: by a probe flagged last that the C answered
+    placed_in_c: int = 0  # of the data packets: in runs the C placed as it received them (Reassembler.absorbed)
     ce_marked: int = 0  # data packets that arrived with ECN = CE
     ecn_echoes: int = 0  # bitmap answers carrying the ECN-echo flag
     completed: int = 0
@@ -303,9 +304,9 @@ class Reassembler:
                     self._done_in_c(rx, first, key)
             elif asm.answers is not None:
                 rx.set_received(asm.answers[1], asm.received)
-            elif asm.source == source:  # its probes answered in C from now on
+            elif asm.source == source:  # its probes answered (and its runs placed) in C from now on
                 allowed = math.floor(self.bounds.get(key.kind, 0.0) * tensor_len + 1e-9)  # within_bound's
-                slot = rx.register(first, tensor_len, asm.cptrs[2], asm.mark, allowed, asm.received, asm)
+                slot = rx.register(first, tensor_len, asm.cptrs, asm.mark, mode, allowed, asm.received, asm)
                 if slot is not None:
                     asm.answers = (rx, slot)
                     if key in self._echo:  # the echo owed is C's while it answers
@@ -313,9 +314,36 @@ class Reassembler:
                         rx.owe_echo(slot, True)
         return delivered
 
+    def absorbed(self, rx: Any) -> tuple[list[Delivered], list[Address]]:
+        """Count what the C of batch receiver `rx` placed of its batch in registered messages
+        (:meth:`hosts.fastpath.BatchReceiver.absorbed`), as :meth:`handle_run` would have; (the
+        messages it completed, the sources it placed data of)."""
+        (data, dup, oob, payload, late, ce), touched, full = rx.absorbed()
+        stats = self.stats
+        stats.data_packets += data
+        stats.placed_in_c += data
+        stats.duplicates += dup + late
+        stats.ce_marked += ce
+        for reason, count in ((DropReason.OUT_OF_BOUNDS, oob), (DropReason.BAD_PAYLOAD, payload),
+                              (DropReason.LATE, late)):
+            if count:
+                stats.drops[reason.value] += count
+        for asm, received in touched:
+            asm.received = received
+        delivered = []
+        for asm, slot in full:
+            if self._open.get(asm.key) is not asm:
+                continue
+            got = rx.register_done(None, asm.values.size, asm.key, slot)  # before its entry is forgotten
+            delivered.append(self._complete(asm))
+            self._adopt_done(rx, got, asm.key)
+        return delivered, [asm.source for asm, _r in touched]
+
     def _done_in_c(self, rx: Any, i: int, key: MessageKey) -> None:
         """Let `rx`'s C answer the probes of `key` (data packet `i`'s message), completed with every element."""
-        got = rx.register_done(i, self._done[key][0], key)
+        self._adopt_done(rx, rx.register_done(i, self._done[key][0], key), key)
+
+    def _adopt_done(self, rx: Any, got: tuple[int, Any, bool] | None, key: MessageKey) -> None:
         if got is None:
             return
         slot, old, old_echo = got

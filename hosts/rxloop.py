@@ -1,7 +1,9 @@
 """The receive loop of the C data path (the endpoint's receive thread; used by :mod:`hosts.endpoint`).
 
-Batches of datagrams (:meth:`hosts.fastpath.BatchReceiver.recv`); runs of one message's data
-placed at once (:meth:`hosts.receiver.Reassembler.handle_run`); probes of open messages that
+Batches of datagrams (:meth:`hosts.fastpath.BatchReceiver.recv`); runs of data of messages the C
+answers for placed by the C as it receives them (:meth:`hosts.receiver.Reassembler.absorbed` takes
+their counts and completions once per batch); other runs of one message's data placed at once
+(:meth:`hosts.receiver.Reassembler.handle_run`); probes of open messages that
 the C registered answered by it once the batch's data is placed, all answers of a batch in one
 ``sendmmsg`` (:meth:`BatchReceiver.answer`, ``hosts/answers.c``), with the ECN echoes they owe,
 and those flagged *last* that complete their message; everything else one by one in Python.
@@ -24,7 +26,9 @@ from hosts.wire import HEADER_LEN, MsgType
 
 ECN_CE = 0x03  # IP ECN field: congestion experienced
 _CE_BYTES = bytes(1 if t & ECN_CE == ECN_CE else 0 for t in range(256))  # TOS byte -> 1 when CE
-_ANSWERED, _LEFT, _ANSWERED_LAST = BatchReceiver.ANSWERED, BatchReceiver.LEFT, BatchReceiver.ANSWERED_LAST
+_ANSWERED, _LEFT, _ANSWERED_LAST, _PLACED = (BatchReceiver.ANSWERED, BatchReceiver.LEFT, BatchReceiver.ANSWERED_LAST,
+                                             BatchReceiver.PLACED)
+_EMPTY = b""  # the header noted for data the C placed (liveness looks for goodbyes, which are bitmaps)
 
 
 def receive_batches(ep: Any, rx: BatchReceiver) -> None:
@@ -56,10 +60,19 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
     now = ep._last_rx = time.monotonic()
     delivered: list[Delivered] = []
     marked = rx.marked()
+    if rx.placed():  # runs of registered messages the C placed: their counts and completions
+        done, sources = reassembler.absorbed(rx)
+        delivered += done
+        ep._last_peer_rx = now
+        for source in sources:
+            heard(source, now, _EMPTY)
     i = 0
     while i < n:
         flag = bad[i]
         if flag:
+            if flag == _PLACED:
+                i = rx.run_end(i, n)
+                continue
             if flag != _ANSWERED:  # missing or wrong job-key tag: dropped before anything looks at it
                 stats.drops["bad_tag"] += 1
             i += 1  # (a probe C answers below)
@@ -93,7 +106,7 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
             message = reassembler.completed_in_c(asm)
             if message is not None:
                 delivered.append(message)
-        for k in np.flatnonzero(bad[:n] >= _ANSWERED).tolist():
+        for k in np.flatnonzero(bad[:n] - _ANSWERED < 3).tolist():  # ANSWERED, LEFT, ANSWERED_LAST (uint8)
             source, data = rx.source(k), rx.packet(k)
             heard(source, now, bytes(data[:HEADER_LEN]))
             ep._last_peer_rx = now

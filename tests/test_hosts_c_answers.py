@@ -158,7 +158,8 @@ def _run_c(stream: list[Datagram], cuts: list[int], sockets: list[socket.socket]
     bounds = sorted(set([0, len(stream)] + cuts))
     for lo, hi in zip(bounds, bounds[1:]):
         part = stream[lo:hi]
-        n = rx.load([d for d, _, _ in part], [sources[s] for _, s, _ in part], [t for _, _, t in part])
+        n = rx.load([d for d, _, _ in part], [sources[s] for _, s, _ in part], [t for _, _, t in part],
+                    absorb=True)
         handle_batch(host, rx, n)
         for s, addr in zip(sockets, sources):
             got[addr] += _drain(s)

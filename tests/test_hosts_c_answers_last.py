@@ -119,7 +119,7 @@ def _c(stream: list[Datagram], cuts: list[int], sockets: list[socket.socket], ho
         for lo, hi in zip(bounds, bounds[1:]):
             part = stream[lo:hi]
             handle_batch(host, rx, rx.load([d for d, _, _ in part], [sources[s] for _, s, _ in part],
-                                           [t for _, _, t in part]))
+                                           [t for _, _, t in part], absorb=True))
             for s, addr in zip(sockets, sources):
                 got[addr] += _drain(s)
     in_c = [r for addr in sources for r in got[addr]]
@@ -147,7 +147,7 @@ def test_echoes_and_last_probes_in_c_are_the_python_answers_byte_for_byte(seed: 
         for s in sockets:
             s.close()
     stats = fast.reassembler.stats
-    assert stats.echoes_in_c > 0 and stats.completed_in_c > 0, stats
+    assert stats.echoes_in_c > 0 and stats.completed_in_c > 0 and stats.placed_in_c > 0, stats
     finals = [r for r in in_c if r[1] & Flags.LAST]  # completing answers, and those of completed messages
     assert len(finals) > stats.completed_in_c
     assert sum(r[7] == 4 for r in finals) == 5  # the fifth message (complete): its last chunk probe and 4 after
@@ -176,7 +176,7 @@ def test_batches_cut_anywhere_count_and_deliver_as_python(seed: int) -> None:
     finally:
         for s in sockets:
             s.close()
-    assert fast.reassembler.stats.answered_in_c > 0
+    assert fast.reassembler.stats.answered_in_c > 0 and fast.reassembler.stats.placed_in_c > 0
     assert _stats(fast.reassembler) == _stats(slow.reassembler)
     for addr in sources:
         assert len(got[addr]) == len(slow.replies[addr])
@@ -206,13 +206,14 @@ def test_transfers_with_ce_marks_echo_and_complete_in_c() -> None:
             np.testing.assert_array_equal(d.values[arrived], values[arrived])
             assert report.unconfirmed == 0 and report.missing == d.values.size - d.received <= 0.05 * values.size
         stats = receiver.reassembler.stats
-    assert stats.echoes_in_c > 0 and stats.completed_in_c > 0, stats
+    assert stats.echoes_in_c > 0 and stats.completed_in_c > 0 and stats.placed_in_c > 0, stats
     assert sender.window.cwnd < 22  # the echoes (most of them from C) shrank the sender's window
 
 
 def test_a_member_moved_gets_no_answer_at_its_old_address() -> None:
     """An incomplete message from worker 1 at A is registered with the C; then worker 1 becomes B
-    (add_peer): a probe from A is dropped as from an unknown peer (as Python drops it), unanswered."""
+    (add_peer): its data and a probe from A are dropped as from an unknown peer (as Python drops
+    them), unplaced and unanswered."""
     receiver = Endpoint(worker_id=2, bounds=BOUNDS)
     if not receiver.fast:
         pytest.skip("the receiver has no C data path here")
@@ -229,17 +230,22 @@ def test_a_member_moved_gets_no_answer_at_its_old_address() -> None:
                                             + HEADER_STRUCT.unpack_from(probe)[3:]))
         a.sendto(bytes(probe), receiver.address)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (answers := _drain(a)):
+        answers: list[bytes] = []
+        while time.monotonic() < deadline and not (answers and receiver.reassembler.stats.answered_in_c):
+            answers += _drain(a)
             time.sleep(0.01)
         assert answers and receiver.reassembler.stats.answered_in_c == 1  # the C answered it at A
         receiver.add_peer(1, b.getsockname())
+        for i in (20, 21):  # more of its data from A: not placed (the C placed A's runs before)
+            a.sendto(batch.packet(i), receiver.address)
         a.sendto(bytes(probe), receiver.address)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not receiver.reassembler.stats.drops["unknown_peer"]:
+        while time.monotonic() < deadline and receiver.reassembler.stats.drops["unknown_peer"] < 3:
             time.sleep(0.01)
         time.sleep(0.2)
-        assert receiver.reassembler.stats.drops["unknown_peer"] == 1
-        assert _drain(a) == [] and receiver.reassembler.stats.answered_in_c == 1
+        stats = receiver.reassembler.stats
+        assert stats.drops["unknown_peer"] == 3 and stats.data_packets == 20, stats
+        assert _drain(a) == [] and stats.answered_in_c == 1
         assert MessageKey(receiver.job_id, 1, 0, 0, MsgType.GRADIENT) in receiver.reassembler._open
     a.close()
     b.close()
