@@ -271,3 +271,16 @@ def test_a_slower_port_keeps_b_and_stretches_k_and_the_timers() -> None:
     assert topo.port.queue_packets == 51 and len(topo.links) == 12
     with pytest.raises(PacketSimulationError, match="must be positive"):
         at_port_pps(job, 0)
+
+
+@needs_ns3
+def test_an_unknown_tcp_variant_is_refused_before_the_run() -> None:
+    from simulator.packet.run import RunSettings, run
+    from simulator.packet.scenarios import Job, Scenario
+    from simulator.packet.topology import Port, leafspine
+    from simulator.packet.workload import cnn_workload
+
+    settings = RunSettings(cnn_workload(), iterations=1, tcp_variant="Vegas")
+    with pytest.raises(PacketSimulationError, match="TCP variant 'Vegas': one of NewReno, Cubic, Bbr"):
+        run(leafspine(2, 1, 1, Port(rate_bps=1e8)), Scenario("pair", "ring h1-h2", (Job(1, ("h1", "h2")),)),
+            sim.trace_configuration("ddp-tcp"), settings)  # type: ignore[arg-type]

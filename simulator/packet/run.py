@@ -32,6 +32,8 @@ from simulator.packet.workload import Workload
 DLCP_PORT = 40000
 VALUES_PER_PACKET = 360
 BG_PORT = 5201
+#: ns-3's TCP congestion controls a run may choose (RunSettings.tcp_variant).
+TCP_VARIANTS = ("NewReno", "Cubic", "Bbr")
 #: BulkSend's write size with buffers above it (its default 512 bytes slows a MiB buffer's run tenfold).
 BULK_WRITE_BYTES = 65_536
 #: The DLCP endpoints' counters summed into a run's record (DlcpStats, native/gradfabric_dlcp_wire.h).
@@ -83,6 +85,10 @@ class RunSettings:
     #: both data and ACKs are lost (1% each way: a long transfer crawls at one segment per RTO
     #: after ~5 MB); with 1 it does not (scripts in simulator/packet/README.md).
     tcp_delack_count: int = 2
+    #: ns-3's congestion control for every TCP socket (``ns3::Tcp<variant>``): NewReno by default;
+    #: the fabric's hosts run this kernel's default, BBR (``net.ipv4.tcp_congestion_control``,
+    #: inherited by each host's network namespace).
+    tcp_variant: str = "NewReno"
     #: The switch class of the jobs' TCP (0: with the background; the trace sweeps' tcp-class: 5).
     tcp_priority: int = 0
     #: Switch-to-switch links that lose packets in both directions, and with which probability.
@@ -210,7 +216,10 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
     _KEEP.clear()  # the previous run's objects (its simulator is destroyed)
     say = settings.progress or (lambda _msg: None)
     ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(settings.rto_min_s)))
-    ns.Config.SetDefault("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TcpNewReno.GetTypeId()))
+    if settings.tcp_variant not in TCP_VARIANTS:
+        raise PacketSimulationError(f"TCP variant {settings.tcp_variant!r}: one of {', '.join(TCP_VARIANTS)}")
+    variant = getattr(ns, f"Tcp{settings.tcp_variant}")
+    ns.Config.SetDefault("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(variant.GetTypeId()))
     ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(1448))
     ns.Config.SetDefault("ns3::TcpSocket::SndBufSize", ns.UintegerValue(settings.tcp_buffer_bytes))
     ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(settings.tcp_rcv_buffer_bytes or
@@ -291,7 +300,7 @@ def run(topology: Topology, scenario: Scenario, config: Configuration, settings:
                             "workload": settings.workload.note, "ordering": settings.ordering,
                             "rto_min_s": settings.rto_min_s, "tcp_buffer_bytes": settings.tcp_buffer_bytes,
                             "tcp_rcv_buffer_bytes": settings.tcp_rcv_buffer_bytes or settings.tcp_buffer_bytes,
-                            "tcp_delack_count": settings.tcp_delack_count, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
+                            "tcp_delack_count": settings.tcp_delack_count, "tcp_variant": settings.tcp_variant, "background_tcp_mbps": settings.background_tcp_mbps, "host_costs": asdict(settings.costs),
                             "host_cpu": {**asdict(settings.host_cpu), **net.host_cpu_busy(sorted({h for j in jobs for h in j.spec.hosts})),
                                          **({"of": {h: asdict(c) for h, c in settings.host_cpu_of.items()}}
                                             if settings.host_cpu_of else {})},

@@ -66,6 +66,8 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                         "recorded (measured far shorter than the delay a switch adds: simulator/README.md)")
     p.add_argument("--tcp-buffers", choices=("ns3", "linux"), default="ns3",
                    help="ns-3 TCP's buffers: its 128 KiB, or this kernel's tcp_wmem/tcp_rmem maxima")
+    p.add_argument("--tcp-variant", choices=("NewReno", "Cubic", "Bbr"), default="NewReno",
+                   help="ns-3's TCP congestion control for every TCP socket (the fabric's hosts run BBR)")
     p.add_argument("--background-tcp-mbps", type=float, default=0.0,
                    help="offer each long TCP flow at this rate instead of as fast as ns-3's TCP goes (0)")
     p.add_argument("--port-pps", type=float, default=None,
@@ -99,7 +101,7 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
               background_tcp_mbps: float = 0.0, host_cpu: Any = None, switch: tuple[float, float] = (0.0, 0.0),
               switch_each: dict[str, tuple[float, float, float]] | None = None,
               tcp_buffers: tuple[int, int] | None = None, server_cpu: Any = None,
-              timer_scale: float = 1.0, rr_interval_s: float | None = None,
+              timer_scale: float = 1.0, rr_interval_s: float | None = None, tcp_variant: str = "NewReno",
               progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids).
     ``switch``: the switches' (on, off) seconds (0: always on), ``switch_each`` named switches' own
@@ -139,6 +141,7 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
                               if tcp_buffers else {}),
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
                            link_loss=ts.link_loss, progress=progress, tcp_delack_count=TCP_DELACK_COUNT,
+                           tcp_variant=tcp_variant,
                            background_tcp_mbps=background_tcp_mbps, host_cpu=host_cpu or HostCpu(),
                            host_cpu_of={j.hosts[0]: server_cpu for j in scenario.jobs
                                         if j.collective == "star" and server_cpu is not None},
@@ -270,6 +273,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                             recorded_off=args.switch_off_recorded, scenario=name)
                                         if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config], timer_scale=timer_scale,
+                                        tcp_variant=args.tcp_variant,
                                         rr_interval_s=None if args.rr_interval_ms is None else args.rr_interval_ms * 1e-3,
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
@@ -296,7 +300,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                           for c, w in switches.items() if w[1] > 0)
                 + (f"; each switch off {off_text} at a time, on as its own availability in the fabric "
                    f"run of the same repetition (each run's switch_cpu_model)" if args.switch_cpu == "each-run" else "")
-                + (f"; TCP buffers {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes" if tcp_buffers else "") + ".\n\n")
+                + (f"; TCP buffers {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes" if tcp_buffers else "")
+                + f"; ns-3's TCP {args.tcp_variant}.\n\n")
         (out / "results.md").write_text(head + table)
         meta = {"command": command, "started": started, "load_at_start": load_at_start,
                 "load_at_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
