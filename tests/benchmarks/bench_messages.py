@@ -41,7 +41,7 @@ window-22 mode (``--ce``: the CE mode) with ``perf record -g`` for 4 s and print
 what they were doing.
 
 ``--handle-batch`` (with ``--messages 400``) times the receive loop's work alone, in-process, on
-whole-window messages (:func:`handle_batches`).
+whole-window messages and on messages in 4 chunks, with and without CE marks (:func:`handle_batches`).
 
 ``--against DIR --pairs N`` runs one round of this benchmark in checkout DIR (its own version of
 it) and one in this checkout, N times alternating which goes first, and prints each one's medians
@@ -408,10 +408,12 @@ def profile_receiver(messages: int, seconds: float, out_file: Path, ce: bool = F
         print(f"  {name:40s} {100 * share:5.1f} %  {share * per_message / chunks:6.1f} µs per chunk")
 
 
-def handle_batches(messages: int) -> float:
+def handle_batches(messages: int, chunks: int = 1, ce: bool = False) -> float:
     """µs of CPU per message for the receive loop's work alone (:func:`hosts.rxloop.handle_batch`):
-    `messages` whole-window messages (42 data packets and their final probe, which the C leaves to
-    Python) loaded into a batch receiver with C answers on, no socket traffic but the answers."""
+    `messages` messages of 42 data packets loaded into a batch receiver with C answers on, no socket
+    traffic but the answers. `chunks` 1: whole-window messages (the data and their final probe in
+    one batch); more: that many batches per message, each a chunk of its data and its probe (the
+    last flagged last), as in the window-22 mode; `ce`: packets 10 and 31 of each CE-marked."""
     from hosts.fastpath import BatchReceiver, native
     from hosts.inbox import Finals
     from hosts.liveness import Liveness
@@ -443,21 +445,34 @@ def handle_batches(messages: int) -> float:
     for it in range(messages):
         b = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=0, iteration=it, count=361)
         data = [b.packet(i) for i in range(len(b))]
-        probe = pack_header(Header(msg_type=MsgType.PROBE, flags=0, job_id=1, worker_id=1, tensor_id=0, iteration=it,
-                                   offset=0, tensor_len=VALUES, count=5, mag_class=0, prio_hint=0, seq=len(data)))
-        batches.append(data + [probe + bytes(probe_length(len(data)) - HEADER_LEN)])
+        edges = np.linspace(0, len(data), chunks + 1).round().astype(int).tolist()
+        for c, (lo, hi) in enumerate(zip(edges, edges[1:])):
+            last = c == chunks - 1
+            first, n = (0, len(data)) if last else (lo, hi - lo)
+            probe = pack_header(Header(msg_type=MsgType.PROBE, flags=2 if last else 0, job_id=1, worker_id=1,
+                                       tensor_id=0, iteration=it, offset=first, tensor_len=VALUES, count=5 + c,
+                                       mag_class=0, prio_hint=0, seq=n))
+            tos = [3 if ce and k in (10, 31) else 2 for k in range(lo, hi)] + [2]
+            batches.append((data[lo:hi] + [probe + bytes(probe_length(n) - HEADER_LEN)], tos))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as own, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
         own.bind(("127.0.0.1", 0))
         peer.bind(("127.0.0.1", 0))
         rx, host, source = BatchReceiver(nat, own, answers=True), Host(), peer.getsockname()
+        try:
+            rx.load([], [], [], absorb=True)
+            absorb = {"absorb": True}
+        except TypeError:  # a version without C placement
+            absorb = {}
         start = time.process_time()
-        for batch in batches:
-            handle_batch(host, rx, rx.load(batch, [source] * len(batch), [2] * len(batch), absorb=True))
+        for batch, tos in batches:
+            handle_batch(host, rx, rx.load(batch, [source] * len(batch), tos, **absorb))
         return (time.process_time() - start) / messages * 1e6
 
 
 def handles_batches_line(messages: int) -> str:
-    return f"receive loop alone: {handle_batches(messages):,.1f} µs of CPU per whole-window message ({messages} messages)"
+    return (f"receive loop alone: {handle_batches(messages):,.1f} µs of CPU per whole-window message, "
+            f"{handle_batches(messages, 4):,.1f} in 4 chunks, {handle_batches(messages, 4, True):,.1f} in 4 chunks "
+            f"with 2 CE marks ({messages} messages)")
 
 
 _ROW = re.compile(r"^round \d+ ([\w-]+): (.*)$")
