@@ -154,23 +154,33 @@ def host_pps(cost_s: float, cpu_available: float, background_pps: float = 0.0, f
 COST_GRID: tuple[float, ...] = (0.0,) + tuple(1e-6 * 10 ** (i / 15) for i in range(61))
 
 
-def best_cost(grid: Sequence[float], curves: Sequence[Sequence[float]], measured: Sequence[float]) -> float:
+def best_cost(grid: Sequence[float], curves: Sequence[Sequence[float]], measured: Sequence[float],
+              groups: Sequence[object] | None = None) -> float:
     """The cost of ``grid`` whose predictions (``curves[run][cost]``, p50 seconds) have the
-    smallest median absolute relative error against ``measured`` (ties: the smaller cost)."""
+    smallest median absolute relative error against ``measured`` (ties: the smaller cost). With
+    ``groups`` (a key per run: job, scenario, configuration) the error is a group's, its runs'
+    median prediction against their median measurement, and the median is over groups, as the
+    validation table counts: a scenario run in many sweeps does not outweigh the others."""
     if not curves or len(curves) != len(measured) or any(len(c) != len(grid) for c in curves):
         raise SimulatorError(f"{len(curves)} prediction curves for {len(measured)} runs on a grid of {len(grid)}")
     predicted = np.asarray(curves, dtype=float)
-    truth = np.asarray(measured, dtype=float)[:, None]
-    errors = np.median(np.abs(predicted - truth) / truth, axis=0)
+    truth = np.asarray(measured, dtype=float)
+    if groups is not None:
+        keys = sorted(set(groups), key=str)
+        members = [[i for i, g in enumerate(groups) if g == key] for key in keys]
+        predicted = np.array([np.median(predicted[m], axis=0) for m in members])
+        truth = np.array([np.median(truth[m]) for m in members])
+    errors = np.median(np.abs(predicted - truth[:, None]) / truth[:, None], axis=0)
     return float(grid[int(np.argmin(errors))])
 
 
 def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Sequence[float]],
-                    grid: Sequence[float] = COST_GRID) -> dict[tuple[str, str], tuple[float, int]]:
+                    grid: Sequence[float] = COST_GRID,
+                    groups: Sequence[object] | None = None) -> dict[tuple[str, str], tuple[float, int]]:
     """Leave one sweep out: for every (sweep, family) among ``runs`` (sweep, family, measured
     p50; ``curves`` their predictions on ``grid``), the :func:`best_cost` over the family's
-    runs in the *other* sweeps and how many there were; a family no other sweep ran is left
-    out (no calibration)."""
+    runs in the *other* sweeps (by ``groups`` where given) and how many there were; a family no
+    other sweep ran is left out (no calibration)."""
     by_family: dict[str, list[int]] = defaultdict(list)
     for i, (_, family, _) in enumerate(runs):
         by_family[family].append(i)
@@ -179,7 +189,8 @@ def cross_validated(runs: Sequence[tuple[str, str, float]], curves: Sequence[Seq
         for sweep in {runs[i][0] for i in members}:
             others = [i for i in members if runs[i][0] != sweep]
             if others:
-                cost = best_cost(grid, [curves[i] for i in others], [runs[i][2] for i in others])
+                cost = best_cost(grid, [curves[i] for i in others], [runs[i][2] for i in others],
+                                 None if groups is None else [groups[i] for i in others])
                 out[(sweep, family)] = (cost, len(others))
     return out
 

@@ -53,7 +53,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -349,12 +349,14 @@ def _error(predicted: float, measured: float) -> float:
 @dataclass
 class Calibration:
     """Every run's inputs and its predicted p50 on :data:`COST_GRID` (``curves``, one per run
-    in ``calibration``: sweep, family, measured p50), or why it cannot be predicted."""
+    in ``calibration``: sweep, family, measured p50; ``members``: their indices among the runs),
+    or why it cannot be predicted."""
 
     inputs: dict[int, _Inputs]
     reasons: dict[int, str]
     calibration: list[tuple[str, str, float]]
     curves: list[list[float]]
+    members: list[int] = field(default_factory=list)
 
 
 def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: dict[str, tuple[list[float], float]],
@@ -364,7 +366,7 @@ def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: 
     import sys
 
     cache: dict[tuple[str, ...], ModelTrace] = {}
-    cal = Calibration({}, {}, [], [])
+    cal = Calibration({}, {}, [], [], [])
     for i, run in enumerate(runs):
         if progress and (i + 1) % 20 == 0:
             print(f"calibration: {i + 1} of {len(runs)} runs on {len(COST_GRID)} host costs", file=sys.stderr,
@@ -377,6 +379,7 @@ def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: 
                                                            without=without).draws))
                                for cost in COST_GRID])
             cal.calibration.append((run.sweep, cost_family(run, cpu_measure), run.p50_s))
+            cal.members.append(i)
         except SimulatorError as exc:
             cal.reasons[i] = str(exc)
     return cal
@@ -424,13 +427,15 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                                   without=without)
     inputs, reasons, calibration, curves = cal.inputs, cal.reasons, cal.calibration, cal.curves
     spread = {} if "spread" in without else iteration_spread(runs, SPREAD_KINDS, by_config=SPREAD_BY_CONFIG)
-    costs = cross_validated(calibration, curves)
+    keys = [(runs[j].kind, runs[j].scenario_label, runs[j].port_pps, runs[j].config) for j in cal.members]
+    costs = cross_validated(calibration, curves, groups=keys)
     family_rows = []
     for family in sorted({f for _, f, _ in calibration}):
         members = [i for i, (_, f, _) in enumerate(calibration) if f == family]
         sweeps = sorted({calibration[i][0] for i in members})
         folds = sorted({round(costs[(sw, family)][0] * 1e6) for sw in sweeps if (sw, family) in costs})
-        every = best_cost(COST_GRID, [curves[i] for i in members], [calibration[i][2] for i in members])
+        every = best_cost(COST_GRID, [curves[i] for i in members], [calibration[i][2] for i in members],
+                          [keys[i] for i in members])
         family_rows.append([family, str(len(sweeps)), str(len(members)),
                             ", ".join(f"{c:,}" for c in folds) or "- (one sweep)", f"{every * 1e6:,.0f}"])
     groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)

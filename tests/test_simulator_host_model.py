@@ -54,6 +54,22 @@ def test_best_cost_has_the_smallest_median_error() -> None:
         best_cost(grid, curves[:2], [10.0])
 
 
+def test_best_cost_by_groups_counts_each_group_once() -> None:
+    grid = [0.0, 1.0, 2.0]
+    # Group a: three runs (measured 10 s) that need cost 1; groups b and c one run each that
+    # need cost 0. Per run the median error is 50% at cost 0 and 0% at cost 1 (a's three
+    # outvote); per group 0% at cost 0 (b and c) and 100% at cost 1.
+    curves = [[5.0, 10.0, 15.0]] * 3 + [[10.0, 20.0, 30.0]] * 2
+    measured = [10.0] * 5
+    assert best_cost(grid, curves, measured) == 1.0
+    assert best_cost(grid, curves, measured, ["a", "a", "a", "b", "c"]) == 0.0
+    runs = [("s1", "f", 10.0)] * 3 + [("s2", "f", 10.0), ("s3", "f", 10.0)]
+    # Leaving s3 out: a's three runs against b's one, per group the median of 50% and 0% at
+    # cost 0 (25%) and of 0% and 100% at cost 1 (50%).
+    assert cross_validated(runs, curves, grid, groups=["a", "a", "a", "b", "c"])[("s3", "f")] == (0.0, 4)
+    assert cross_validated(runs, curves, grid)[("s3", "f")] == (1.0, 4)
+
+
 def test_cross_validation_leaves_the_predicted_sweep_out() -> None:
     grid = [0.0, 1.0, 2.0]
     runs = [("a", "f", 10.0), ("a", "f", 10.0), ("b", "f", 10.0), ("c", "g", 10.0)]
