@@ -55,23 +55,22 @@ struct gfh_answers {
     int64_t data, dup, oob, payload, late, ce;
 };
 
+/* Entry e in use (1) for probe b's message from ip:port. */
+static int matches(const struct gfh_entry *e, const uint8_t *b, uint32_t ip, uint16_t port) {
+    return e->used == 1 && e->src_ip == ip && e->src_port == port && e->kind == b[22] && memcmp(e->key, b + 2, 10) == 0;
+}
+
 static int entry_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, uint16_t port) {
-    for (int k = 0; k < a->top; k++) {
-        const struct gfh_entry *e = &a->e[k];
-        if (e->used == 1 && e->src_ip == ip && e->src_port == port && e->kind == b[22] && memcmp(e->key, b + 2, 10) == 0)
-            return k;
-    }
+    for (int k = 0; k < a->top; k++)
+        if (matches(&a->e[k], b, ip, port)) return k;
     return -1;
 }
 
 /* The done entry of probe b's message (-1: none): a message that completed with every element,
  * whose probes are answered flagged LAST with every bit set, as Python answers them. */
 static int done_of(const struct gfh_answers *a, const uint8_t *b, uint32_t ip, uint16_t port) {
-    for (int k = 0; k < DONE_SLOTS; k++) {
-        const struct gfh_entry *e = &a->d[k];
-        if (e->used == 1 && e->src_ip == ip && e->src_port == port && e->kind == b[22] && memcmp(e->key, b + 2, 10) == 0)
-            return k;
-    }
+    for (int k = 0; k < DONE_SLOTS; k++)
+        if (matches(&a->d[k], b, ip, port)) return k;
     return -1;
 }
 
