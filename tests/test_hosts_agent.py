@@ -189,7 +189,7 @@ def test_cli_ring_workers(tmp_path: Path) -> None:
          "--layers", "4000,700,12000", "--iterations", "2", "--scheduler", "wfbp", "--timeout", "20"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
-        outs = [p.communicate(timeout=60) for p in procs]
+        outs = [p.communicate(timeout=180) for p in procs]  # two interpreters starting on a loaded machine
     finally:
         for p in procs:
             if p.poll() is None:
