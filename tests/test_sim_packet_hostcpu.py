@@ -263,6 +263,22 @@ def test_each_switch_is_off_for_its_runs_recorded_mean_wait_per_timeslice(tmp_pa
     assert fixed["l1"] == pytest.approx((1.5e-3, 1e-3, 0.6)) and fixed["s1"] == pytest.approx((1e-3 / 3, 1e-3, 0.25))
 
 
+def test_with_wall_a_switch_is_off_its_recorded_wait_share_of_the_wall(tmp_path: Path) -> None:
+    folder = tmp_path / "sweep"
+    (folder / "runs").mkdir(parents=True)
+    figures = {"gtl1": (0.3, 0.2), "gtl2": (0.1, 0.4), "gts1": (0.01, 0.5)}
+    record = {"config": "dlcp", "status": "ok", "repetition": 0, "jobs": {}, "switch": {
+        "switch_cpu": {k: v[0] for k, v in figures.items()}, "switch_cpu_wait": {k: v[1] for k, v in figures.items()}}}
+    (folder / "runs" / "000.json").write_text(json.dumps(record))
+    # l1 waited 0.2 of the wall: on 0.8, off 1 ms -> on 4 ms (of its runnable time: 0.6 -> 1.5 ms);
+    # l2 waited 0.4: 0.6 -> 1.5 ms (runnable: 0.2 -> 0.25 ms); s1 carried nothing: always on.
+    got = switch_run_schedules("dlcp", folder, 0, ["l1", "l2", "s1"], off_s=1e-3, wall=True)
+    assert got == {"l1": pytest.approx((4e-3, 1e-3, 0.8)), "l2": pytest.approx((1.5e-3, 1e-3, 0.6)),
+                   "s1": (0.0, 0.0, 1.0)}
+    runnable = switch_run_schedules("dlcp", folder, 0, ["l1", "l2"], off_s=1e-3)
+    assert runnable == {"l1": pytest.approx((1.5e-3, 1e-3, 0.6)), "l2": pytest.approx((0.25e-3, 1e-3, 0.2))}
+
+
 def test_each_switch_reads_its_own_scenarios_run_when_a_sweep_holds_several(tmp_path: Path) -> None:
     folder = tmp_path / "sweep"
     (folder / "runs").mkdir(parents=True)

@@ -234,8 +234,8 @@ def switch_schedule(config: str, folder: Path, off_s: float = SWITCH_OFF_S,
 
 
 def switch_run_schedules(config: str, folder: Path, repetition: int, switches: list[str],
-                         off_s: float = SWITCH_OFF_S, recorded_off: bool = False, scenario: str | None = None
-                         ) -> dict[str, tuple[float, float, float]]:
+                         off_s: float = SWITCH_OFF_S, recorded_off: bool = False, scenario: str | None = None,
+                         wall: bool = False) -> dict[str, tuple[float, float, float]]:
     """Each of ``switches`` (the topology's names) with its own (on, off, availability), as
     :func:`switch_schedule` makes them, from one fabric run of configuration ``config``: the
     run of repetition ``repetition`` (modulo the runs there are), so repetitions draw from the
@@ -244,7 +244,10 @@ def switch_run_schedules(config: str, folder: Path, repetition: int, switches: l
     :data:`SWITCH_IDLE_SHARE` of a core) or is not recorded is always on (off 0). Its off time
     is the mean wait per timeslice of its busiest thread where the run records one above 0
     (``switch_wait_per_slice_ns``, experiments/trace_sweep.py) and ``recorded_off`` is set,
-    else ``off_s``. With ``scenario``, only that scenario's runs count (a sweep may hold several)."""
+    else ``off_s``. With ``scenario``, only that scenario's runs count (a sweep may hold several).
+    With ``wall``, a switch is off the share of the wall time its busiest thread waited
+    (availability 1 - wait) rather than of its runnable time (CPU / (CPU + wait)): a switch that
+    sleeps part of the run is not kept off while it sleeps."""
     runs = sorted((r for r in _records(folder) if str(r.get("config")) == config
                    and (scenario is None or str(r.get("scenario")) == scenario)),
                   key=lambda r: (int(r.get("repetition", 0)), str(r.get("run_id", ""))))
@@ -266,7 +269,7 @@ def switch_run_schedules(config: str, folder: Path, repetition: int, switches: l
         if share < SWITCH_IDLE_SHARE or waited is None:
             out[name] = (0.0, 0.0, 1.0)
             continue
-        a = share / (share + float(waited))
+        a = max(1.0 - float(waited), 0.01) if wall else share / (share + float(waited))
         capped = min(a, 0.99)
         slice_ns = per_slice.get(matched[0])
         off = float(slice_ns) * 1e-9 if slice_ns is not None and float(slice_ns) > 0 else off_s

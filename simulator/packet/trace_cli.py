@@ -61,6 +61,9 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
                         "the configuration's r-th fabric run; simulator/packet/host_cpu.py)")
     p.add_argument("--switch-off-us", type=float, default=None,
                    help="how long a switch waits when off (default: the kernel's 1,500 us slice on 2 cores)")
+    p.add_argument("--switch-off-wall", action="store_true",
+                   help="with each-run: each switch off the share of the wall its busiest thread waited (1 - wait), "
+                        "not of its runnable time (CPU / (CPU + wait))")
     p.add_argument("--switch-off-recorded", action="store_true",
                    help="with each-run: each switch off for its run's recorded mean wait per timeslice where "
                         "recorded (measured far shorter than the delay a switch adds: simulator/README.md)")
@@ -270,7 +273,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                         switch=switches[config][:2], tcp_buffers=tcp_buffers,
                                         switch_each=switch_run_schedules(
                                             config, args.host_cpu_from or args.like, r, topo.switches, off_s,
-                                            recorded_off=args.switch_off_recorded, scenario=name)
+                                            recorded_off=args.switch_off_recorded, scenario=name,
+                                            wall=args.switch_off_wall)
                                         if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config], timer_scale=timer_scale,
                                         tcp_variant=args.tcp_variant,
