@@ -97,7 +97,10 @@ def _experiment_trace_summary(args: argparse.Namespace) -> int:
     from experiments.trace_summary import write_summary
     from gradfabric.paths import build_dir
 
+    import shlex
+    import sys
+
     out = args.out or build_dir() / "results" / "trace" / f"summary-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    rows = write_summary(list(args.folders), out)
+    rows = write_summary(list(args.folders), out, command=shlex.join(["gradfabric", *sys.argv[1:]]))
     print(f"{len(rows)} rows from {len(args.folders)} folder(s): {out / 'summary.md'}, {out / 'summary.png'}")
     return 0

@@ -50,8 +50,9 @@ def summary_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, code
 
 
-def write_summary(folders: list[Path], out: Path) -> list[dict[str, Any]]:
-    """Write ``summary.md`` and ``summary.png`` into ``out`` (created); return the rows."""
+def write_summary(folders: list[Path], out: Path, command: str = "") -> list[dict[str, Any]]:
+    """Write ``summary.md`` (naming `command`, the one that made it, when given) and
+    ``summary.png`` into ``out`` (created); return the rows."""
     if not folders:
         raise ExperimentError("no sweep folder given")
     rows, code = summary_rows(folders)
@@ -59,6 +60,7 @@ def write_summary(folders: list[Path], out: Path) -> list[dict[str, Any]]:
     lines = ["# Trace-driven sweeps, side by side", "",
              f"Paired speed-up over {BASELINE} (median of the per-round ratios, 95% bootstrap CI) and medians "
              "over each configuration's runs, as each folder's results.md gives them.", "",
+             *([f"Command: `{command}`", ""] if command else []),
              "Code per folder:", "", *[f"* {c}" for c in code], "",
              "| scenario | configuration | runs (CPU-bound) | p50 (ms) | speed-up p50 | speed-up p99 | "
              "values zero-filled | mag. drops / ECN marks | queue drops | RR FCT p99 (ms) |",

@@ -179,6 +179,8 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"the sweeps at ([\d,]+) packets/s keep", (TRAINING_BEFORE,)),
     ("README.md", r"Training over the emulated leaf-spine at ([\d,]+) packets/s per port", (TRAINING_BEFORE,)),
     ("README.md", r"The same at ([\d,]+) packets/s per port \(native switches", (TRAINING,)),
+    ("README.md", r"at a quarter of the port rate \(([\d,]+) packets/s per port, k = (\d+)",
+     (QUARTER, lambda: 4 * trace_job_default("k"))),
     # The trace-driven experiment: the digits CNN's fabric, the trace fabric and the DLCP sender's pacing.
     ("experiments/README.md", r"moves [\d.]+ kB per iteration: at ([\d,]+) packets/s its communication", (TRAINING,)),
     ("experiments/README.md", r"leafspine8_training\.yaml`: 2 leaves x 4 hosts, 2 spines, 2:1 oversubscribed; "
@@ -193,7 +195,9 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"emulated port ([\d,]+) packets/s \((\d+) Mbit/s\)",
      (QUARTER, lambda: QUARTER() * 1500 * 8 / 1e6)),
     ("experiments/README.md", r"the DLCP ranks pace at ([\d,]+) packets/s;", (QUARTER,)),
-    ("experiments/README.md", r"-104 µs at ([\d,]+) packets/s;", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"-104 µs at ([\d,]+) packets/s", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"\(80-87 % at ([\d,]+) packets/s\)", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"0\.61x at ([\d,]+) packets/s in the 10-pair sweep", (TRACE_FABRIC,)),
     ("experiments/README.md", r"`lossy-0.1` at ([\d,]+) packets/s with the same configurations", (QUARTER,)),
 ]
 
@@ -265,9 +269,22 @@ MEASURED: list[tuple[str, str, object]] = [
     ("experiments/README.md", r"a rank sends ([\d,]+) packets/s \((\d+) % of the port\)",
      lambda m: None if f"| {m[1]} packets/s, {m[2]} % of the port |" in normalized(ROOT / "experiments/README.md")
      else f"{m[1]} packets/s ({m[2]} %) is not the timing table's row"),
+    # the port-rate timed round: the rank's rate over the communication phase (its timing.txt) as a
+    # share of the quarter-rate port
+    ("experiments/README.md", r"a rank sends ([\d,]+) packets/s over the communication phase: (\d+) % of the port",
+     lambda m: None if round(100 * _n(m[1]) / QUARTER()) == int(m[2]) and all(
+         abs(x - _n(m[1])) <= 10 for x in _timed_sent_pps()) else f"{m[1]} packets/s ({m[2]} %) is not the timed round's"),
     ("experiments/README.md", r"SRTT 64 ms \(up to 200 ms\), ([\d,]+) packets/s,",
      lambda m: None if _n(m[1]) <= TRACE_FABRIC() else f"{m[1]} is above the port rate"),
 ]
+
+
+def _timed_sent_pps() -> list[float]:
+    """Each DLCP rank's median packets/s over the communication phase in the port-rate timed round."""
+    text = (ROOT / "experiments/results/training/portrate5k-timed-lossy-0.1-20261127/timing.txt").read_text()
+    rates = [float(x) for x in re.findall(r"sent_pps\s+median\s+([\d.]+)", text)]
+    assert len(rates) == 2, "the timed round's timing.txt has two ranks"
+    return rates
 
 
 def _gso_rates() -> list[float]:
