@@ -188,7 +188,7 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
                   (JobPlacement(1, ("h1", "h5")),), (_rr("h3", "h7"),), bulk=(JobPlacement(2, ("h2", "h6")),)),
     *(TraceScenario(f"lossy-{pct:g}", f"ring h1-h5; the spine link s1-l2 loses {pct:g}% each way; "
                     "request/response h3 asks h7", (JobPlacement(1, ("h1", "h5")),), (_rr("h3", "h7"),),
-                    lossy_links=(("s1", "l2"),), link_loss=pct / 100) for pct in (0.1, 1.0)),
+                    lossy_links=(("s1", "l2"),), link_loss=pct / 100) for pct in (0.0, 0.1, 1.0)),
 )}
 
 QUICK: dict[str, tuple[str, ...]] = {"tcp": ("ddp-tcp", "p3-tcp", "dlcp"), "incast": ("ddp-tcp", "p3-tcp", "dlcp"),

@@ -66,6 +66,10 @@ def test_the_lossy_scenarios_name_both_ends_of_a_spine_link() -> None:
         # leafspine8_training.yaml: {a: l2, a_port: 5, b: s1, b_port: 2}
         assert trace_links.lossy_ports(links, sc.lossy_links) == {"l2": [5], "s1": [2]}
         assert "ddp-tcp" in FULL[name] and "dlcp" in FULL[name]
+    control = trace_scenario("lossy-0")  # the same fabric and placement with the link's loss off
+    assert control.link_loss == 0.0 and trace_links.loss_threshold(control.link_loss) == 0
+    assert (control.jobs, control.background, control.lossy_links) == (sc.jobs, sc.background, sc.lossy_links)
+    assert "lossy-0" not in FULL
     with pytest.raises(ExperimentError, match="no link s1-s2"):
         trace_links.lossy_ports(links, [("s1", "s2")])
 
