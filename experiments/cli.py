@@ -196,8 +196,6 @@ def _train_all(args: argparse.Namespace, config: TrainConfig, options: Transport
 
 
 def _experiment_training(args: argparse.Namespace) -> int:
-    import shlex
-    import sys
     from dataclasses import replace
 
     from experiments.configs import select
@@ -215,7 +213,7 @@ def _experiment_training(args: argparse.Namespace) -> int:
     settings = SweepSettings(sweep=sweep, repetitions=args.repetitions, out=args.out or default_out(""),
                              target=args.target if args.target is not None else TARGET,
                              loopback=args.loopback, background=not args.no_background,
-                             command=shlex.join(["gradfabric", *sys.argv[1:]]))
+                             command=args.command_line)
     if args.iterations:
         settings.job = replace(settings.job, iterations=args.iterations)
     if args.topo:
@@ -225,11 +223,8 @@ def _experiment_training(args: argparse.Namespace) -> int:
 
 
 def _experiment_report(args: argparse.Namespace) -> int:
-    import shlex
-    import sys
-
     from experiments.sweep_report import pool
 
-    out = pool(args.folders, args.out or default_out("pooled-"), shlex.join(["gradfabric", *sys.argv[1:]]))
+    out = pool(args.folders, args.out or default_out("pooled-"), args.command_line)
     print(f"pooled report in {out}", flush=True)
     return 0

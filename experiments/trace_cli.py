@@ -45,14 +45,12 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
 
 
 def _experiment_trace(args: argparse.Namespace) -> int:
-    import shlex
-    import sys
     from dataclasses import replace
 
     from experiments.trace_configs import FULL, QUICK, trace_config, trace_scenario
     from experiments.trace_sweep import TraceSettings, run_trace_sweep
 
-    settings = TraceSettings(command=shlex.join(["gradfabric", *sys.argv[1:]]))
+    settings = TraceSettings(command=args.command_line)
     if args.resume is not None:
         settings.resume = args.resume
         if args.repetitions is not None:
@@ -97,10 +95,7 @@ def _experiment_trace_summary(args: argparse.Namespace) -> int:
     from experiments.trace_summary import write_summary
     from gradfabric.paths import build_dir
 
-    import shlex
-    import sys
-
     out = args.out or build_dir() / "results" / "trace" / f"summary-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    rows = write_summary(list(args.folders), out, command=shlex.join(["gradfabric", *sys.argv[1:]]))
+    rows = write_summary(list(args.folders), out, command=args.command_line)
     print(f"{len(rows)} rows from {len(args.folders)} folder(s): {out / 'summary.md'}, {out / 'summary.png'}")
     return 0

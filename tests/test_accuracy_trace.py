@@ -107,22 +107,19 @@ def test_the_committed_quick_sweep_gives_each_scenarios_lossiest_run() -> None:
 def test_command_replays_a_trace_sweep(tmp_path: Path) -> None:
     """`gradfabric experiment accuracy --trace DIR` runs none and one counts-RUN per lossy scenario,
     each with its run's iteration p50 as iteration time, and reports them."""
-    import argparse
-
     pytest.importorskip("torch")
-    from experiments.accuracy.cli import add_parser, run
     from experiments.accuracy.trace import lossiest_runs
+    from gradfabric.command import cli
 
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
     out = tmp_path / "acc"
-    args = parser.parse_args(["accuracy", "--trace", str(QUICK), "--conditions", "none", "--seeds", "1",
-                              "--steps", "2", "--out", str(out)])
-    assert run(args) == 0
+    words = ["experiment", "accuracy", "--trace", str(QUICK), "--conditions", "none", "--seeds", "1",
+             "--steps", "2", "--out", str(out)]
+    assert cli.main(words) == 0
     runs, times = lossiest_runs(QUICK)
     settings = json.loads((out / "settings.json").read_text())
     assert settings["conditions"] == ["none", *runs]
     assert settings["iteration_time"] == times
+    assert settings["command"] == " ".join(["gradfabric", *words])
     assert sorted(p.name for p in (out / "runs").glob("*.jsonl")) == sorted(
         f"{c}_seed0.jsonl" for c in settings["conditions"])
     report = (out / "results.md").read_text()

@@ -45,7 +45,8 @@ def test_the_table_gives_each_folders_figures_and_code(tmp_path: Path, capsys: p
     assert "| incast | dlcp | 10 (0) | 4,000 | 1.25x [1.10, 1.30] |" in text
     assert (out / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "4 rows from 2 folder(s)" in capsys.readouterr().out
-    assert "\nCommand: `gradfabric " in text  # the command that made it, for the figures quoted from it
+    # the command that made it (the one given, not this process's), for the figures quoted from it
+    assert f"\nCommand: `gradfabric experiment trace-summary {a} {b} --out {out}`\n" in text
 
 
 def test_a_folder_without_results_or_a_scenario_given_twice_is_refused(tmp_path: Path,

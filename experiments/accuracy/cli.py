@@ -48,8 +48,6 @@ def default_out() -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    import shlex
-    import sys
     from dataclasses import replace
 
     from experiments.accuracy.report import write_report
@@ -59,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.report is not None:
         out = write_report(args.report, parse_iteration_times(args.iteration_time),
-                           shlex.join(["gradfabric", *sys.argv[1:]]))
+                           args.command_line)
         print(f"report in {out}", flush=True)
         return 0
     masks = parse_masks_args(args.masks)
@@ -88,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     plan = SweepPlan(out=out, conditions=tuple(dict.fromkeys(conditions)), seeds=seeds,
                      settings=replace(SETTINGS, steps=steps), target=args.target, masks=masks,
                      iteration_time=times,
-                     command=shlex.join(["gradfabric", *sys.argv[1:]]))
+                     command=args.command_line)
     run_sweep(plan, resume=args.resume is not None)
     print(f"report in {write_report(out)}", flush=True)
     return 0

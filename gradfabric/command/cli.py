@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
+import sys
 from collections.abc import Sequence
 
 from gradfabric import __version__
@@ -66,10 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command `argv` (default: this process's arguments); handlers find the command
+    line they were given, quoted for a shell, as ``args.command_line`` (results name it)."""
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(words)
     except BrokenPipeError:  # `gradfabric ... --help | head`
         return reader_went_away()
+    args.command_line = shlex.join(["gradfabric", *words])
     return run_handler("gradfabric", args, GradfabricError, 1)
 
 
