@@ -94,7 +94,7 @@ test: install $(NS3_STAMP)
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
-	@$(PY) -m tests.benchmarks
+	@$(PY) -m tests.benchmarks $(BENCH)
 
 FUZZ_PACKETS ?= 3000
 FUZZ_WRITES ?= 100000

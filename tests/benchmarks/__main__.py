@@ -16,10 +16,20 @@ from tests.benchmarks.figure import Figure, print_table
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv)
+    """Run the benchmarks named in `argv` (``transport`` for ``bench_transport``), or all of them."""
     here = Path(__file__).parent
     figures: list[Figure] = []
     names = sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_"))
+    known = [n.removeprefix("bench_") for n in names]
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"usage: python -m tests.benchmarks [NAME ...]\nNAME is one of: {', '.join(known)} (default: all)")
+        return 0
+    unknown = [a for a in argv if a not in known]
+    if unknown:
+        print(f"bench: no benchmark named {', '.join(map(repr, unknown))}; known: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
+    wanted = set(argv)
     if not names:
         print("bench: no benchmark modules yet")
         return 0
