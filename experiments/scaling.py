@@ -22,11 +22,14 @@ iteration, small enough that runs stay short. The ratio the run achieved is meas
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from experiments.errors import ExperimentError
+from experiments.scenarios import PORT_PPS
+from hosts.endpoint import Endpoint
 
 #: Bytes of one full frame on the emulated fabric (what ``port_pps`` counts).
 FRAME_BYTES = 1500
@@ -101,7 +104,8 @@ class ScaleRule:
 
 #: The port rate and ``k`` the trace experiment's fabric and timers were set at
 #: (experiments/topologies/leafspine8_training.yaml; experiments/README.md): b = 13.02 at 25 Gbit/s.
-REFERENCE_PORT_PPS = 20_000.0
+#: The port rate is the fabric's (experiments.scenarios.PORT_PPS); the trace worker defaults to both.
+REFERENCE_PORT_PPS = float(PORT_PPS)
 REFERENCE_K = 8.0
 
 
@@ -119,10 +123,12 @@ def time_factor(k: float) -> float:
     return k / REFERENCE_K
 
 
-#: The DLCP endpoint's fixed timers at the reference k (hosts.endpoint defaults): the probe
-#: timer before the first RTT sample and the reorder allowance; a run at another k scales them.
-PROBE_TIMEOUT_S = 0.2
-REORDER_GRACE_S = 0.005
+#: The DLCP endpoint's fixed timers at the reference k, read from hosts.endpoint.Endpoint's defaults
+#: (the one place that sets them): the probe timer before the first RTT sample and the reorder
+#: allowance; a run at another k scales them.
+_ENDPOINT_DEFAULTS = inspect.signature(Endpoint.__init__).parameters
+PROBE_TIMEOUT_S: float = _ENDPOINT_DEFAULTS["probe_timeout"].default
+REORDER_GRACE_S: float = _ENDPOINT_DEFAULTS["reorder_grace"].default
 
 
 def transport_timers(k: float) -> dict[str, float]:

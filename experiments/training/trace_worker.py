@@ -52,7 +52,7 @@ import numpy as np
 from experiments.errors import ExperimentError
 from experiments.training.accounting import TOTALED, IterationTotals, received
 from experiments.training.cpu import cpu_seconds, schedstat, starvation, thread_stats, wait_per_slice, wait_share
-from experiments.scaling import ScaleRule, transport_timers
+from experiments.scaling import REFERENCE_K, REFERENCE_PORT_PPS, ScaleRule, transport_timers
 from gradfabric.traces import Layer, ModelTrace, load_trace, merge_layers, unit_of
 
 SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "h100_pytorch_layer_traces.csv"
@@ -83,8 +83,8 @@ class TraceJob:
     trace: str = str(SHARED_TRACES)
     iterations: int = 20
     real_gbps: float = 25.0
-    port_pps: float = 20_000.0
-    k: float = 8.0  # experiments/README.md: why 8
+    port_pps: float = REFERENCE_PORT_PPS
+    k: float = REFERENCE_K  # experiments/README.md: why 8
     scheduler: str = "fusion"  # fusion (DDP buckets), wfbp, p3, dlcp
     overlap: str = "ddp"  # ddp or layerwise
     comm: str = "dlcp"  # dlcp (UDP, host transport) or tcp
@@ -94,7 +94,7 @@ class TraceJob:
     seed: int = 1
     dscp: int = 0  # TCP: IP_TOS DSCP of the job's sockets
     marking: str = "p4"  # DLCP: p4 (the switches read the DLCP header) or commodity (hosts.marking)
-    rate_pps: float = 20_000.0
+    rate_pps: float = REFERENCE_PORT_PPS
     max_rate_pps: float = 80_000.0  # recorded only: the sender's pacing is capped by port_pps
     timeout_s: float = 60.0
     compute_scale: float = 1.0  # 0: no compute, a bulk sender in the job's class (hotspot scenario)
