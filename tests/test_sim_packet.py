@@ -186,6 +186,40 @@ def test_a_switch_given_its_own_schedule_holds_as_the_shared_one_does(ns3) -> No
 
 
 @needs_ns3
+def test_a_clocked_port_sends_each_packet_at_its_time_and_no_later(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import HostCosts
+
+    # p4switch's port clock, the switch always on: arrivals at s1 at 9, 17, 25, 33 us; each
+    # leaves at max(arrival, the port's free time), 80 us apart, onto a device at 1,000 x
+    # 1e8 bit/s (80 ns for 1,000 bytes) and 1 us of wire: 10.08 us; the others wait for their
+    # time and leave 1 ns after it (the wait is rounded up): 90.081, 170.081, 250.081 us.
+    costs = HostCosts(switch_port_clock=True)
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(4, 0)], Port(rate_bps=1e8, queue_packets=4), costs)
+    assert seqs == [0, 1, 2, 3]
+    assert times_ns == [10_080, 90_081, 170_081, 250_081]
+    assert totals["overflow_drops"] == 0
+
+
+@needs_ns3
+def test_a_clocked_port_sends_what_fell_due_while_its_switch_was_off_in_a_burst(ns3) -> None:  # type: ignore[no-untyped-def]
+    from simulator.packet.network import HostCosts
+
+    # The schedule of the test above it (on 100 us, off 200, 100 us in: off until 200 us, on
+    # until 300, off until 500) with the port clock. s1 forwards at 210, 220, 230, 240 us.
+    # 0 leaves at 210 (211.08 us at h2); 1 is due at 290 (the port free 80 us after 0), leaves
+    # when its wait ends 1 ns later: 291.081; 2 is due at 370 and 3 at 450, both while s1 is
+    # off: both leave at 500 us + 1 ns, back to back on the fast device (80 ns each): 501.081
+    # and 501.161 us, where the port that sends at its rate after the off period gave 451 and
+    # 581.001 (the test above): the clock loses none of the port's time to the off period.
+    costs = HostCosts(switch_forward_s=10e-6, switch_on_s=100e-6, switch_off_s=200e-6, switch_phase_s=100e-6,
+                      switch_port_clock=True)
+    (seqs, times_ns, _), totals = _tiny_run(ns3, [(4, 0)], Port(rate_bps=1e8, queue_packets=4), costs)
+    assert seqs == [0, 1, 2, 3]
+    assert times_ns == [211_080, 291_081, 501_081, 501_161]
+    assert totals["cpu_drops"] == 0
+
+
+@needs_ns3
 def test_packets_delivered_to_a_host_arrive_later_by_the_delivery_latency(ns3) -> None:  # type: ignore[no-untyped-def]
     from simulator.packet.network import HostCosts
 

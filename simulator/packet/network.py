@@ -21,6 +21,11 @@ from simulator.packet.runtime import PacketSimulationError, load
 from simulator.packet.topology import Topology
 
 
+#: With ``HostCosts.switch_port_clock``, a switch port's device runs this many times the port's
+#: rate: it only carries what the port's clock releases (p4switch's veth, not the port's rate).
+CLOCKED_DEVICE_SPEEDUP = 1000.0
+
+
 @dataclass(frozen=True)
 class HostCosts:
     """Costs of the emulated fabric's software that links and queues do not have (none by
@@ -31,7 +36,11 @@ class HostCosts:
     ``switch_off_s``, repeating (``SwitchSchedule``), ``switch_phase_s`` into its cycle at
     t = 0 (None: drawn per switch from the run's seed): while off it neither forwards nor
     sends from its ports. ``switch_each`` gives named switches their own (on, off) seconds
-    (the others keep ``switch_on_s`` / ``switch_off_s``)."""
+    (the others keep ``switch_on_s`` / ``switch_off_s``). ``switch_port_clock``: every switch
+    port paces as p4switch's traffic manager (``PortQueueDisc::SetPortClock``): a packet leaves
+    at max(its enqueue time, the port's free time) onto a device :data:`CLOCKED_DEVICE_SPEEDUP`
+    times the port's rate, so the backlog due while a switch was off leaves in a burst when it
+    is on again (without it the port sends at its rate after the off period and loses that time)."""
 
     switch_forward_s: float = 0.0
     switch_backlog: int = 1000
@@ -40,6 +49,7 @@ class HostCosts:
     switch_off_s: float = 0.0
     switch_phase_s: float | None = None
     switch_each: tuple[tuple[str, float, float], ...] = ()  # (switch, on s, off s)
+    switch_port_clock: bool = False
 
     def __post_init__(self) -> None:
         schedules = [(self.switch_on_s, self.switch_off_s)] + [(on, off) for _, on, off in self.switch_each]
@@ -123,6 +133,7 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
     device_of: dict[tuple[str, str], Any] = {}
     ip_of: dict[tuple[str, str], int] = {}
     p2p = ns.PointToPointHelper()
+    rate_of = {frozenset((link.a, link.b)): float(link.rate_bps) for link in topology.links}
     for link in topology.links:
         p2p.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(link.rate_bps))))
         p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(round(link.delay_s * 1e9))))
@@ -151,6 +162,11 @@ def build(topology: Topology, seed: int = 1, spray: bool = False, spray_port: in
         if me in switches:
             net.queues[(me, other)] = gf.InstallPortQueue(
                 dev, port.priorities, port.queue_packets, port.drop_threshold, port.ecn_threshold, port.port_scope)
+            if costs.switch_port_clock:
+                rate = rate_of[frozenset((me, other))]
+                dev.GetObject[ns.PointToPointNetDevice]().SetDataRate(
+                    ns.DataRate(int(rate * CLOCKED_DEVICE_SPEEDUP)))
+                net.queues[(me, other)].SetPortClock(rate)
     hops = topology.next_hops()
     for index, name in enumerate(topology.hosts + topology.switches):
         routing = gf.InstallEcmpRouting(nodes[name], seed * 1_000_003 + index, spray and name in switches, spray_port)

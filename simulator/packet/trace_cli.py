@@ -67,6 +67,9 @@ def add_trace_command(simsub: argparse._SubParsersAction) -> None:
     p.add_argument("--switch-off-recorded", action="store_true",
                    help="with each-run: each switch off for its run's recorded mean wait per timeslice where "
                         "recorded (measured far shorter than the delay a switch adds: simulator/README.md)")
+    p.add_argument("--switch-port-clock", action="store_true",
+                   help="the switch ports paced as p4switch's traffic manager: a packet leaves at max(its enqueue "
+                        "time, the port's free time), what fell due while the switch was off in a burst")
     p.add_argument("--tcp-buffers", choices=("ns3", "linux"), default="ns3",
                    help="ns-3 TCP's buffers: its 128 KiB, or this kernel's tcp_wmem/tcp_rmem maxima")
     p.add_argument("--tcp-variant", choices=("NewReno", "Cubic", "Bbr"), default="NewReno",
@@ -105,13 +108,14 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
               switch_each: dict[str, tuple[float, float, float]] | None = None,
               tcp_buffers: tuple[int, int] | None = None, server_cpu: Any = None,
               timer_scale: float = 1.0, rr_interval_s: float | None = None, tcp_variant: str = "NewReno",
-              progress: Any = None) -> dict[str, Any]:
+              port_clock: bool = False, progress: Any = None) -> dict[str, Any]:
     """One ns-3 run of a trace scenario and configuration; the raw-run record (without ids).
     ``switch``: the switches' (on, off) seconds (0: always on), ``switch_each`` named switches' own
     (on, off, availability); ``tcp_buffers``: TCP's (send,
     receive) bytes (None: ns-3's); ``server_cpu``: a parameter server's host CPU (None: the ranks');
     ``timer_scale``: the DLCP timers the fabric scales by k (first probe timeout, reorder allowance)
-    times this; ``rr_interval_s``: the request/response period (None: the scenario's)."""
+    times this; ``rr_interval_s``: the request/response period (None: the scenario's); ``port_clock``:
+    the switch ports paced as p4switch's traffic manager (``HostCosts.switch_port_clock``)."""
     from simulator.packet.host_cpu import SWITCH_FORWARD_S, HostCpu
     from simulator.packet.network import HostCosts
     from simulator.packet.run import RunSettings, run
@@ -139,7 +143,8 @@ def run_trace(topo: Any, scenario_name: str, config_name: str, job: dict[str, An
                                            switch_forward_s=SWITCH_FORWARD_S if switch[1] > 0 or any(
                                                w[1] > 0 for w in (switch_each or {}).values()) else 0.0,
                                            switch_on_s=switch[0], switch_off_s=switch[1],
-                                           switch_each=tuple((n, w[0], w[1]) for n, w in (switch_each or {}).items())),
+                                           switch_each=tuple((n, w[0], w[1]) for n, w in (switch_each or {}).items()),
+                                           switch_port_clock=port_clock),
                            **({"tcp_buffer_bytes": tcp_buffers[0], "tcp_rcv_buffer_bytes": tcp_buffers[1]}
                               if tcp_buffers else {}),
                            tcp_priority=5 if config.queues == "tcp-class" else 0, lossy_links=lossy,
@@ -277,7 +282,7 @@ def _packet_trace(args: argparse.Namespace) -> int:
                                             wall=args.switch_off_wall)
                                         if args.switch_cpu == "each-run" else None,
                                         server_cpu=servers[config], timer_scale=timer_scale,
-                                        tcp_variant=args.tcp_variant,
+                                        tcp_variant=args.tcp_variant, port_clock=args.switch_port_clock,
                                         rr_interval_s=None if args.rr_interval_ms is None else args.rr_interval_ms * 1e-3,
                                         progress=None if args.quiet else say))
                 keep_run(record, runs, out, say)
@@ -305,6 +310,8 @@ def _packet_trace(args: argparse.Namespace) -> int:
                 + (f"; each switch off {off_text} at a time, on as its own availability in the fabric "
                    f"run of the same repetition (each run's switch_cpu_model)" if args.switch_cpu == "each-run" else "")
                 + (f"; TCP buffers {tcp_buffers[0]:,} / {tcp_buffers[1]:,} bytes" if tcp_buffers else "")
+                + ("; switch ports on p4switch's clock (a backlog due while off leaves in a burst)"
+                   if args.switch_port_clock else "")
                 + f"; ns-3's TCP {args.tcp_variant}.\n\n")
         (out / "results.md").write_text(head + table)
         meta = {"command": command, "started": started, "load_at_start": load_at_start,

@@ -134,6 +134,17 @@ class PortQueueDisc : public QueueDisc
         m_schedule = SwitchSchedule{on, off, phase};
     }
 
+    // The port's clock as p4switch's traffic manager keeps it (traffic_manager.py, gf_switch.h):
+    // a packet may leave at max(its enqueue time, the port's free time), the free time then
+    // moves on by its service at `rateBps` (with the point-to-point header), and a packet whose
+    // time came while the switch was off leaves as soon as it is on again: the backlog goes out
+    // in a burst, the port loses none of its rate to the switch's waits. The device behind it
+    // must be fast (network.py sets it): it carries what the clock releases. 0 turns it off.
+    void SetPortClock(double rateBps)
+    {
+        m_clockBps = rateBps;
+    }
+
     uint64_t overflowDrops = 0; // a full band
     uint64_t earlyDrops = 0;    // drop-eligible packets above the threshold
     uint64_t marks = 0;         // ECN marks
@@ -171,29 +182,66 @@ class PortQueueDisc : public QueueDisc
         {
             marks++;
         }
+        item->SetTimeStamp(Simulator::Now());
         GetInternalQueue(band)->Enqueue(item);
         enqueued++;
         maxDepth = std::max<uint32_t>(maxDepth, GetNPackets());
         return true;
     }
 
+    // Run again `wait` seconds from now (one nanosecond past the rounded end, so the port is
+    // on or the packet due when it resumes); one pending at a time.
+    void ResumeIn(double wait)
+    {
+        if (!m_resumePending)
+        {
+            m_resumePending = true;
+            Ptr<PortQueueDisc> self = this;
+            Simulator::Schedule(NanoSeconds(std::llround(wait * 1e9) + 1), [self]() {
+                self->m_resumePending = false;
+                self->Run();
+            });
+        }
+    }
+
+    // With the port clock: the highest band's head once its time has come and the switch is on.
+    Ptr<QueueDiscItem> DequeueClocked()
+    {
+        for (int32_t band = static_cast<int32_t>(m_bands) - 1; band >= 0; band--)
+        {
+            Ptr<const QueueDiscItem> head = GetInternalQueue(band)->Peek();
+            if (!head)
+            {
+                continue;
+            }
+            double now = Simulator::Now().GetSeconds();
+            double due = std::max(head->GetTimeStamp().GetSeconds(), m_freeAt);
+            double at = std::max(now, due);
+            at += m_schedule.Active() ? m_schedule.UntilOn(at) : 0.0;
+            if (at > now + 1e-10)
+            {
+                ResumeIn(at - now);
+                return nullptr;
+            }
+            Ptr<QueueDiscItem> item = GetInternalQueue(band)->Dequeue();
+            m_freeAt = due + (item->GetSize() + 2) * 8.0 / m_clockBps; // + the PPP header
+            return item;
+        }
+        return nullptr;
+    }
+
     Ptr<QueueDiscItem> DoDequeue() override
     {
+        if (m_clockBps > 0)
+        {
+            return DequeueClocked();
+        }
         if (m_schedule.Active() && GetNPackets() > 0)
         {
             double wait = m_schedule.UntilOn(Simulator::Now().GetSeconds());
             if (wait > 0)
             {
-                if (!m_resumePending)
-                {
-                    m_resumePending = true;
-                    Ptr<PortQueueDisc> self = this;
-                    // One nanosecond past the rounded end, so the port is on when it resumes.
-                    Simulator::Schedule(NanoSeconds(std::llround(wait * 1e9) + 1), [self]() {
-                        self->m_resumePending = false;
-                        self->Run();
-                    });
-                }
+                ResumeIn(wait);
                 return nullptr;
             }
         }
@@ -232,6 +280,8 @@ class PortQueueDisc : public QueueDisc
 
     SwitchSchedule m_schedule;
     bool m_resumePending = false;
+    double m_clockBps = 0;
+    double m_freeAt = 0;
     uint32_t m_bands = 8;
     uint32_t m_limit = 32;
     uint32_t m_dropThreshold = 0;
