@@ -284,3 +284,12 @@ def test_an_unknown_tcp_variant_is_refused_before_the_run() -> None:
     with pytest.raises(PacketSimulationError, match="TCP variant 'Vegas': one of NewReno, Cubic, Bbr"):
         run(leafspine(2, 1, 1, Port(rate_bps=1e8)), Scenario("pair", "ring h1-h2", (Job(1, ("h1", "h2")),)),
             sim.trace_configuration("ddp-tcp"), settings)  # type: ignore[arg-type]
+
+
+def test_lossy_0_is_the_lossy_fabric_with_its_link_loss_at_zero() -> None:
+    from simulator.packet.trace_scenarios import trace_scenario
+
+    control, lossy = trace_scenario("lossy-0"), trace_scenario("lossy-0.1")
+    assert control.link_loss == 0.0 and lossy.link_loss == 0.001
+    assert control.lossy_links == lossy.lossy_links == (("s1", "l2"),)
+    assert control.scenario.jobs == lossy.scenario.jobs and control.scenario.background == lossy.scenario.background

@@ -75,7 +75,7 @@ TRACE_SCENARIOS: dict[str, TraceScenario] = {s.name: s for s in (
                            (_rr("h3", "h7"),)), bulk_jobs=(2,)),
     *(TraceScenario(Scenario(f"lossy-{pct:g}", f"ring h1-h5; the spine link s1-l2 loses {pct:g}% each way; "
                              "request/response h3 asks h7", (Job(1, ("h1", "h5")),), (_rr("h3", "h7"),)),
-                    (("s1", "l2"),), pct / 100) for pct in (0.1, 1.0)),
+                    (("s1", "l2"),), pct / 100) for pct in (0.0, 0.1, 1.0)),
 )}
 
 
