@@ -61,6 +61,25 @@ def test_a_models_folder_may_be_read_for_some_configurations_only(tmp_path: Path
     _run(old, "b", "qos", [0.080, 0.080, 0.080], [0.001], 100.0)  # not read: qos only from `new`
     _run(new, "b", "qos", [0.044, 0.044, 0.044], [0.003], 300.0)
     models = [parse_model(f"m={old}::gloo"), parse_model(f"m={new}")]
-    assert models[0] == ("m", old, frozenset({"gloo"}))
+    assert models[0] == ("m", old, frozenset({"gloo"}), "")
     rows = {r[3]: r for r in compare([fabric], models)["rows"]}
     assert (rows["gloo"][9], rows["qos"][9], rows["qos"][14]) == ("+50%", "+10%", "90 / 300")
+
+
+def test_tagged_sweeps_of_one_scenario_stay_apart_each_against_its_own_model(tmp_path: Path) -> None:
+    from simulator.packet.validation import parse_fabric, parse_model
+
+    loaded, quiet, sim_loaded, sim_quiet = (tmp_path / n for n in ("loaded", "quiet", "sl", "sq"))
+    _run(loaded, "a", "gloo", [0.040, 0.040, 0.040], [0.008], 90.0)
+    _run(quiet, "a", "gloo", [0.020, 0.020, 0.020], [0.004], 90.0)
+    _run(sim_loaded, "a", "gloo", [0.044, 0.044, 0.044], [0.002], 100.0)
+    _run(sim_quiet, "a", "gloo", [0.030, 0.030, 0.030], [0.001], 100.0)
+    fabric = [parse_fabric(f"loaded={loaded}"), parse_fabric(f"quiet={quiet}")]
+    assert fabric[0] == (loaded, "loaded") and parse_fabric(str(quiet)) == (quiet, "")
+    models = [parse_model(f"m={sim_loaded}@loaded"), parse_model(f"m={sim_quiet}::gloo@quiet")]
+    assert models[1] == ("m", sim_quiet, frozenset({"gloo"}), "quiet")
+    rows = {r[1]: r for r in compare(fabric, models)["rows"]}
+    # Two groups: loaded 40 ms against 44 (+10%), rr 8 / 2 ms; quiet 20 against 30 (+50%), 4 / 1 ms.
+    assert (rows["tcp (loaded)"][9], rows["tcp (loaded)"][13]) == ("+10%", "8.00 / 2.00")
+    assert (rows["tcp (quiet)"][9], rows["tcp (quiet)"][13]) == ("+50%", "4.00 / 1.00")
+    assert len(rows) == 2

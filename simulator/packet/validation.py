@@ -10,7 +10,10 @@ request/response flow's completion time (the fabric's round trip for a small exc
 the long TCP flows' goodput, read from the same raw records.
 
 ``python -m simulator.packet.validation --fabric DIR ... --model NAME=DIR ... --out DIR``
-writes ``validation.md``, ``validation.csv`` and ``validation.png``.
+writes ``validation.md``, ``validation.csv`` and ``validation.png``. A folder given as
+``TAG=DIR`` (``--fabric``) or ``NAME=DIR@TAG`` (``--model``) puts its runs under the scenario
+"scenario (TAG)": two sweeps of one scenario and port rate (a loaded and a quieter machine), each
+against the ns-3 runs that read its own records, stay two groups.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import io
 import json
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,10 +51,11 @@ def _pooled(runs: Sequence[Run], q: float) -> float:
     return float(np.percentile([t for r in runs for t in r.iterations], q))
 
 
-def network_figures(folders: Sequence[Path], configs: Sequence[frozenset[str] | None] | None = None
-                    ) -> dict[tuple[str, str], dict[str, float]]:
+def network_figures(folders: Sequence[Path], configs: Sequence[frozenset[str] | None] | None = None,
+                    tags: Sequence[str] | None = None) -> dict[tuple[str, str], dict[str, float]]:
     """(scenario, configuration) -> median request/response FCT (s) and long-TCP goodput
-    (Mbit/s) over every run's background flows (``configs``: per folder, those read; None: all)."""
+    (Mbit/s) over every run's background flows (``configs``: per folder, those read; None: all;
+    ``tags``: per folder, its tag or "", the scenario then named as :func:`tagged` names it)."""
     fct: dict[tuple[str, str], list[float]] = defaultdict(list)
     tcp: dict[tuple[str, str], list[float]] = defaultdict(list)
     for i, folder in enumerate(folders):
@@ -62,7 +67,7 @@ def network_figures(folders: Sequence[Path], configs: Sequence[frozenset[str] | 
                 raise SimulatorError(f"{path}: not a run record: {exc}") from None
             if record.get("status") != "ok" or (only is not None and str(record.get("config")) not in only):
                 continue
-            key = (str(record.get("scenario")), str(record.get("config")))
+            key = (_tag_name(str(record.get("scenario")), tags[i] if tags else ""), str(record.get("config")))
             for flow in record.get("background") or []:
                 if flow.get("protocol") == "rr":
                     fct[key].extend(float(x) for x in flow.get("fct_s") or [])
@@ -81,32 +86,57 @@ def _fmt(x: float, scale: float = 1e3, digits: int = 1) -> str:
     return "-" if x != x else f"{x * scale:.{digits}f}"
 
 
-Model = tuple[str, Path] | tuple[str, Path, frozenset[str] | None]  # name, folder, configurations read (None: all)
+#: name, folder, configurations read (None: all), tag ("" none)
+Model = tuple[str, Path] | tuple[str, Path, frozenset[str] | None] | tuple[str, Path, frozenset[str] | None, str]
 
 
 def parse_model(item: str) -> Model:
-    """``NAME=DIR`` or ``NAME=DIR::CONFIG,CONFIG`` (only those configurations' runs of DIR)."""
+    """``NAME=DIR``, ``NAME=DIR::CONFIG,CONFIG`` (only those configurations' runs of DIR), either
+    with ``@TAG`` at the end (its runs under "scenario (TAG)", module doc)."""
     name, sep, rest = item.partition("=")
+    rest, _, tag = rest.partition("@")
     folder, _, only = rest.partition("::")
     if not sep or not name or not folder:
-        raise SimulatorError(f"--model {item!r}: expected NAME=DIR or NAME=DIR::CONFIG,...")
-    return (name, Path(folder), frozenset(c for c in only.split(",") if c) or None)
+        raise SimulatorError(f"--model {item!r}: expected NAME=DIR[::CONFIG,...][@TAG]")
+    return (name, Path(folder), frozenset(c for c in only.split(",") if c) or None, tag)
 
 
-def compare(fabric: Sequence[Path], models: Sequence[Model]) -> dict[str, Any]:
-    """Rows, ranking rows, plot points and errors per model (module doc)."""
-    measured = _group([r for folder in fabric for r in load_runs(folder)])
-    net_fabric = network_figures(fabric)
+def parse_fabric(item: str) -> tuple[Path, str]:
+    """``DIR`` or ``TAG=DIR``: a fabric sweep folder and its tag ("" none)."""
+    tag, sep, folder = item.rpartition("=")
+    if sep and not folder:
+        raise SimulatorError(f"--fabric {item!r}: expected DIR or TAG=DIR")
+    return Path(folder), tag
+
+
+def _tag_name(scenario: str, tag: str) -> str:
+    return f"{scenario} ({tag})" if tag else scenario
+
+
+def tagged(runs: Sequence[Run], tag: str) -> list[Run]:
+    """``runs`` with their scenario named "scenario (tag)" (unchanged without a tag)."""
+    return [replace(r, scenario=_tag_name(r.scenario, tag)) for r in runs] if tag else list(runs)
+
+
+def compare(fabric: Sequence[Path | tuple[Path, str]], models: Sequence[Model]) -> dict[str, Any]:
+    """Rows, ranking rows, plot points and errors per model (module doc); a fabric folder may
+    come with its tag, ``(DIR, TAG)``."""
+    sweeps = [f if isinstance(f, tuple) else (f, "") for f in fabric]
+    measured = _group([r for folder, tag in sweeps for r in tagged(load_runs(folder), tag)])
+    net_fabric = network_figures([f for f, _ in sweeps], tags=[t for _, t in sweeps])
     rows: list[list[str]] = []
     rank_rows: list[list[str]] = []
     points: list[tuple[str, float, float, float, float]] = []
     errors: dict[str, list[float]] = {}
-    folders_of: dict[str, list[tuple[Path, frozenset[str] | None]]] = defaultdict(list)  # several folders: pooled
+    folders_of: dict[str, list[tuple[Path, frozenset[str] | None, str]]] = defaultdict(list)  # several: pooled
     for model in models:
-        folders_of[model[0]].append((model[1], model[2] if len(model) > 2 else None))  # type: ignore[misc]
+        folders_of[model[0]].append((model[1], model[2] if len(model) > 2 else None,  # type: ignore[misc]
+                                     model[3] if len(model) > 3 else ""))  # type: ignore[misc]
     for name, folders in folders_of.items():
-        simulated = _group([r for folder, only in folders for r in load_runs(folder) if only is None or r.config in only])
-        net_sim = network_figures([f for f, _ in folders], [only for _, only in folders])
+        simulated = _group([r for folder, only, tag in folders for r in tagged(load_runs(folder), tag)
+                            if only is None or r.config in only])
+        net_sim = network_figures([f for f, _, _ in folders], [only for _, only, _ in folders],
+                                  [tag for _, _, tag in folders])
         errors.setdefault(name, [])
         by_scenario: dict[tuple[str, str, float], dict[str, tuple[float, float]]] = defaultdict(dict)
         for key in sorted(set(simulated) & set(measured)):
@@ -171,7 +201,7 @@ def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) 
     plt.close(fig)
 
 
-def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[Model],
+def write(out: Path, command: str, fabric: Sequence[Path | tuple[Path, str]], models: Sequence[Model],
           notes: str = "") -> str:
     """Write validation.md, .csv and .png under ``out``; return the Markdown."""
     result = compare(fabric, models)
@@ -188,8 +218,11 @@ def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[Mode
     summary = "; ".join(f"**{name}**: median absolute p50 error {statistics.median(e):.0%} over {len(e)} groups, "
                         f"{sum(1 for x in e if x <= 0.10)} within 10%" for name, e in result["errors"].items() if e)
     md = ("# ns-3 against the fabric's runs\n\n"
-          f"Made by `{command}`. Fabric runs: {', '.join(f'`{f}`' for f in fabric)}; ns-3 models: "
-          + ", ".join(f"{m[0]} (`{m[1]}`" + (f", {', '.join(sorted(m[2]))}" if len(m) > 2 and m[2] else "") + ")"
+          f"Made by `{command}`. Fabric runs: "
+          + ", ".join(f"`{f[0]}` ({f[1]})" if isinstance(f, tuple) and f[1] else f"`{f[0] if isinstance(f, tuple) else f}`"
+                      for f in fabric) + "; ns-3 models: "
+          + ", ".join(f"{m[0]} (`{m[1]}`" + (f", {', '.join(sorted(m[2]))}" if len(m) > 2 and m[2] else "")
+                      + (f", as {m[3]}" if len(m) > 3 and m[3] else "") + ")"  # type: ignore[misc]
                       for m in models) + ".\n\n"
           f"{summary} (target 10%).\n\n" + (notes + "\n\n" if notes else "")
           + _table(HEADER, result["rows"])
@@ -202,17 +235,19 @@ def write(out: Path, command: str, fabric: Sequence[Path], models: Sequence[Mode
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m simulator.packet.validation", description=__doc__.splitlines()[0])
-    p.add_argument("--fabric", type=Path, action="append", required=True, help="a fabric sweep folder (repeatable)")
+    p.add_argument("--fabric", action="append", required=True,
+                   help="[TAG=]DIR: a fabric sweep folder (repeatable; a tag keeps its groups apart)")
     p.add_argument("--model", action="append", required=True,
-                   help="NAME=DIR[::CONFIG,...]: an ns-3 result folder, or only those configurations' runs "
-                        "(repeatable; folders of one NAME are pooled)")
+                   help="NAME=DIR[::CONFIG,...][@TAG]: an ns-3 result folder, or only those configurations' runs "
+                        "(repeatable; folders of one NAME are pooled; the tag of the fabric sweep it models)")
     p.add_argument("--notes", type=Path, default=None, help="a Markdown file put above the table")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     models = [parse_model(item) for item in args.model]
+    fabric = [parse_fabric(item) for item in args.fabric]
     command = "python -m simulator.packet.validation " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     notes = args.notes.read_text().strip() if args.notes else ""
-    print(write(args.out, command, args.fabric, models, notes), end="")
+    print(write(args.out, command, fabric, models, notes), end="")
     return 0
 
 
