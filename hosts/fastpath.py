@@ -362,6 +362,8 @@ class BatchReceiver(CAnswers):
     SLOT_SIZE = 65536
     #: Datagrams per recvmmsg while a hint is set: after a packet that is not the one expected,
     #: the rest of the batch is copied back, so a short batch wastes less when messages alternate.
+    #: Also with no hint after a batch of large packets: a new message's first run, read into the
+    #: slots and copied from there, is then at most this long before its hint is set.
     AHEAD_SLOTS = 8
 
     def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None,
@@ -391,6 +393,8 @@ class BatchReceiver(CAnswers):
         self.hint = nat.ffi.new("struct gfh_hint *")
         #: The message the hint points into, and its C pointers (kept alive while it does).
         self._hinted: tuple[Any, Any] | None = None
+        #: The last batch held a packet gfh_recv could read in place (larger than half a slot).
+        self._large = False
         self.view = memoryview(self.buf)
         self._sources: dict[tuple[int, int], tuple[str, int]] = {}  # (ip, port) as received -> address
         on = c_answers_wanted() if answers is None else answers
@@ -412,10 +416,14 @@ class BatchReceiver(CAnswers):
                 self._hinted = None
             elif 2 * (28 + 4 * hint.count) > self.SLOT_SIZE:  # packets that gfh_recv reads in place
                 slots = min(slots, self.AHEAD_SLOTS)
+        if self._large and self._hinted is None:  # a new message's first run short: its next ones in place
+            slots = min(slots, self.AHEAD_SLOTS)
         n = self.nat.lib.gfh_recv(self.fd, c[0], slots, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
                                   self.max_pkts, *self._key, c[7], hint, c[8], self._answers_c)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
+        if n:
+            self._large = not self._key[1] and 2 * int(self.len[:n].max()) > self.SLOT_SIZE
         if n and self.answers is not None:
             self._absorb(n)
         return int(n)

@@ -206,3 +206,51 @@ def test_messages_read_in_place_through_loss_duplicates_reordering_and_look_alik
         assert int(lost.sum()) <= bound * values.size
         if bound == 0:
             assert not lost.any()
+
+
+def test_a_new_message_after_large_packets_is_read_in_short_batches_then_in_place_at_its_offsets() -> None:
+    """With no hint after a batch of large packets, a new message's first run is one short batch
+    (``AHEAD_SLOTS``), copied from the slots; its next packets are read where they belong, two
+    swapped ones are not (each is the other's place), and every value ends at its own offset."""
+    assert NAT is not None
+    ahead = BatchReceiver.AHEAD_SLOTS
+    total = 2 * ahead + 4
+    first = np.random.default_rng(3).standard_normal(2 * COUNT, dtype=np.float32)
+    values = np.random.default_rng(4).standard_normal(total * COUNT, dtype=np.float32)
+    earlier = packetize(first, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=1, iteration=1, count=COUNT)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=3, count=COUNT)
+    sock, tx, _unused = _pair()
+    _unused.close()
+    try:
+        rx = BatchReceiver(NAT, sock)
+        dest = sock.getsockname()
+        for k in (0, 1):  # large packets of another message, never placed: no hint
+            tx.sendto(earlier.packet(k), dest)
+        assert _receive(rx, sock, 2) == 2
+        swapped = ahead + 4  # sent after its neighbour
+        order = list(range(total))
+        order[swapped], order[swapped + 1] = order[swapped + 1], order[swapped]
+        for k in order:
+            tx.sendto(batch.packet(k), dest)
+        msg = np.full(values.size, np.nan, dtype=np.float32)
+        have, seqs = bytearray(values.size), bytearray(values.size)
+        arrays = (NAT.ptr(msg), NAT.ptr(have), NAT.ptr(seqs))
+        owner = _Owner(arrays)
+        n = _receive(rx, sock, 1)
+        assert n == ahead and not rx.pay[:n].any(), "a new message's first batch is short and read into slots"
+        received = int(rx.place(0, n, values.size, arrays, 0, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+        base = msg.ctypes.data
+        n = _receive(rx, sock, ahead)
+        expected = [base + k * COUNT * 4 for k in range(ahead, 2 * ahead)]
+        expected[4] = expected[5] = 0  # the swapped pair: each came where the other belongs
+        assert [int(p) for p in rx.pay[:n]] == expected
+        assert bytes(rx.packet(4)) == bytes(batch.packet(swapped + 1))
+        received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+        n = _receive(rx, sock, total - 2 * ahead)
+        assert [int(p) for p in rx.pay[:n]] == [base + k * COUNT * 4 for k in range(2 * ahead, total)]
+        received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+        assert received == values.size
+        assert msg.tobytes() == values.tobytes()  # every datagram at its own offset, byte for byte
+    finally:
+        sock.close()
+        tx.close()
