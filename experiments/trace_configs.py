@@ -83,6 +83,7 @@ class TraceConfig:
     #: no spraying) and the hosts mark DSCP per class and Not-ECT on drop-eligible packets
     profile: str = "dlcp"
     merge: bool = False  # dlcp scheduler: small layers merged (MERGE_BYTES, hosts/schedulers/dlcp.py)
+    congestion: str = ""  # TCP: congestion control set on every socket of the job; "": the host's default
 
     @property
     def grad_bound(self) -> float:
@@ -93,7 +94,7 @@ class TraceConfig:
                        collective="ps" if placement.collective == "star" else "ring", grad_bound=self.grad_bound,
                        job_id=placement.job_id, seed=seed, dscp=JOB_DSCP if self.queues == "tcp-class" else 0,
                        marking="commodity" if self.profile == "commodity" else "p4",
-                       merge_bytes=MERGE_BYTES if self.merge else 0)
+                       merge_bytes=MERGE_BYTES if self.merge else 0, congestion=self.congestion)
 
     def policy(self, job_ids: Sequence[int]) -> dict[str, Any]:
         jobs = []
@@ -127,6 +128,8 @@ class TraceConfig:
 TRACE_CONFIGS: tuple[TraceConfig, ...] = (
     TraceConfig("ddp-tcp", "DDP-style: 25 MB buckets (/b), ring (or PS) over TCP, one FIFO with the background",
                 "tcp", "fusion", "ddp"),
+    TraceConfig("ddp-tcp-cubic", "the same with CUBIC (Linux's default) set on each of the job's sockets; "
+                "the background keeps the host's default", "tcp", "fusion", "ddp", congestion="cubic"),
     TraceConfig("ddp-tcp-qos", "the same, the job's TCP marked DSCP 18 and put one class above the background",
                 "tcp", "fusion", "ddp", queues="tcp-class"),
     TraceConfig("ddp-tcp-rto", "DDP-style over TCP with a tuned rto_min (1 ms real, x k)", "tcp", "fusion", "ddp",

@@ -17,7 +17,9 @@ Per scenario and configuration: medians over the runs not marked; speed-up
 against ``ddp-tcp`` from *paired* runs (same scenario and round, hence the same seed): the
 ratio baseline/config of each pair's p50 (and p99), their median and a 95% bootstrap CI
 (:func:`scipy.stats.bootstrap`, percentile, 2,000 resamples) over the pairs. Fewer than
-three pairs give no CI.
+three pairs give no CI. A scenario that ran both TCP variants (``ddp-tcp`` on the host's
+default congestion control, ``ddp-tcp-cubic``) also gets each configuration's p50 speed-up
+over the faster of the two in each round, and the congestion control the TCP sockets ran.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 import numpy as np
 
 BASELINE = "ddp-tcp"
+#: The TCP baselines whose faster one, per round, is the second reference.
+TCP_VARIANTS = ("ddp-tcp", "ddp-tcp-cubic")
 MIN_PAIRS_FOR_CI = 3
 
 
@@ -78,6 +82,7 @@ def run_figures(record: dict[str, Any]) -> dict[str, Any]:
         "max_cpu_share": record.get("max_cpu_share"), "max_starvation": record.get("max_starvation"),
         "max_cpu_wait_share": record.get("max_cpu_wait_share"),
         "cpu_bound": record.get("cpu_bound", False) or record.get("cpu_starved", False),
+        "tcp_congestion": sorted({n for r in ranks for n in r["totals"].get("tcp_congestion", {}).values()}),
     }
 
 
@@ -135,8 +140,24 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                          "all_runs_marked": not clean, **med,
                          "speedup_p50": paired_ratio([base[k]["p50_s"] for k in pairs], [good[k]["p50_s"] for k in pairs]),
                          "speedup_p99": paired_ratio([base[k]["p99_s"] for k in pairs], [good[k]["p99_s"] for k in pairs])}
+        _against_faster_tcp(rows, by_cfg, clean)
         out[scenario] = rows
     return out
+
+
+def _against_faster_tcp(rows: dict[str, Any], by_cfg: dict[str, dict[int, dict[str, Any]]], clean: bool) -> None:
+    """Each row's TCP congestion control, and, with both TCP variants, its p50 speed-up over the
+    faster of them in each round (the pairs where all three runs are in the headline)."""
+    usable = {cfg: {k: v for k, v in reps.items() if not v["cpu_bound"] or not clean} for cfg, reps in by_cfg.items()}
+    for cfg, reps in by_cfg.items():
+        rows[cfg]["tcp_congestion"] = sorted({n for v in reps.values() for n in v.get("tcp_congestion", [])})
+    if not all(c in usable for c in TCP_VARIANTS):
+        return
+    fast = {k: min(usable[c][k]["p50_s"] for c in TCP_VARIANTS)
+            for k in set.intersection(*(set(usable[c]) for c in TCP_VARIANTS))}
+    for cfg, good in usable.items():
+        pairs = sorted(set(good) & set(fast))
+        rows[cfg]["speedup_p50_faster_tcp"] = paired_ratio([fast[k] for k in pairs], [good[k]["p50_s"] for k in pairs])
 
 
 def format_number(x: Any, scale: float = 1.0, digits: int = 0) -> str:
@@ -206,6 +227,13 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                 f"{format_number(r['queue_drops'])} | {format_number(r['host_qdisc_drops'])} | {format_number(r['tcp_retransmitted'])} / "
                 f"{format_number(r['tcp_timeouts'])} | {format_number(r['bg_goodput_mbps'], 1, 1)} | {format_number(r['rr_fct_p99_ms'], 1, 1)} | "
                 f"{format_number(r['max_cpu_share'], 1, 2)} / {_wait(r)} |")
+        if any(r.get("speedup_p50_faster_tcp") for r in rows.values()):
+            lines += ["", "Against the faster TCP baseline of each round (the smaller p50 of "
+                      f"{' and '.join(TCP_VARIANTS)}), paired:", "",
+                      "| configuration | TCP congestion control (read from the sockets) | speed-up p50 vs ddp-tcp | "
+                      "speed-up p50 vs the faster TCP |", "|---|---|---|---|"]
+            lines += [f"| {cfg} | {', '.join(r['tcp_congestion']) or '(no TCP)'} | {format_ratio(r['speedup_p50'])} | "
+                      f"{format_ratio(r.get('speedup_p50_faster_tcp'))} |" for cfg, r in rows.items()]
         if any(r.get("max_cpu_wait_share") is None and r.get("max_starvation") is not None for r in rows.values()):
             lines.append("\n(summed): runs recorded before the wait share; the figure is a rank's waits summed over "
                          "its threads over their runnable time, which its own threads inflate.")

@@ -171,7 +171,7 @@ class TraceSite:
         nstat = {key: sum(after["nstat"][h].get(key, 0) - before["nstat"][h].get(key, 0) for h in after["nstat"])
                  for key in NSTAT_KEYS}
         return {**self.base.switch_figures(before["counters"], after["counters"], job_ids),
-                "queue_drops": queue_drops,
+                "queue_drops": queue_drops, "queue_drops_by_queue": queue_drops_by_queue(before, after),
                 "host_qdisc_drops": sum(after["host_drops"].values()) - sum(before["host_drops"].values()),
                 "tcp_retransmitted": nstat["TcpRetransSegs"], "tcp_timeouts": nstat["TcpExtTCPTimeouts"],
                 "switch_cpu": switch_cpu, "switch_cpu_wait": switch_wait,
@@ -195,6 +195,10 @@ class TraceSite:
 
         return trace_links.link_drops(self.fabric.description_path, lossy)
 
+    def default_congestion(self, host: str) -> str:
+        """The TCP congestion control `host`'s new sockets get (its namespace's sysctl)."""
+        return str(self.fabric.node(host).cmd("sysctl -n net.ipv4.tcp_congestion_control")).strip()
+
     def set_rto_min(self, hosts: list[str], rto_s: float | None) -> None:
         """``rto_min`` on every route of these hosts (None: the Linux default)."""
         for h in hosts:
@@ -204,6 +208,19 @@ class TraceSite:
                 if route:
                     extra = f" rto_min {rto_s * 1e3:g}ms" if rto_s is not None else ""
                     node.cmd(f"ip route replace {route}{extra}")
+
+
+def queue_drops_by_queue(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """The run's tail drops per queue, ``switch:port:priority`` (which egress ports and classes filled)."""
+    out: dict[str, int] = {}
+    for name, now in after["counters"].items():
+        old = before["counters"].get(name)
+        prev = (old.queue_drops or {}) if old is not None else {}
+        for key, n in (now.queue_drops or {}).items():
+            if n > prev.get(key, 0):
+                queue = f"{name}:{key[0]}:{key[1]}"
+                out[queue] = out.get(queue, 0) + n - prev.get(key, 0)
+    return dict(sorted(out.items()))
 
 
 def process_sample(pids: dict[str, int]) -> dict[str, Any]:
@@ -366,6 +383,7 @@ def run_trace_once(site: TraceSite, sc: TraceScenario, config: TraceConfig, run:
     figures["other_wait_per_slice_ns"] = wait_slices(bulk_before, bulk_after)
     return {"jobs": jobs, "background": background, "switch": figures, "seconds": round(trained, 2),
             "phases": phases, **cpu_marks(jobs, figures, settings.starved_share), "rto_min_s": rto,
+            "tcp_default_congestion": {h: site.default_congestion(h) for h in job_hosts},
             "hash_seeds": state["hash_seeds"],
             "link_loss": {"links": [list(x) for x in sc.lossy_links], "probability": sc.link_loss,
                           "drops_by_port": link_lost}}
@@ -414,7 +432,8 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                 "job": asdict(settings.job), "scale": settings.job.rule.to_dict(),
                 "timers": scaled_timers(settings.job), "topology": str(settings.topo),
                 "runs": [asdict(r) for r in runs], "cpu_bound_share": CPU_BOUND,
-                "starved_share": settings.starved_share, "code": code.to_dict()}
+                "starved_share": settings.starved_share, "code": code.to_dict(),
+                "tcp_congestion": tcp_congestion_plan(settings.sweep)}
     (out / "runs").mkdir(parents=True, exist_ok=True)
     topo = port_topology(settings.topo, settings.job.port_pps, out)
     meta["topology"] = str(topo)
@@ -479,6 +498,16 @@ def scaled_timers(job: TraceJob) -> dict[str, float]:
 
     return {**transport_timers(job.k), "tuned_rto_min": job.rule.rto_min_s(TUNED_RTO_MIN_S),
             "rr_interval": RR_INTERVAL * time_factor(job.k)}
+
+
+def tcp_congestion_plan(sweep: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """What the plan's TCP configurations run: the machine's default congestion control (the
+    fabric's hosts inherit it) and each TCP configuration's (its own, or that default)."""
+    sysctl = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+    default = sysctl.read_text().strip() if sysctl.exists() else "unknown"
+    configs = {c: trace_config(c) for names in sweep.values() for c in names}
+    return {"host_default": default, "configs": {name: c.congestion or f"host default ({default})"
+                                                 for name, c in configs.items() if c.comm == "tcp"}}
 
 
 def _now() -> str:

@@ -66,13 +66,17 @@ class IterationTotals:
         return out
 
 
-def received(closers: list[Any]) -> dict[str, int]:
+def received(closers: list[Any]) -> dict[str, Any]:
     """Data packets that reached the DLCP endpoint among `closers` (late ones included: they
     came after their message was complete), the late ones, the probes received and those the
-    C receive path answered (hosts/answers.c); empty without an endpoint."""
+    C receive path answered (hosts/answers.c); for a TCP mesh instead, the congestion control
+    each of its sockets ran (``tcp_congestion``: peer rank to name); else empty."""
+    from experiments.training.tcp_collectives import TcpMesh
     from hosts.endpoint import Endpoint
 
     for c in closers:
+        if isinstance(c, TcpMesh):
+            return {"tcp_congestion": c.congestion_used()}
         if isinstance(c, Endpoint):
             stats = c.reassembler.stats
             late = stats.drops.get("late", 0)

@@ -9,6 +9,9 @@ thread per connection files each message under its tag until a collective takes 
 connection messages go in the order they were sent (TCP's head-of-line blocking, as in
 gloo). Sockets can mark a DSCP (``IP_TOS``) so a switch can put the job in a priority class,
 as an operator would do for gloo; Linux's ``rto_min`` is a route attribute set by the runner.
+Without ``congestion`` a socket runs the host's default congestion control
+(``net.ipv4.tcp_congestion_control``); with it, that algorithm is set per socket
+(``TCP_CONGESTION``). Either way :meth:`TcpMesh.congestion_used` reads back what each socket ran.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,9 +49,10 @@ class TcpMesh:
     """Framed, tagged messages to and from this rank's peers (module doc)."""
 
     def __init__(self, rank: int, addresses: list[tuple[str, int]], talks_to: set[int], *, dscp: int = 0,
-                 timeout_s: float = 60.0) -> None:
+                 congestion: str = "", timeout_s: float = 60.0) -> None:
         self.rank = rank
         self.dscp = dscp
+        self.congestion = congestion
         self.timeout_s = timeout_s
         self._socks: dict[int, socket.socket] = {}
         self._send_locks: dict[int, threading.Lock] = {}
@@ -91,8 +96,14 @@ class TcpMesh:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.dscp:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.dscp << 2)
+        if self.congestion:
+            set_congestion(sock, self.congestion)
         self._socks[peer] = sock
         self._send_locks[peer] = threading.Lock()
+
+    def congestion_used(self) -> dict[str, str]:
+        """The congestion control each peer's socket runs, read back from the kernel (peer rank: name)."""
+        return {str(peer): congestion_of(sock) for peer, sock in sorted(self._socks.items())}
 
     def send(self, peer: int, key: Key, values: np.ndarray) -> int:
         data = np.ascontiguousarray(values, dtype=np.float32)
@@ -136,6 +147,22 @@ class TcpMesh:
             except OSError:
                 pass
             sock.close()
+
+
+def set_congestion(sock: socket.socket, name: str) -> None:
+    """Run `name` (``cubic``, ``bbr``, ...) as `sock`'s congestion control (``TCP_CONGESTION``)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+    except OSError as exc:
+        available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        known = available.read_text().strip() if available.exists() else "unknown"
+        raise ExperimentError(f"TCP congestion control {name!r} cannot be set ({exc}); this kernel offers: {known}"
+                              ) from exc
+
+
+def congestion_of(sock: socket.socket) -> str:
+    """The congestion control `sock` runs (``getsockopt(TCP_CONGESTION)``)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

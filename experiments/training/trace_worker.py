@@ -93,6 +93,7 @@ class TraceJob:
     job_id: int = 1
     seed: int = 1
     dscp: int = 0  # TCP: IP_TOS DSCP of the job's sockets
+    congestion: str = ""  # TCP: congestion control set per socket (TCP_CONGESTION); "": the host's default
     marking: str = "p4"  # DLCP: p4 (the switches read the DLCP header) or commodity (hosts.marking)
     rate_pps: float = REFERENCE_PORT_PPS
     max_rate_pps: float = 80_000.0  # recorded only: the sender's pacing is capped by port_pps
@@ -450,7 +451,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
         from experiments.training import tcp_collectives as tc
 
         talks = ({0} if rank else set(workers)) if ps else {(rank + 1) % world, (rank - 1) % world}
-        mesh = tc.TcpMesh(rank, peers, talks, dscp=job.dscp, timeout_s=job.timeout_s)
+        mesh = tc.TcpMesh(rank, peers, talks, dscp=job.dscp, congestion=job.congestion, timeout_s=job.timeout_s)
         closers.append(mesh)
         if ps:
             server = tc.TcpPsServer(mesh, workers) if rank == 0 else None
@@ -505,7 +506,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
             else:
                 for it in range(job.iterations):
                     server.serve_iteration(it, ids, num_layers=len(trace.layers), timeout=job.timeout_s)
-            _emit({"event": "done", "role": "server", "rank": rank, "totals": {},
+            _emit({"event": "done", "role": "server", "rank": rank, "totals": received(closers) if job.comm == "tcp" else {},
                    **_cpu_figures(cpu0, wall0, sched0, threads0)})
             done = True
             return
@@ -561,7 +562,6 @@ def _dump_state(endpoint: Any) -> None:
         print(f"  receiver: {r.stats}", file=sys.stderr)
     sys.stderr.flush()
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-
 
 
 def _cpu_figures(cpu0: float, wall0: float, sched0: tuple[int, int], threads0: dict[int, tuple[int, int, int]]
