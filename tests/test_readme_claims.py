@@ -133,6 +133,10 @@ def trace_job_default(name: str) -> float:
         if isinstance(node, ast.ClassDef) and node.name == "TraceJob":
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == name:
+                    if isinstance(item.value, ast.Name):  # a constant of experiments.scaling (its one source)
+                        import experiments.scaling
+
+                        return float(getattr(experiments.scaling, item.value.id))
                     return float(ast.literal_eval(item.value))  # type: ignore[arg-type]
     raise AssertionError(f"no TraceJob.{name} default in experiments/training/trace_worker.py")
 
@@ -192,6 +196,9 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"At a quarter of the port rate: ([\d,]+) packets/s, k = (\d+)",
      (QUARTER, lambda: 4 * trace_job_default("k"))),
     ("experiments/README.md", r"At ([\d,]+) packets/s per port the DLCP ranks do not", (TRACE_FABRIC,)),
+    # the congestion-control question at the quarter rate
+    ("experiments/README.md", r"Is DDP-style TCP a fair baseline at ([\d,]+) packets/s\?", (QUARTER,)),
+    ("experiments/README.md", r"Every \*ddp-tcp\* figure at ([\d,]+) packets/s above ran BBR", (QUARTER,)),
     ("experiments/README.md", r"emulated port ([\d,]+) packets/s \((\d+) Mbit/s\)",
      (QUARTER, lambda: QUARTER() * 1500 * 8 / 1e6)),
     ("experiments/README.md", r"the DLCP ranks pace at ([\d,]+) packets/s;", (QUARTER,)),
