@@ -8,7 +8,10 @@ configuration's; p99 likewise). With fabric sweeps (``--fabric``): the fabric's 
 read the same way beside each prediction, the error of each p50 and of each speed-up.
 
 ``python -m simulator.packet.prediction --model NAME=DIR ... [--fabric DIR ...] [--baseline ddp-tcp]``
-prints the Markdown table.
+prints the Markdown table. A folder given as ``DIR::CONFIG+CONFIG`` gives only those
+configurations' runs; ``DIR::CONFIG:NAME`` gives CONFIG's runs as configuration NAME (ns-3's
+ddp-tcp under CUBIC as the fabric's ddp-tcp-cubic), so one model can hold runs made with
+different settings.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +56,23 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:,.1f}"
 
 
-def table(models: Sequence[tuple[str, Sequence[Path]]], fabric: Sequence[Path] = (), baseline: str = "ddp-tcp") -> str:
+def folder_runs(spec: str | Path) -> list[Run]:
+    """The runs of ``DIR``, ``DIR::CONFIG+...`` or ``DIR::CONFIG:NAME`` (module doc)."""
+    folder, _, only = str(spec).partition("::")
+    runs = load_runs(Path(folder))
+    if not only:
+        return runs
+    config, colon, name = only.partition(":")
+    if colon:
+        if not name or "+" in config:
+            raise SimulatorError(f"{spec!r}: expected DIR::CONFIG:NAME (one configuration, renamed)")
+        return [replace(r, config=name) for r in runs if r.config == config]
+    wanted = {c for c in only.split("+") if c}
+    return [r for r in runs if r.config in wanted]
+
+
+def table(models: Sequence[tuple[str, Sequence[Path | str]]], fabric: Sequence[Path] = (),
+          baseline: str = "ddp-tcp") -> str:
     """The Markdown table (module doc)."""
     measured = pooled([r for f in fabric for r in load_runs(f)]) if fabric else {}
     measured_up = speedups(measured, baseline)
@@ -64,7 +84,7 @@ def table(models: Sequence[tuple[str, Sequence[Path]]], fabric: Sequence[Path] =
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     found = False
     for name, folders in models:
-        figures = pooled([r for f in folders for r in load_runs(f)])
+        figures = pooled([r for f in folders for r in folder_runs(f)])
         ups = speedups(figures, baseline)
         for key in sorted(figures, key=lambda k: (k[0], k[1], k[2] != baseline, k[2])):
             if fabric and key not in measured:
@@ -90,7 +110,8 @@ def table(models: Sequence[tuple[str, Sequence[Path]]], fabric: Sequence[Path] =
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m simulator.packet.prediction", description=__doc__.splitlines()[0])
     p.add_argument("--model", action="append", required=True,
-                   help="NAME=DIR[,DIR...]: ns-3 result folders (runs/*.json under them), pooled (repeatable)")
+                   help="NAME=DIR[,DIR...]: ns-3 result folders (runs/*.json under them), pooled (repeatable); "
+                        "DIR::CONFIG+... only those configurations, DIR::CONFIG:NAME one of them renamed")
     p.add_argument("--fabric", type=Path, action="append", default=[], help="a fabric sweep folder (repeatable)")
     p.add_argument("--baseline", default="ddp-tcp", help="the configuration speed-ups are against")
     args = p.parse_args(argv)
@@ -99,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name, sep, rest = item.partition("=")
         if not sep or not name or not rest:
             raise SimulatorError(f"--model {item!r}: expected NAME=DIR[,DIR...]")
-        models.append((name, [Path(x) for x in rest.split(",") if x]))
+        models.append((name, [x for x in rest.split(",") if x]))
     print(table(models, args.fabric, args.baseline), end="")
     return 0
 
