@@ -363,7 +363,9 @@ class BatchReceiver(CAnswers):
     #: Datagrams per recvmmsg while a hint is set: after a packet that is not the one expected,
     #: the rest of the batch is copied back, so a short batch wastes less when messages alternate.
     #: Also with no hint after a batch of large packets: a new message's first run, read into the
-    #: slots and copied from there, is then at most this long before its hint is set.
+    #: slots and copied from there, is then at most this long before its hint is set. A full
+    #: batch read wholly in place doubles the next one's datagrams (up to SLOTS: fewer batches,
+    #: so less Python per byte); any packet not read in place brings it back to this.
     AHEAD_SLOTS = 8
 
     def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None,
@@ -395,6 +397,7 @@ class BatchReceiver(CAnswers):
         self._hinted: tuple[Any, Any] | None = None
         #: The last batch held a packet gfh_recv could read in place (larger than half a slot).
         self._large = False
+        self._ahead = self.AHEAD_SLOTS  # datagrams per recvmmsg while a hint is set
         self.view = memoryview(self.buf)
         self._sources: dict[tuple[int, int], tuple[str, int]] = {}  # (ip, port) as received -> address
         on = c_answers_wanted() if answers is None else answers
@@ -415,7 +418,8 @@ class BatchReceiver(CAnswers):
                 hint.values = self.nat.ffi.NULL
                 self._hinted = None
             elif 2 * (28 + 4 * hint.count) > self.SLOT_SIZE:  # packets that gfh_recv reads in place
-                slots = min(slots, self.AHEAD_SLOTS)
+                slots = min(slots, self._ahead)
+        ahead = slots < self.SLOTS and self._hinted is not None
         if self._large and self._hinted is None:  # a new message's first run short: its next ones in place
             slots = min(slots, self.AHEAD_SLOTS)
         n = self.nat.lib.gfh_recv(self.fd, c[0], slots, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
@@ -424,6 +428,11 @@ class BatchReceiver(CAnswers):
             raise OSError(-n, os.strerror(-n))
         if n:
             self._large = not self._key[1] and 2 * int(self.len[:n].max()) > self.SLOT_SIZE
+            if ahead or self._ahead > self.AHEAD_SLOTS:
+                if int(np.count_nonzero(self.pay[:n])) < n:
+                    self._ahead = self.AHEAD_SLOTS
+                elif ahead and n == slots:
+                    self._ahead = min(self.SLOTS, 2 * slots)
         if n and self.answers is not None:
             self._absorb(n)
         return int(n)

@@ -254,3 +254,51 @@ def test_a_new_message_after_large_packets_is_read_in_short_batches_then_in_plac
     finally:
         sock.close()
         tx.close()
+
+
+def test_batches_read_wholly_in_place_grow_and_a_misplaced_packet_shrinks_them() -> None:
+    """A full batch of a hinted message read wholly in place doubles the next batch's datagrams;
+    a packet not read in place brings it back to ``AHEAD_SLOTS``; the values end at their offsets."""
+    assert NAT is not None
+    ahead = BatchReceiver.AHEAD_SLOTS
+    total = 5 * ahead
+    values = np.random.default_rng(5).standard_normal(total * COUNT, dtype=np.float32)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=3, count=COUNT)
+    sock, tx, _unused = _pair()
+    _unused.close()
+    try:
+        rx = BatchReceiver(NAT, sock)
+        dest = sock.getsockname()
+        earlier = packetize(values[:2 * COUNT], kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=1,
+                            iteration=1, count=COUNT)
+        for k in (0, 1):  # large packets of another message, never placed: no hint
+            tx.sendto(earlier.packet(k), dest)
+        assert _receive(rx, sock, 2) == 2
+        order = list(range(total))
+        late = 3 * ahead + 1  # comes after the whole 16-datagram batch: that batch's second place is another's
+        order.remove(late)
+        order.append(late)
+        for k in order:
+            tx.sendto(batch.packet(k), dest)
+        msg = np.full(values.size, np.nan, dtype=np.float32)
+        have, seqs = bytearray(values.size), bytearray(values.size)
+        arrays = (NAT.ptr(msg), NAT.ptr(have), NAT.ptr(seqs))
+        owner = _Owner(arrays)
+        base = msg.ctypes.data
+        received, sizes, in_place = 0, [], []
+        while received < values.size:
+            n = _receive(rx, sock, 1)
+            sizes.append(n)
+            in_place.append(int(np.count_nonzero(rx.pay[:n])))
+            for i in range(n):  # a packet in place is where its header says it belongs
+                if rx.pay[i]:
+                    assert int(rx.pay[i]) == base + int.from_bytes(bytes(rx.packet(i)[12:16]), "big") * 4
+            received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+        # 8 into the slots (no hint yet), 8 in place, then 16 of which the second is not where expected
+        assert sizes[:3] == [ahead, ahead, 2 * ahead] and in_place[:2] == [0, ahead]
+        assert 0 < in_place[2] < 2 * ahead
+        assert sizes[3] == ahead, "a batch with a packet not read in place shrinks the next one"
+        assert msg.tobytes() == values.tobytes()
+    finally:
+        sock.close()
+        tx.close()
