@@ -76,6 +76,7 @@ from simulator.validate_report import clean_section, summary, write_report
 SCENARIOS: dict[str, tuple[str, str]] = {
     "tcp": ("tcp", "ring"), "udp": ("udp", "ring"), "incast": ("tcp", "star"), "multitenant": ("none", "ring"),
     "lossy-0.1": ("none", "ring"), "lossy-1": ("none", "ring"), "hotspot": ("none", "ring"),
+    "lossy-0": ("none", "ring"),  # the lossy-link fabric with the link's loss at 0 (a control)
 }
 #: Model terms ``sim validate --without`` can leave out, to measure what each adds: a star's
 #: DLCP server's recorded CPU per packet relative to a worker's, the background's packets
