@@ -152,7 +152,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "measured CPU per message on the GSO transport's runs), background-acks (the background TCP "
                           "flows' ACKs, one per two data packets, among the switches' packets), host-code (the DLCP "
                           "transport's host CPU at the hosts' code's measured ratio: probes answered in C), paced (the "
-                          "paced DLCP transport takes what the background leaves at the switches, no max-min half)")
+                          "paced DLCP transport takes what the background leaves at the switches, no max-min half), tcp-acks (a "
+                          "kernel-TCP ring's own ACKs, one per two segments, among its port's packets)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--leave-out", type=lambda text: tuple(t for t in text.split(",") if t), default=(),
@@ -169,6 +170,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--tcp-cost-us", type=float, default=7.0, help="kernel TCP's host cost per packet (us)")
     pp.add_argument("--dlcp-cost-us", type=float, default=14.0,
                     help="the GSO DLCP transport's host cost per packet at its per-process CPU share (us)")
+    pp.add_argument("--transport-cost-us", type=float, default=None,
+                    help="the GSO DLCP transport's host cost per packet without the switches' marks (configurations "
+                         "transport, dropping; us; default: none, those runs are not predicted)")
     pp.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
     pp.add_argument("--against", type=Path, nargs="+", default=None,
                     help="sweeps made at the new port rate: compare them with the model instead (against.md)")
@@ -322,12 +326,16 @@ def _port_predict(args: argparse.Namespace) -> int:
                f"--k {args.k:g}")
     if (args.tcp_cost_us, args.dlcp_cost_us) != (7.0, 14.0):
         command += f" --tcp-cost-us {args.tcp_cost_us:g} --dlcp-cost-us {args.dlcp_cost_us:g}"
+    if args.transport_cost_us is not None:
+        command += f" --transport-cost-us {args.transport_cost_us:g}"
     if args.traces != DEFAULT_TRACES:
         command += f" --traces {_shown(args.traces)}"
     out = default_results() / "port-predict" if args.out is None else args.out
     if args.out is not None:
         command += f" --out {_shown(args.out)}"
     costs = {"trace/tcp": args.tcp_cost_us * 1e-6, "trace/dlcp+ecn (gso) [per process]": args.dlcp_cost_us * 1e-6}
+    if args.transport_cost_us is not None:
+        costs["trace/dlcp (gso) [per process]"] = args.transport_cost_us * 1e-6
     if args.against:
         command += f" --against {' '.join(_shown(p) for p in args.against)}"
         name, text = "against.md", f"Made by `{command}`.\n\n" + against(args.against, args.traces, costs)

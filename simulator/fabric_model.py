@@ -17,6 +17,10 @@ at half a port). Per port: ``port_pps`` full frames per second, a queue of
 * **Shared FIFO with UDP at a share u of the port**: max-min sharing leaves the job
   ``max(1 - u, 1/2)`` of the port; no standing queue, no loss (the UDP flows are below the
   port's rate).
+* **A TCP ring's own ACKs** (:func:`with_own_acks`): the ports forward packets, whatever their
+  size, and a ring's host port carries the ACKs of its host's own sends beside the data it
+  receives: one per two segments (delayed ACK; the fabric's veths have no GRO), so kernel
+  TCP's data get 2/3 of the job's share. The DLCP transport answers once per message.
 * **Hops**: each store-and-forward switch port on the path adds one frame's time.
 * **ECMP**: the tcp and udp scenarios' background and job meet at the hosts' ports, below
   any ECMP choice, so hashing (per flow) or spraying (per packet) does not change the
@@ -27,7 +31,8 @@ second (:mod:`simulator.host_model`); a message holds the link for its bytes at 
 rate *plus* its packets at the host's. The two add up rather than overlap: the transports
 move a message in windows far smaller than it, and on the CPU-starved emulation host each
 window's handling at both ends waits for a CPU while the port is idle, and the port's
-transmission while the hosts are (a pipelined host would make it the longer of the two).
+transmission while the hosts are (a pipelined host would make it the longer of the two; tried
+again for the paced DLCP transport at 5,000 packets/s, simulator/README.md, and not taken).
 
 **Multitenant**: two rings cross the spines and share the leaves' two uplinks; hashed per
 flow, the jobs land on the same uplink with probability 1/2 (half the port each), else on
@@ -118,6 +123,16 @@ def split_fifo(port: PortModel, flows: int) -> PortModel:
         return port
     window = (port.queued_packets + port.hops) / (flows + 1)
     return replace(port, share=flows / (flows + 1), loss_rate=min(1.0, (MATHIS_C / window) ** 2))
+
+
+def with_own_acks(port: PortModel, segments_per_ack: int) -> PortModel:
+    """A kernel-TCP ring's port: each rank's host port carries the data it receives and the
+    ACKs of the data it sends (one per ``segments_per_ack`` segments: delayed ACK), and the
+    switches forward packets, not bytes, so the data get ``segments / (segments + 1)`` of the
+    job's packet share (2/3 with delayed ACK)."""
+    if segments_per_ack < 1:
+        raise SimulatorError(f"an ACK covers at least one segment, not {segments_per_ack}")
+    return replace(port, share=port.share * segments_per_ack / (segments_per_ack + 1))
 
 
 @dataclass(frozen=True)

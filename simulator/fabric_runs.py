@@ -50,6 +50,9 @@ CNN_CONFIGS: dict[str, Config] = {
 TRACE_CONFIGS: dict[str, Config] = {
     "ddp-tcp": Config("tcp", "fusion", "ddp", False, 0.0), "ddp-tcp-qos": Config("tcp", "fusion", "ddp", True, 0.0),
     "ddp-tcp-rto": Config("tcp", "fusion", "ddp", False, 0.0), "p3-tcp": Config("tcp", "p3", "layerwise", False, 0.0),
+    # CUBIC on the job's sockets instead of the hosts' default (BBR): the model has no term for
+    # the congestion control, so it predicts this as ddp-tcp.
+    "ddp-tcp-cubic": Config("tcp", "fusion", "ddp", False, 0.0),
     "transport": Config("dlcp", "fusion", "ddp", False, 0.0), "transport-qos": Config("dlcp", "fusion", "ddp", True, 0.0),
     "priority": Config("dlcp", "dlcp", "layerwise", True, 0.0),
     "dropping": Config("dlcp", "fusion", "ddp", False, 0.10),

@@ -64,8 +64,8 @@ from hosts.schedulers import AlphaBeta, Scheduler, Transfer, create
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import (DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model,
-                                    split_fifo)
-from simulator.fabric_runs import Run, load_runs, not_results
+                                    split_fifo, with_own_acks)
+from simulator.fabric_runs import DELAYED_ACK_SEGMENTS, Run, load_runs, not_results
 from simulator.host_model import (CALIBRATED_APART, COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, MAX_MIN_FLOOR,
                                    best_cost, cross_validated, host_pps, run_available)
 from simulator.ranking import bootstrap_p50, clear_verdict, measured_tie, rank_row
@@ -84,8 +84,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: jobs' shares of the switches' budget by their ranks' recorded CPU use (else equal), a star's
 #: kernel-TCP pushes as one flow per worker, and the DLCP transport's CPU per message.
 #: ``background-acks``: the background TCP flows' ACKs among the packets the switches forward.
+#: ``tcp-acks``: a kernel-TCP ring's own ACKs among its port's packets (:func:`simulator.fabric_model.with_own_acks`).
 TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost", "background-acks",
-         "host-code", "paced")
+         "host-code", "paced", "tcp-acks")
 #: CPU per message of the DLCP transport, sender's and receiver's together (experiments/README.md,
 #: "Where a DLCP rank's time goes": 20-23 us per packet for both sides sending one 42-packet
 #: message at a time between two endpoints on loopback, about 0.9 ms a message, in Python per
@@ -244,6 +245,8 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
                           payload_bytes=TCP_PAYLOAD_BYTES if tcp else DLCP_PAYLOAD_BYTES)
         if collective == "star" and tcp and "incast-flows" not in without:
             port = split_fifo(port, run.ranks - 1)  # every worker's push into the server's port at once
+        if collective == "ring" and tcp and "tcp-acks" not in without:
+            port = with_own_acks(port, DELAYED_ACK_SEGMENTS)
         port = replace(port, share=port.share * share)
         tenants = run.tenant_share if run.tenant_share and "tenant-use" not in without else 1 / run.tenants
         background_pps = 0.0 if "background" in without else \

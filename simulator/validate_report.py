@@ -49,7 +49,7 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
         "simulator/host_model.py (module docs). Host costs per packet are calibrated leave one sweep out: "
         "each run is predicted with costs fitted on the other sweeps' runs only.\n\n"
         + "Median absolute error of the predicted iteration p50: " + summary(errors, rank_rows) + " "
-        + tails(rows) + "\n\n"
+        + by_port(rows) + " " + tails(rows) + "\n\n"
         + note
         + markdown_table(HEADER, rows)
         + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
@@ -88,6 +88,18 @@ def summary(errors: Mapping[str, Sequence[float]], rank_rows: Sequence[Sequence[
             "whose measured order is clear (the paired 95% confidence interval of their gap over 1,000 resamples of "
             f"the runs excludes 0); {ties} pairs are ties (the interval includes 0), {swapped_ties} of them predicted "
             "the other way.")
+
+
+def by_port(rows: Sequence[Sequence[str]]) -> str:
+    """The median |p50 error| of the table's ``rows`` (:data:`HEADER`) per port rate, as one sentence
+    (from the printed errors, whole percents; groups out of reach left out)."""
+    port, column = HEADER.index("port (pkt/s)"), HEADER.index("p50 error")
+    found: dict[float, list[float]] = {}
+    for row in rows:
+        if row[column].endswith("%"):
+            found.setdefault(float(row[port].replace(",", "")), []).append(abs(float(row[column].rstrip("%"))) / 100)
+    parts = [f"{pps:,.0f} pkt/s {_median(v)} over {len(v)}" for pps, v in sorted(found.items())]
+    return f"By port rate: {', '.join(parts)}." if parts else ""
 
 
 def tails(rows: Sequence[Sequence[str]]) -> str:
