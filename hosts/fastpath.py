@@ -365,7 +365,9 @@ class BatchReceiver(CAnswers):
     #: Also with no hint after a batch of large packets: a new message's first run, read into the
     #: slots and copied from there, is then at most this long before its hint is set. A full
     #: batch read wholly in place doubles the next one's datagrams (up to SLOTS: fewer batches,
-    #: so less Python per byte); any packet not read in place brings it back to this.
+    #: so less Python per byte); any packet not read in place brings it back to this. A hinted
+    #: batch never asks for more datagrams than its message has left from the next expected one
+    #: (at least 2), so the next message's first packets come in a batch of their own.
     AHEAD_SLOTS = 8
 
     def __init__(self, nat: Native, sock: socket.socket | None, key: bytes | None = None,
@@ -413,13 +415,15 @@ class BatchReceiver(CAnswers):
         """Packets of the next batch (0: nothing queued); OSError on a socket error."""
         c = self._c
         hint, hinted, slots = self.hint, self._hinted, self.SLOTS
+        ahead = False  # read with a hint, large packets: some may land in place
         if hinted is not None:
             if hinted[0].cptrs is None:  # its message completed (Reassembler._complete drops cptrs)
                 hint.values = self.nat.ffi.NULL
                 self._hinted = None
             elif 2 * (28 + 4 * hint.count) > self.SLOT_SIZE:  # packets that gfh_recv reads in place
-                slots = min(slots, self._ahead)
-        ahead = slots < self.SLOTS and self._hinted is not None
+                ahead = True
+                left = -(-(hint.tensor_len - hint.next) // hint.count)  # its packets from the next expected on
+                slots = min(slots, self._ahead, max(2, left))  # not into the next message's first run
         if self._large and self._hinted is None:  # a new message's first run short: its next ones in place
             slots = min(slots, self.AHEAD_SLOTS)
         n = self.nat.lib.gfh_recv(self.fd, c[0], slots, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
@@ -432,7 +436,7 @@ class BatchReceiver(CAnswers):
                 if int(np.count_nonzero(self.pay[:n])) < n:
                     self._ahead = self.AHEAD_SLOTS
                 elif ahead and n == slots:
-                    self._ahead = min(self.SLOTS, 2 * slots)
+                    self._ahead = min(self.SLOTS, 2 * self._ahead)
         if n and self.answers is not None:
             self._absorb(n)
         return int(n)

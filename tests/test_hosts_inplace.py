@@ -297,8 +297,51 @@ def test_batches_read_wholly_in_place_grow_and_a_misplaced_packet_shrinks_them()
         # 8 into the slots (no hint yet), 8 in place, then 16 of which the second is not where expected
         assert sizes[:3] == [ahead, ahead, 2 * ahead] and in_place[:2] == [0, ahead]
         assert 0 < in_place[2] < 2 * ahead
-        assert sizes[3] == ahead, "a batch with a packet not read in place shrinks the next one"
+        # back to 8, and no more than the 7 packets after the last one placed (the late one comes last)
+        assert sizes[3] == min(ahead, total - (4 * ahead + 1)), "a packet not read in place shrinks the next batch"
         assert msg.tobytes() == values.tobytes()
+    finally:
+        sock.close()
+        tx.close()
+
+
+def test_a_hinted_batch_ends_with_its_message_and_the_next_message_starts_a_short_batch() -> None:
+    """After 8 and 8 read wholly in place (the next batch may take 16), a message with 5 packets
+    left is read in a batch of 5, though the next message's packets are queued behind them."""
+    assert NAT is not None
+    ahead = BatchReceiver.AHEAD_SLOTS
+    total = 2 * ahead + 5
+    values = np.random.default_rng(6).standard_normal(total * COUNT, dtype=np.float32)
+    after = np.random.default_rng(7).standard_normal(3 * ahead * COUNT, dtype=np.float32)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=3, count=COUNT)
+    nxt = packetize(after, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=4, count=COUNT)
+    sock, tx, _unused = _pair()
+    _unused.close()
+    try:
+        rx = BatchReceiver(NAT, sock)
+        dest = sock.getsockname()
+        for k in (0, 1):  # large packets of another message, never placed: no hint
+            tx.sendto(nxt.packet(k), dest)
+        assert _receive(rx, sock, 2) == 2
+        for k in range(total):
+            tx.sendto(batch.packet(k), dest)
+        for k in range(3 * ahead):
+            tx.sendto(nxt.packet(k), dest)
+        msg = np.full(values.size, np.nan, dtype=np.float32)
+        have, seqs = bytearray(values.size), bytearray(values.size)
+        arrays = (NAT.ptr(msg), NAT.ptr(have), NAT.ptr(seqs))
+        owner = _Owner(arrays)
+        received, sizes = 0, []
+        while received < values.size:
+            n = _receive(rx, sock, 1)
+            sizes.append(n)
+            received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+        assert sizes == [ahead, ahead, 5], sizes
+        assert msg.tobytes() == values.tobytes()
+        owner.cptrs = None  # complete: no hint; the batch before had large packets
+        n = _receive(rx, sock, 1)
+        assert n == ahead and not rx.pay[:n].any()
+        assert bytes(rx.packet(0)) == bytes(nxt.packet(0))
     finally:
         sock.close()
         tx.close()
