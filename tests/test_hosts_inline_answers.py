@@ -141,6 +141,11 @@ def test_room_freed_for_a_sleeping_sender_sends_its_next_chunk_on_the_receive_th
     ep, sender, wake, dest = rig38
     assert len(sender.pending) == 16 and ep.in_flight == 22
     _sleep_waiting_for_room(ep, sender)
+    # The answer's round-trip sample sets the pacing rate (2 x cwnd / srtt): an answer 4 ms late, as
+    # on a loaded machine, would leave less than a 16-packet burst per ms, and the turn would wake
+    # the sender instead (the next test). Here the pacer lets the chunk leave at once, however late.
+    ep.window.min_rate = ep.window.max_rate
+    time.sleep(0.01)
     _answer(ep, sender, 0, np.ones(11, dtype=bool), dest)
     # The window grew to 33 (slow start): room 22, a chunk is half of it, 16 packets: all that was left.
     assert [(c.first, c.nbits) for c in sender.chunks] == [(11, 11), (22, 16)]
