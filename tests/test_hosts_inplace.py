@@ -14,7 +14,10 @@ from __future__ import annotations
 import select
 import socket
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -208,140 +211,112 @@ def test_messages_read_in_place_through_loss_duplicates_reordering_and_look_alik
             assert not lost.any()
 
 
+@contextmanager
+def _after_large_packets() -> Iterator[tuple[BatchReceiver, socket.socket, socket.socket]]:
+    """A batch receiver on a loopback socket, and a socket sending to it; the receiver has read
+    two large packets of another message and placed nothing (no hint)."""
+    assert NAT is not None
+    sock, tx, unused = _pair()
+    unused.close()
+    try:
+        rx = BatchReceiver(NAT, sock)
+        earlier = packetize(np.ones(2 * COUNT, dtype=np.float32), kind=MsgType.GRADIENT, job_id=1, worker_id=1,
+                            tensor_id=1, iteration=1, count=COUNT)
+        for k in (0, 1):
+            tx.sendto(earlier.packet(k), sock.getsockname())
+        assert _receive(rx, sock, 2) == 2
+        yield rx, sock, tx
+    finally:
+        sock.close()
+        tx.close()
+
+
+def _message(seed: int, packets: int) -> tuple[np.ndarray, Any, np.ndarray, Any, _Owner]:
+    """`packets` packets' worth of values, their packets, and an empty message to rebuild them in
+    (its array, its C pointers, the hint's owner)."""
+    assert NAT is not None
+    values = np.random.default_rng(seed).standard_normal(packets * COUNT, dtype=np.float32)
+    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=seed,
+                      count=COUNT)
+    msg = np.full(values.size, np.nan, dtype=np.float32)
+    arrays = (NAT.ptr(msg), NAT.ptr(bytearray(values.size)), NAT.ptr(bytearray(values.size)))
+    return values, batch, msg, arrays, _Owner(arrays)
+
+
+def _place_all(rx: BatchReceiver, sock: socket.socket, values: np.ndarray, arrays: Any,
+               owner: _Owner) -> tuple[list[int], list[int]]:
+    """Receive and place batches until the message is complete, each packet left in place checked
+    to lie where its header says; (each batch's datagrams, how many of them were in place)."""
+    base = int(NAT.ffi.cast("uintptr_t", arrays[0])) if NAT is not None else 0
+    received, sizes, in_place = 0, [], []
+    while received < values.size:
+        n = _receive(rx, sock, 1)
+        sizes.append(n)
+        in_place.append(int(np.count_nonzero(rx.pay[:n])))
+        for i in range(n):
+            if rx.pay[i]:
+                assert int(rx.pay[i]) == base + int.from_bytes(bytes(rx.packet(i)[12:16]), "big") * 4
+        received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+    return sizes, in_place
+
+
 def test_a_new_message_after_large_packets_is_read_in_short_batches_then_in_place_at_its_offsets() -> None:
     """With no hint after a batch of large packets, a new message's first run is one short batch
     (``AHEAD_SLOTS``), copied from the slots; its next packets are read where they belong, two
     swapped ones are not (each is the other's place), and every value ends at its own offset."""
-    assert NAT is not None
     ahead = BatchReceiver.AHEAD_SLOTS
     total = 2 * ahead + 4
-    first = np.random.default_rng(3).standard_normal(2 * COUNT, dtype=np.float32)
-    values = np.random.default_rng(4).standard_normal(total * COUNT, dtype=np.float32)
-    earlier = packetize(first, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=1, iteration=1, count=COUNT)
-    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=3, count=COUNT)
-    sock, tx, _unused = _pair()
-    _unused.close()
-    try:
-        rx = BatchReceiver(NAT, sock)
-        dest = sock.getsockname()
-        for k in (0, 1):  # large packets of another message, never placed: no hint
-            tx.sendto(earlier.packet(k), dest)
-        assert _receive(rx, sock, 2) == 2
+    values, batch, msg, arrays, owner = _message(3, total)
+    with _after_large_packets() as (rx, sock, tx):
         swapped = ahead + 4  # sent after its neighbour
         order = list(range(total))
         order[swapped], order[swapped + 1] = order[swapped + 1], order[swapped]
         for k in order:
-            tx.sendto(batch.packet(k), dest)
-        msg = np.full(values.size, np.nan, dtype=np.float32)
-        have, seqs = bytearray(values.size), bytearray(values.size)
-        arrays = (NAT.ptr(msg), NAT.ptr(have), NAT.ptr(seqs))
-        owner = _Owner(arrays)
-        n = _receive(rx, sock, 1)
-        assert n == ahead and not rx.pay[:n].any(), "a new message's first batch is short and read into slots"
-        received = int(rx.place(0, n, values.size, arrays, 0, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
-        base = msg.ctypes.data
-        n = _receive(rx, sock, ahead)
-        expected = [base + k * COUNT * 4 for k in range(ahead, 2 * ahead)]
-        expected[4] = expected[5] = 0  # the swapped pair: each came where the other belongs
-        assert [int(p) for p in rx.pay[:n]] == expected
-        assert bytes(rx.packet(4)) == bytes(batch.packet(swapped + 1))
-        received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
-        n = _receive(rx, sock, total - 2 * ahead)
-        assert [int(p) for p in rx.pay[:n]] == [base + k * COUNT * 4 for k in range(2 * ahead, total)]
-        received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
-        assert received == values.size
-        assert msg.tobytes() == values.tobytes()  # every datagram at its own offset, byte for byte
-    finally:
-        sock.close()
-        tx.close()
+            tx.sendto(batch.packet(k), sock.getsockname())
+        sizes, in_place = _place_all(rx, sock, values, arrays, owner)
+    assert sizes == [ahead, ahead, total - 2 * ahead]
+    assert in_place == [0, ahead - 2, total - 2 * ahead], "the first batch into the slots; the swapped pair not in place"
+    assert msg.tobytes() == values.tobytes()  # every datagram at its own offset, byte for byte
 
 
 def test_batches_read_wholly_in_place_grow_and_a_misplaced_packet_shrinks_them() -> None:
     """A full batch of a hinted message read wholly in place doubles the next batch's datagrams;
     a packet not read in place brings it back to ``AHEAD_SLOTS``; the values end at their offsets."""
-    assert NAT is not None
     ahead = BatchReceiver.AHEAD_SLOTS
     total = 5 * ahead
-    values = np.random.default_rng(5).standard_normal(total * COUNT, dtype=np.float32)
-    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=3, count=COUNT)
-    sock, tx, _unused = _pair()
-    _unused.close()
-    try:
-        rx = BatchReceiver(NAT, sock)
-        dest = sock.getsockname()
-        earlier = packetize(values[:2 * COUNT], kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=1,
-                            iteration=1, count=COUNT)
-        for k in (0, 1):  # large packets of another message, never placed: no hint
-            tx.sendto(earlier.packet(k), dest)
-        assert _receive(rx, sock, 2) == 2
+    values, batch, msg, arrays, owner = _message(5, total)
+    with _after_large_packets() as (rx, sock, tx):
         order = list(range(total))
         late = 3 * ahead + 1  # comes after the whole 16-datagram batch: that batch's second place is another's
         order.remove(late)
         order.append(late)
         for k in order:
-            tx.sendto(batch.packet(k), dest)
-        msg = np.full(values.size, np.nan, dtype=np.float32)
-        have, seqs = bytearray(values.size), bytearray(values.size)
-        arrays = (NAT.ptr(msg), NAT.ptr(have), NAT.ptr(seqs))
-        owner = _Owner(arrays)
-        base = msg.ctypes.data
-        received, sizes, in_place = 0, [], []
-        while received < values.size:
-            n = _receive(rx, sock, 1)
-            sizes.append(n)
-            in_place.append(int(np.count_nonzero(rx.pay[:n])))
-            for i in range(n):  # a packet in place is where its header says it belongs
-                if rx.pay[i]:
-                    assert int(rx.pay[i]) == base + int.from_bytes(bytes(rx.packet(i)[12:16]), "big") * 4
-            received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
-        # 8 into the slots (no hint yet), 8 in place, then 16 of which the second is not where expected
-        assert sizes[:3] == [ahead, ahead, 2 * ahead] and in_place[:2] == [0, ahead]
-        assert 0 < in_place[2] < 2 * ahead
-        # back to 8, and no more than the 7 packets after the last one placed (the late one comes last)
-        assert sizes[3] == min(ahead, total - (4 * ahead + 1)), "a packet not read in place shrinks the next batch"
-        assert msg.tobytes() == values.tobytes()
-    finally:
-        sock.close()
-        tx.close()
+            tx.sendto(batch.packet(k), sock.getsockname())
+        sizes, in_place = _place_all(rx, sock, values, arrays, owner)
+    # 8 into the slots (no hint yet), 8 in place, then 16 of which the second is not where expected
+    assert sizes[:3] == [ahead, ahead, 2 * ahead] and in_place[:2] == [0, ahead]
+    assert 0 < in_place[2] < 2 * ahead
+    # back to 8, and no more than the 7 packets after the last one placed (the late one comes last)
+    assert sizes[3] == min(ahead, total - (4 * ahead + 1)), "a packet not read in place shrinks the next batch"
+    assert msg.tobytes() == values.tobytes()
 
 
 def test_a_hinted_batch_ends_with_its_message_and_the_next_message_starts_a_short_batch() -> None:
     """After 8 and 8 read wholly in place (the next batch may take 16), a message with 5 packets
     left is read in a batch of 5, though the next message's packets are queued behind them."""
-    assert NAT is not None
     ahead = BatchReceiver.AHEAD_SLOTS
     total = 2 * ahead + 5
-    values = np.random.default_rng(6).standard_normal(total * COUNT, dtype=np.float32)
-    after = np.random.default_rng(7).standard_normal(3 * ahead * COUNT, dtype=np.float32)
-    batch = packetize(values, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=3, count=COUNT)
-    nxt = packetize(after, kind=MsgType.GRADIENT, job_id=1, worker_id=1, tensor_id=2, iteration=4, count=COUNT)
-    sock, tx, _unused = _pair()
-    _unused.close()
-    try:
-        rx = BatchReceiver(NAT, sock)
-        dest = sock.getsockname()
-        for k in (0, 1):  # large packets of another message, never placed: no hint
-            tx.sendto(nxt.packet(k), dest)
-        assert _receive(rx, sock, 2) == 2
+    values, batch, msg, arrays, owner = _message(6, total)
+    _next_values, nxt, _msg, _arrays, _owner = _message(7, 3 * ahead)
+    with _after_large_packets() as (rx, sock, tx):
         for k in range(total):
-            tx.sendto(batch.packet(k), dest)
+            tx.sendto(batch.packet(k), sock.getsockname())
         for k in range(3 * ahead):
-            tx.sendto(nxt.packet(k), dest)
-        msg = np.full(values.size, np.nan, dtype=np.float32)
-        have, seqs = bytearray(values.size), bytearray(values.size)
-        arrays = (NAT.ptr(msg), NAT.ptr(have), NAT.ptr(seqs))
-        owner = _Owner(arrays)
-        received, sizes = 0, []
-        while received < values.size:
-            n = _receive(rx, sock, 1)
-            sizes.append(n)
-            received += int(rx.place(0, n, values.size, arrays, received, PLACE_AHEAD, 1, owner=owner)[R_RECEIVED])
+            tx.sendto(nxt.packet(k), sock.getsockname())
+        sizes, _in_place = _place_all(rx, sock, values, arrays, owner)
         assert sizes == [ahead, ahead, 5], sizes
         assert msg.tobytes() == values.tobytes()
         owner.cptrs = None  # complete: no hint; the batch before had large packets
         n = _receive(rx, sock, 1)
         assert n == ahead and not rx.pay[:n].any()
         assert bytes(rx.packet(0)) == bytes(nxt.packet(0))
-    finally:
-        sock.close()
-        tx.close()
