@@ -50,7 +50,7 @@ from hosts.pacing import Aimd, Pacer, RttEstimator, Window
 from hosts.packetize import DropRule, PacketBatch, as_float32, layer_position, packetize, priority_hint
 from hosts.receiver import Address, Reassembler
 from hosts.room import RoomWaiters, TurnTaker
-from hosts.rxloop import receive_batches
+from hosts.rxloop import handle_one, receive_batches
 from hosts.send_state import ChunkWait, SendReport
 from hosts.sender import MessageSender
 from hosts.wire import HEADER_LEN, HEADER_STRUCT, MAX_COUNT_MTU_1500, VERSION, MsgType
@@ -338,7 +338,6 @@ class Endpoint:
         poller.register(self._sock, select.POLLIN)
         recv = self._sock.recvmsg_into
         buffers = [buf]
-        handle = self.reassembler.handle
         heard = self.liveness.heard
         signer = self.signer
         while not self._stop.is_set():
@@ -361,14 +360,8 @@ class Endpoint:
                     n = len(data)
                 now = self._last_rx = time.monotonic()
                 heard(source, now, bytes(buf[:HEADER_LEN]))
-                if n >= HEADER_LEN and buf[0] & 0x0F == MsgType.BITMAP:
-                    self._on_bitmap(data, source, now)
-                    continue
-                self._last_peer_rx = now
                 ce = bool(ancillary) and ancillary[0][1] == socket.IP_TOS and ancillary[0][2][0] & ECN_CE == ECN_CE
-                replies, delivered = handle(data, source, ce)
-                if replies:
-                    self._reply(replies, source)
+                delivered = handle_one(self, data, source, ce, now)
                 if delivered:
                     self._deliver(delivered)
 

@@ -49,6 +49,20 @@ def receive_batches(ep: Any, rx: BatchReceiver) -> None:
             handle_batch(ep, rx, n)
 
 
+def handle_one(ep: Any, data: memoryview, source: Any, ce: bool, now: float) -> list[Delivered]:
+    """One datagram by itself, in Python (both receive loops; its source already heard): a
+    bitmap to the sending side (``_on_bitmap``), anything else to the reassembler, its replies
+    sent (``_reply``); the messages it completed. `ce`: it arrived CE-marked."""
+    if len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
+        ep._on_bitmap(data, source, now)
+        return []
+    ep._last_peer_rx = now
+    replies, done = ep.reassembler.handle(data, source, ce)
+    if replies:
+        ep._reply(replies, source)
+    return done
+
+
 def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
     """Handle the `n` packets of `rx`'s batch for endpoint `ep`: its reassembler, liveness,
     finals, ``_on_bitmap``, ``_reply`` and ``_deliver`` (tests pass a stand-in)."""
@@ -85,13 +99,8 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
             ep._last_peer_rx = now
             ce = tos[i:j].tobytes().translate(_CE_BYTES).count(1)  # no numpy call per run
             delivered += reassembler.handle_run(rx, i, j, source, ce)
-        elif len(data) >= HEADER_LEN and data[0] & 0x0F == MsgType.BITMAP:
-            ep._on_bitmap(data, source, now)
         else:
-            ep._last_peer_rx = now
-            replies, done = reassembler.handle(data, source, int(tos[i]) & ECN_CE == ECN_CE)
-            ep._reply(replies, source)
-            delivered += done
+            delivered += handle_one(ep, data, source, int(tos[i]) & ECN_CE == ECN_CE, now)
         i = j
     if marked:
         answered, left, failed, echoed = rx.answer(n)
@@ -112,9 +121,7 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
             ep._last_peer_rx = now
             flag = bad[k]
             if flag == _LEFT:  # its message completed, its source moved, or it disagrees
-                replies, done = reassembler.handle(data, source, False)
-                ep._reply(replies, source)
-                delivered += done
+                delivered += handle_one(ep, data, source, False, now)
             elif flag == _ANSWERED_LAST:  # its answer, flagged last, settles its message
                 finals.replied(data, source, now, last=True)
             else:
