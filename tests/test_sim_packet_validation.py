@@ -83,3 +83,22 @@ def test_tagged_sweeps_of_one_scenario_stay_apart_each_against_its_own_model(tmp
     assert (rows["tcp (loaded)"][9], rows["tcp (loaded)"][13]) == ("+10%", "8.00 / 2.00")
     assert (rows["tcp (quiet)"][9], rows["tcp (quiet)"][13]) == ("+50%", "4.00 / 1.00")
     assert len(rows) == 2
+
+
+def test_a_why_file_gives_the_groups_outside_10_percent_their_cause(tmp_path: Path) -> None:
+    from simulator.packet.validation import read_why
+
+    fabric, sim = tmp_path / "fabric", tmp_path / "sim"
+    _run(fabric, "a", "gloo", [0.020, 0.020, 0.020], [0.004], 90.0)
+    _run(fabric, "b", "qos", [0.040, 0.040, 0.040], [0.004], 90.0)
+    _run(fabric, "c", "dlcp", [0.050, 0.050, 0.050], [0.004], 90.0)
+    _run(sim, "a", "gloo", [0.021, 0.021, 0.021], [0.001], 100.0)  # +5%: within 10%
+    _run(sim, "b", "qos", [0.060, 0.060, 0.060], [0.001], 100.0)  # +50%: its cause from the file
+    _run(sim, "c", "dlcp", [0.030, 0.030, 0.030], [0.001], 100.0)  # -40%: none given
+    (tmp_path / "why.csv").write_text("model,scenario,configuration,why\nm,tcp,qos,\"the switch, off\"\nx,tcp,gloo,other\n")
+    why = read_why(tmp_path / "why.csv")
+    rows = {r[3]: r for r in compare([fabric], [("m", sim)], why)["rows"]}
+    assert (rows["gloo"][-1], rows["qos"][-1], rows["dlcp"][-1]) == ("-", "the switch, off", "not given")
+    md = write(tmp_path / "out", "cmd", [fabric], [("m", sim)], why=why)
+    assert "| why not within 10% |" in md and "the switch, off |" in md
+    assert (tmp_path / "out" / "validation.csv").read_text().splitlines()[0].endswith(",why not within 10%")

@@ -118,9 +118,22 @@ def tagged(runs: Sequence[Run], tag: str) -> list[Run]:
     return [replace(r, scenario=_tag_name(r.scenario, tag)) for r in runs] if tag else list(runs)
 
 
-def compare(fabric: Sequence[Path | tuple[Path, str]], models: Sequence[Model]) -> dict[str, Any]:
+def read_why(path: Path) -> dict[tuple[str, str, str], str]:
+    """(model, scenario, configuration) -> why the group is not within 10%, from a CSV with those
+    four columns (``model``, ``scenario``, ``configuration``, ``why``; the scenario as the table names
+    it, tag included)."""
+    try:
+        with path.open(newline="") as f:
+            return {(r["model"], r["scenario"], r["configuration"]): r["why"] for r in csv.DictReader(f)}
+    except (OSError, KeyError, csv.Error) as exc:
+        raise SimulatorError(f"{path}: not a CSV of model, scenario, configuration, why: {exc}") from None
+
+
+def compare(fabric: Sequence[Path | tuple[Path, str]], models: Sequence[Model],
+            why: dict[tuple[str, str, str], str] | None = None) -> dict[str, Any]:
     """Rows, ranking rows, plot points and errors per model (module doc); a fabric folder may
-    come with its tag, ``(DIR, TAG)``."""
+    come with its tag, ``(DIR, TAG)``. With ``why`` (:func:`read_why`) each row ends with its
+    group's entry there ("-" within 10%, "not given" where a group outside it has none)."""
     sweeps = [f if isinstance(f, tuple) else (f, "") for f in fabric]
     measured = _group([r for folder, tag in sweeps for r in tagged(load_runs(folder), tag)])
     net_fabric = network_figures([f for f, _ in sweeps], tags=[t for _, t in sweeps])
@@ -152,6 +165,8 @@ def compare(fabric: Sequence[Path | tuple[Path, str]], models: Sequence[Model]) 
                          f"{_fmt(nf.get('rr_fct_s', float('nan')), digits=2)} / "
                          f"{_fmt(ns_.get('rr_fct_s', float('nan')), digits=2)}",
                          f"{_fmt(nf.get('tcp_mbps', float('nan')), 1, 0)} / {_fmt(ns_.get('tcp_mbps', float('nan')), 1, 0)}"])
+            if why is not None:
+                rows[-1].append("-" if abs(_error(s50, m50)) <= 0.10 else why.get((name, scenario, config), "not given"))
             points.append((f"{config} ({name})", m50, s50, m99, s99))
         for (kind, scenario, pps), figures in sorted(by_scenario.items()):
             fab = sorted(figures, key=lambda c: figures[c][0])
@@ -202,16 +217,17 @@ def _plot(points: Sequence[tuple[str, float, float, float, float]], path: Path) 
 
 
 def write(out: Path, command: str, fabric: Sequence[Path | tuple[Path, str]], models: Sequence[Model],
-          notes: str = "") -> str:
+          notes: str = "", why: dict[tuple[str, str, str], str] | None = None) -> str:
     """Write validation.md, .csv and .png under ``out``; return the Markdown."""
-    result = compare(fabric, models)
+    result = compare(fabric, models, why)
+    header = HEADER + (["why not within 10%"] if why is not None else [])
     if not result["rows"]:
         raise SimulatorError(f"no scenario x configuration of {[str(f) for f in fabric]} was simulated in "
                              f"{[str(p) for _, p in models]}")
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(HEADER)
+    writer.writerow(header)
     writer.writerows(result["rows"])
     (out / "validation.csv").write_text(buf.getvalue())
     _plot(result["points"], out / "validation.png")
@@ -225,7 +241,7 @@ def write(out: Path, command: str, fabric: Sequence[Path | tuple[Path, str]], mo
                       + (f", as {m[3]}" if len(m) > 3 and m[3] else "") + ")"  # type: ignore[misc]
                       for m in models) + ".\n\n"
           f"{summary} (target 10%).\n\n" + (notes + "\n\n" if notes else "")
-          + _table(HEADER, result["rows"])
+          + _table(header, result["rows"])
           + "\n**Ranking** of configurations by iteration p50 (fastest first):\n\n"
           + _table(["job", "scenario", "port (pkt/s)", "model", "fabric", "ns-3", "same"], result["rank_rows"])
           + "\n![](validation.png)\n")
@@ -241,13 +257,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="NAME=DIR[::CONFIG,...][@TAG]: an ns-3 result folder, or only those configurations' runs "
                         "(repeatable; folders of one NAME are pooled; the tag of the fabric sweep it models)")
     p.add_argument("--notes", type=Path, default=None, help="a Markdown file put above the table")
+    p.add_argument("--why", type=Path, default=None,
+                   help="a CSV of model, scenario, configuration, why: a last column for the groups outside 10%%")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     models = [parse_model(item) for item in args.model]
     fabric = [parse_fabric(item) for item in args.fabric]
     command = "python -m simulator.packet.validation " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     notes = args.notes.read_text().strip() if args.notes else ""
-    print(write(args.out, command, fabric, models, notes), end="")
+    why = read_why(args.why) if args.why else None
+    print(write(args.out, command, fabric, models, notes, why), end="")
     return 0
 
 
