@@ -199,6 +199,7 @@ RULES: list[tuple[str, str, tuple]] = [
     # the congestion-control question at the quarter rate
     ("experiments/README.md", r"Is DDP-style TCP a fair baseline at ([\d,]+) packets/s\?", (QUARTER,)),
     ("experiments/README.md", r"Every \*ddp-tcp\* figure at ([\d,]+) packets/s above ran BBR", (QUARTER,)),
+    ("experiments/README.md", r"So the figures at ([\d,]+) packets/s above compare DLCP", (QUARTER,)),
     ("experiments/README.md", r"emulated port ([\d,]+) packets/s \((\d+) Mbit/s\)",
      (QUARTER, lambda: QUARTER() * 1500 * 8 / 1e6)),
     ("experiments/README.md", r"the DLCP ranks pace at ([\d,]+) packets/s;", (QUARTER,)),
