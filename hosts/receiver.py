@@ -269,9 +269,11 @@ class Reassembler:
         delivered: list[Delivered] = []
         k = i
         while k < j:
+            asm = self._open.get(key)
             reject = (DropReason.LATE if key in self._done else
-                      DropReason.TOO_LARGE if tensor_len > self.max_open_elements else None)
-            asm = self._open.get(key) if reject is None else None
+                      DropReason.TOO_LARGE if tensor_len > self.max_open_elements else
+                      DropReason.INCONSISTENT if asm is None and self._expects_other_length(key, tensor_len) else None)
+            asm = asm if reject is None else None
             if reject is None and asm is None:  # allocate only for a packet that passes the checks
                 k = self._place_counts(rx.place(k, j, tensor_len, None, 0, PLACE))
                 if k >= j:
@@ -394,6 +396,8 @@ class Reassembler:
         if key in self._done:
             self.stats.duplicates += 1
             return self._drop(DropReason.LATE)
+        if key not in self._open and self._expects_other_length(key, tensor_len):
+            return self._drop(DropReason.INCONSISTENT)
         asm = self._assembly(key, tensor_len, source)
         if asm is None:
             return [], []
@@ -428,6 +432,12 @@ class Reassembler:
         if asm.answers is not None:
             asm.answers[0].set_received(asm.answers[1], asm.received)
         return [], []
+
+    def _expects_other_length(self, key: MessageKey, tensor_len: int) -> bool:
+        """Whether the caller's array for `key` (:meth:`expect`) is not `tensor_len` long: such a
+        (corrupt or forged) header must not open the message, or its real packets would be dropped."""
+        into = self._into.get(key)
+        return into is not None and into[0].size != tensor_len
 
     def _assembly(self, key: MessageKey, tensor_len: int, source: Address) -> Assembly | None:
         asm = self._open.get(key)
