@@ -118,3 +118,25 @@ def test_port_predict_against_sets_measured_speed_ups_beside_the_predicted(
     # Measured 3.0 and 2.0 s (iteration 0 left out): DLCP 1.50x; predicted 2.4 / 2.0 = 1.20x; errors -20% and +0%.
     assert "| hotspot | ddp-tcp | 5,000 | 1 | 3,000.0 | 2,400.0 | -20% | 1.00x | 1.00x |" in text
     assert "| hotspot | dlcp | 5,000 | 1 | 2,000.0 | 2,000.0 | +0% | 1.50x | 1.20x |" in text
+
+
+def test_port_predict_group_gives_the_asked_percentile_of_the_pooled_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.port_predict as pp
+    from simulator.validate import RunPrediction
+
+    # Two runs whose draws are stubbed: 1..50 s and 51..100 s; no spread. Pooled 1..100 s:
+    # numpy's linear p50 is 50.5 s and p99 is 99 + 0.01 = 99.01 s.
+    monkeypatch.setattr(pp, "scaled_trace", lambda job, traces: [])
+    monkeypatch.setattr(pp, "merge_layers", lambda layers: ONE_LAYER)
+    stub = {0: np.arange(1.0, 51.0), 1: np.arange(51.0, 101.0)}
+
+    def fake(run: Run, job: object, cost: float, draws: int, seed: int) -> object:
+        pred = RunPrediction.__new__(RunPrediction)
+        object.__setattr__(pred, "draws", stub[seed])
+        return pred
+
+    monkeypatch.setattr(pp, "predict_run", fake)
+    runs = [_run("ddp-tcp"), _run("ddp-tcp")]
+    costs = {"trace/tcp": 7e-6}
+    assert pp.predict_group(runs, Path("unused"), costs) == pytest.approx(50.5)
+    assert pp.predict_group(runs, Path("unused"), costs, q=99) == pytest.approx(99.01)
