@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from pathlib import Path
 
 from experiments.errors import ExperimentError
@@ -34,6 +35,12 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--starved-share", type=float, default=None,
                    help="mark a run cpu_starved (left out of the headline) when a process had a thread waiting "
                         "for a CPU more than this share of the wall time (default 0.5; 1: never)")
+    p.add_argument("--no-round-after", default=None,
+                   help="stopping rule: no new round starts at or after this time (ISO 8601 with a zone, e.g. "
+                        "2026-11-27T18:30Z); the sweep ends with the rounds it completed (plan.json: stopped)")
+    p.add_argument("--runs-end-by", default=None,
+                   help="stopping rule: no new round starts unless a round as long as the longest so far ends by "
+                        "this time (ISO 8601 with a zone)")
     p.set_defaults(handler=_experiment_trace)
     side = kinds.add_parser("trace-summary", help="one table and plot of the paired speed-ups of several trace "
                                                   "sweep folders (each folder's own figures)")
@@ -50,7 +57,8 @@ def _experiment_trace(args: argparse.Namespace) -> int:
     from experiments.trace_configs import FULL, QUICK, trace_config, trace_scenario
     from experiments.trace_sweep import TraceSettings, run_trace_sweep
 
-    settings = TraceSettings(command=args.command_line)
+    settings = TraceSettings(command=args.command_line, no_round_after=_utc_time(args.no_round_after, "--no-round-after"),
+                             runs_end_by=_utc_time(args.runs_end_by, "--runs-end-by"))
     if args.resume is not None:
         settings.resume = args.resume
         if args.repetitions is not None:
@@ -87,6 +95,18 @@ def _experiment_trace(args: argparse.Namespace) -> int:
         settings.starved_share = args.starved_share
     run_trace_sweep(settings)
     return 0
+
+
+def _utc_time(text: str | None, option: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ExperimentError(f"{option} {text!r}: not an ISO 8601 time ({exc})") from exc
+    if when.tzinfo is None:
+        raise ExperimentError(f"{option} {text!r}: give a zone (e.g. {text}Z)")
+    return when
 
 
 def _experiment_trace_summary(args: argparse.Namespace) -> int:

@@ -207,6 +207,13 @@ def write_trace_report(out: Path) -> dict[str, Any]:
              f"Gbit/s over an emulated {meta['scale']['emulated_mbps']:.0f} Mbit/s port: ratio "
              f"{meta['scale']['capacity_ratio']:.1f}). Load (1 min) at start {meta.get('load_at_start')}, at end "
              f"{meta.get('load_at_end')}; {len(records)} of {len(meta['runs'])} runs recorded, {len(failed)} failed.", ""]
+    stopped = meta.get("stopped")
+    if stopped:
+        reps = stopped["rounds_completed"]
+        rule = "; ".join(f"{k.replace('_', ' ')} {stopped[k]}" for k in ("no_round_after", "runs_end_by") if k in stopped)
+        lines += [f"**Stopped by the stopping rule** ({rule}) at "
+                  f"{stopped['at']}: {reps} of {meta['repetitions']} planned rounds completed; the figures are "
+                  f"those {reps} pairs.", ""]
     if reps < 10:
         lines += [f"**{reps} pairs per configuration: a quick subset, below the 10 pairs the statistics need; "
                   "CIs are wide or absent and no claim rests on them.**", ""]

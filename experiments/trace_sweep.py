@@ -38,7 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,32 @@ class TraceSettings:
     starved_share: float = STARVED
     #: with ``resume``: extend the plan to this many rounds (:func:`extend_plan`)
     extend_to: int | None = None
+    #: stopping rule: no round starts at or after this time, nor later than the longest round this
+    #: invocation has made before ``runs_end_by`` (:func:`round_may_start`)
+    no_round_after: datetime | None = None
+    runs_end_by: datetime | None = None
+
+
+def round_may_start(runs: list[PlannedRun], run: PlannedRun, now: datetime, no_round_after: datetime | None,
+                    runs_end_by: datetime | None = None, longest_round_s: float = 0.0) -> bool:
+    """Whether ``run`` (of the plan ``runs``) may start: the first run of a round does not start
+    at or after ``no_round_after``, nor when a round as long as ``longest_round_s`` would end
+    after ``runs_end_by``; a round begun is finished."""
+    if next(r for r in runs if r.repetition == run.repetition) != run:
+        return True
+    if no_round_after is not None and now >= no_round_after:
+        return False
+    return runs_end_by is None or now + timedelta(seconds=longest_round_s) <= runs_end_by
+
+
+def completed_rounds(runs: list[PlannedRun], ok_ids: set[str]) -> int:
+    """Rounds of the plan (from the first) whose every run is recorded ok."""
+    rounds = 0
+    for r in sorted({run.repetition for run in runs}):
+        if not all(run.run_id in ok_ids for run in runs if run.repetition == r):
+            break
+        rounds += 1
+    return rounds
 
 
 def _load() -> list[float]:
@@ -417,6 +443,7 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                                                     "to": settings.extend_to})
             meta["repetitions"], meta["runs"] = settings.extend_to, [asdict(r) for r in runs]
         settings.job = TraceJob(**meta["job"])
+        meta.pop("stopped", None)
         settings.starved_share = float(meta.get("starved_share", STARVED))
         meta.setdefault("resumed", []).append({"at": _now(), "command": settings.command, "load": _load(),
                                                "code": code.to_dict()})
@@ -459,7 +486,16 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
         with teardown_on_signals(), Fabric(options) as fabric:  # SIGTERM/SIGHUP: fabric removed
             program_fabric(fabric.description_path, None)
             site = TraceSite(fabric)
+            longest_round_s, round_began = 0.0, time.monotonic()
             for n, run in enumerate(todo):
+                if n and todo[n - 1].repetition != run.repetition:
+                    longest_round_s = max(longest_round_s, time.monotonic() - round_began)
+                if n == 0 or todo[n - 1].repetition != run.repetition:
+                    round_began = time.monotonic()
+                if not round_may_start(runs, run, datetime.now(timezone.utc), settings.no_round_after,
+                                       settings.runs_end_by, longest_round_s):
+                    _stop(out, meta, runs, settings, longest_round_s, say)
+                    break
                 logs = work / "logs" / run.run_id
                 say(f"[{n + 1:>3}/{len(todo)}] {run.run_id} (seed {run.seed}), load {_load()[0]:.2f}")
                 code_version.check_unchanged(ROOT, code, f"before run {run.run_id}")
@@ -486,6 +522,21 @@ def run_trace_sweep(settings: TraceSettings, say: Callable[[str], None] | None =
                 write_trace_report(out)
     say(f"trace sweep done: results in {out}")
     return out
+
+
+def _stop(out: Path, meta: dict[str, Any], runs: list[PlannedRun], settings: TraceSettings,
+          longest_round_s: float, say: Callable[[str], None]) -> None:
+    """The stopping rule ended the sweep: plan.json and results.md say so and how many rounds ran."""
+    from experiments.trace_report import write_trace_report
+
+    ok = {p.stem for p in (out / "runs").glob("*.json") if json.loads(p.read_text()).get("status") == "ok"}
+    when = {k: getattr(settings, k).isoformat() for k in ("no_round_after", "runs_end_by") if getattr(settings, k)}
+    meta["stopped"] = {"at": _now(), **when, "longest_round_s": round(longest_round_s, 1),
+                       "rounds_completed": completed_rounds(runs, ok)}
+    (out / "plan.json").write_text(json.dumps(meta, indent=1) + "\n")
+    write_trace_report(out)
+    say(f"stopping rule ({', '.join(f'{k} {v}' for k, v in when.items())}): "
+        f"{meta['stopped']['rounds_completed']} rounds completed")
 
 
 def scaled_timers(job: TraceJob) -> dict[str, float]:

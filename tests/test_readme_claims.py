@@ -207,6 +207,11 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"\(80-87 % at ([\d,]+) packets/s\)", (TRACE_FABRIC,)),
     ("experiments/README.md", r"0\.61x at ([\d,]+) packets/s in the 10-pair sweep", (TRACE_FABRIC,)),
     ("experiments/README.md", r"`lossy-0.1` at ([\d,]+) packets/s with the same configurations", (QUARTER,)),
+    # the 10-pair sweep at the quarter rate (trace10-5k-*)
+    ("experiments/README.md", r"The 10-pair sweep at ([\d,]+) packets/s \(design", (QUARTER,)),
+    ("experiments/README.md", r"At ([\d,]+) packets/s per port the 10-pair sweep has", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"At ([\d,]+) packets/s the evidence that DLCP", (QUARTER,)),
+    ("experiments/README.md", r"DDP-style TCP at ([\d,]+) packets/s, scenario by scenario", (QUARTER,)),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.

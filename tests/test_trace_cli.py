@@ -3,6 +3,7 @@ replaced: it needs root and a fabric)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,60 @@ def test_transport_timers_at_the_reference_k_are_the_endpoints_defaults() -> Non
     defaults = inspect.signature(Endpoint.__init__).parameters
     assert transport_timers(8.0) == {name: defaults[name].default for name in ("probe_timeout", "reorder_grace")}
     assert transport_timers(32.0)["reorder_grace"] == pytest.approx(4 * defaults["reorder_grace"].default)
+
+
+def test_no_round_after_is_parsed_with_its_zone(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    s = _settings(monkeypatch, "--scenarios", "hotspot", "--no-round-after", "2026-11-27T18:30Z")
+    assert s.no_round_after == datetime(2026, 11, 27, 18, 30, tzinfo=timezone.utc)
+    assert _settings(monkeypatch, "--scenarios", "hotspot").no_round_after is None
+    assert _settings(monkeypatch, "--scenarios", "hotspot", "--runs-end-by", "2026-11-27T18:35:00+00:00"
+                     ).runs_end_by == datetime(2026, 11, 27, 18, 35, tzinfo=timezone.utc)
+    assert cli.main(["experiment", "trace", "--no-round-after", "2026-11-27T18:30"]) != 0
+    assert "give a zone" in capsys.readouterr().err
+
+
+def test_no_round_starts_after_the_stopping_time_but_a_begun_round_finishes() -> None:
+    runs = trace_sweep.plan_runs({"hotspot": ("ddp-tcp", "dlcp", "dlcp-merged")}, 3)
+    stop = datetime(2026, 11, 27, 18, 30, tzinfo=timezone.utc)
+    before, after = stop - timedelta(seconds=1), stop + timedelta(minutes=5)
+    assert [trace_sweep.round_may_start(runs, r, after, stop) for r in runs[2:]] == \
+        [True, False, True, True, False, True, True]  # resumed mid-round 0: that round finishes
+    assert all(trace_sweep.round_may_start(runs, r, before, stop) for r in runs)
+    assert all(trace_sweep.round_may_start(runs, r, after, None) for r in runs)
+    # a round of 400 s started 10 min before the end is allowed, 5 min before it is not
+    end = datetime(2026, 11, 27, 18, 35, tzinfo=timezone.utc)
+    opening = runs[3]
+    assert trace_sweep.round_may_start(runs, opening, end - timedelta(minutes=10), stop, end, 400.0)
+    assert not trace_sweep.round_may_start(runs, opening, end - timedelta(minutes=5), stop, end, 400.0)
+    assert trace_sweep.round_may_start(runs, runs[4], end - timedelta(minutes=5), stop, end, 400.0)
+
+
+def test_completed_rounds_counts_whole_rounds_from_the_first() -> None:
+    runs = trace_sweep.plan_runs({"incast": ("ddp-tcp", "dlcp")}, 3)
+    ids = [r.run_id for r in runs]
+    assert trace_sweep.completed_rounds(runs, set(ids[:4])) == 2
+    assert trace_sweep.completed_rounds(runs, set(ids[:3])) == 1
+    assert trace_sweep.completed_rounds(runs, set(ids[1:])) == 0
+    assert trace_sweep.completed_rounds(runs, set(ids)) == 3
+
+
+def test_report_of_a_stopped_sweep_says_how_many_rounds(tmp_path: Any) -> None:
+    """results.md of a sweep ended by --no-round-after names the rule and the rounds completed."""
+    import json
+    import re
+    import shutil
+
+    from experiments.trace_report import write_trace_report
+
+    folder = tmp_path / "sweep"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "experiments/results/training/trace-tcp-20261126", folder)
+    meta = json.loads((folder / "plan.json").read_text())
+    meta["stopped"] = {"at": "2026-11-27 18:31:02 UTC", "no_round_after": "2026-11-27T18:30:00+00:00",
+                       "runs_end_by": "2026-11-27T18:35:00+00:00", "rounds_completed": 3}
+    (folder / "plan.json").write_text(json.dumps(meta))
+    write_trace_report(folder)
+    text = re.sub(r"\s+", " ", (folder / "results.md").read_text())
+    assert f"3 of {meta['repetitions']} planned rounds completed" in text
+    assert "3 pairs per configuration" in text
+    assert "no round after 2026-11-27T18:30:00+00:00; runs end by 2026-11-27T18:35:00+00:00" in text
