@@ -26,22 +26,21 @@ are given up first).
 from __future__ import annotations
 
 import functools
-import math
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from hosts.arrays import ArrayPool
-from hosts.fastpath import ADD, COUNT_OTHER, PLACE, PLACE_AHEAD
+from hosts.assembly import Address, Assembly, DropReason, ReceiverStats
+from hosts.batchruns import BatchRuns
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
 from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags,
                         MsgType, pack_bitmap, probe_capacity)
 
-Address = tuple[str, int]
+__all__ = ["Address", "Assembly", "DropReason", "Reassembler", "ReceiverStats"]
+
 _KINDS = (MsgType.GRADIENT, MsgType.PARAMETER)
 _F32 = np.dtype("<f4")
 SPARE_MAPS = 32  # completed messages whose have/seqs maps are kept for reuse...
@@ -54,95 +53,9 @@ def _ones(nbits: int) -> bytes:
     return b"\xff" * (nbits // 8) + (bytes([(1 << (nbits % 8)) - 1]) if nbits % 8 else b"")
 
 
-class DropReason(str, Enum):
-    TRUNCATED = "truncated"
-    BAD_VERSION = "bad_version"
-    BAD_TYPE = "bad_type"
-    BAD_FLAGS = "bad_flags"
-    WRONG_JOB = "wrong_job"
-    TOO_LARGE = "too_large"
-    OUT_OF_BOUNDS = "out_of_bounds"
-    BAD_PAYLOAD = "bad_payload"
-    INCONSISTENT = "inconsistent"
-    LATE = "late"
-    UNEXPECTED = "unexpected"
-    UNKNOWN_PEER = "unknown_peer"  # not a member of the job (worker id and address)
-    PROBE_TOO_WIDE = "probe_too_wide"  # asks about more packets than its size class allows
-
-
-@dataclass
-class ReceiverStats:
-    data_packets: int = 0
-    duplicates: int = 0
-    probes: int = 0
-    bitmaps_sent: int = 0
-    answered_in_c: int = 0  # of the probes and bitmaps: answered by the C receive path (hosts/answers.c)
-    echoes_in_c: int = 0  # of the ECN echoes: sent by the C receive path
-    completed_in_c: int = 0  # of the completed messages: by a probe flagged last that the C answered
-    placed_in_c: int = 0  # of the data packets: in runs the C placed as it received them (Reassembler.absorbed)
-    ce_marked: int = 0  # data packets that arrived with ECN = CE
-    ecn_echoes: int = 0  # bitmap answers carrying the ECN-echo flag
-    completed: int = 0
-    evicted: int = 0  # incomplete messages given up to make room for new ones
-    drops: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def dropped(self) -> int:
-        return sum(self.drops.values())
-
-
-class Assembly:
-    """A message being rebuilt."""
-
-    __slots__ = ("key", "values", "raw", "have", "seqs", "mark", "received", "source", "cptrs", "add", "fill",
-                 "answers")
-
-    def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
-                 out: np.ndarray | None = None, maps: tuple[bytearray, bytearray, int] | None = None,
-                 add: bool = False, pool: ArrayPool | None = None) -> None:
-        """`out`: the array to rebuild the message in (its caller's memory), when it fits;
-        `add`: add the values that arrive to what `out` holds instead (`initial` unused).
-        `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs`, and the mark
-        their last message used. An element or packet arrived where its byte holds this
-        message's `mark`; a reused map takes the next mark, so it is not zeroed (but once in 255
-        messages)."""
-        self.key = key
-        fits = initial is not None and initial.size == tensor_len
-        self.add = False
-        #: What the elements that never arrived get at completion (None: they hold it already).
-        self.fill: np.ndarray | float | None = None
-        if out is not None and out.size == tensor_len and out.dtype == _F32 and out.flags.c_contiguous:
-            self.values = out.reshape(-1)
-            self.add = add
-            if not add:  # lost values are set at completion, so nothing is written twice
-                self.fill = np.asarray(initial, dtype=_F32).reshape(-1) if fits else 0.0
-        elif fits:
-            assert initial is not None
-            self.values = np.array(initial, dtype=_F32, copy=True).reshape(-1)
-        else:  # not zeroed: the values that never arrive are set to 0 at completion
-            self.values = np.empty(tensor_len, dtype=_F32) if pool is None else pool.take(tensor_len)
-            self.fill = 0.0
-        self.raw = memoryview(self.values).cast("B")  # the values' bytes, for plain copies
-        if maps is not None and len(maps[0]) == len(maps[1]) == tensor_len:
-            self.have, self.seqs, last = maps
-            self.mark = last + 1
-            if self.mark > 255:
-                for m in (self.have, self.seqs):
-                    np.frombuffer(m, np.uint8).fill(0)
-                self.mark = 1
-        else:
-            self.have = bytearray(tensor_len)  # `mark` where an element arrived
-            self.seqs = bytearray(tensor_len)  # `mark` where a data packet arrived (a packet holds >= 1 element)
-            self.mark = 1
-        self.received = 0
-        self.source = source
-        self.cptrs: tuple[Any, Any, Any] | None = None  # C pointers of the fast path, made on first use
-        #: The batch receiver whose C answers this message's probes, and its slot there (None: Python does).
-        self.answers: tuple[Any, int] | None = None
-
-
-class Reassembler:
-    """Rebuilds DLCP messages from datagrams (see the module doc)."""
+class Reassembler(BatchRuns):
+    """Rebuilds DLCP messages from datagrams (see the module doc; :class:`hosts.batchruns.BatchRuns`
+    its runs of a batch on the C receive path)."""
 
     def __init__(
         self,
@@ -246,131 +159,6 @@ class Reassembler:
         already open keeps its array)."""
         for key in keys:
             self._into.pop(key, None)
-
-    def handle_run(self, rx: Any, i: int, j: int, source: Address, ce: int = 0) -> list[Delivered]:
-        """Packets ``i .. j-1`` of the batch receiver `rx` (:class:`hosts.fastpath.BatchReceiver`):
-        data of one message from `source`, well-formed headers that agree (``rx.run_end``),
-        `ce` of them CE-marked. Counts, drops, places and completes exactly as :meth:`handle`
-        does packet by packet, with the per-packet work in C; returns the completed message."""
-        n = j - i
-        _vt, _f, job, worker, tensor, iteration, _o, tensor_len = HEADER_STRUCT.unpack_from(rx.packet(i))[:8]
-        if self.job_id is not None and job != self.job_id:
-            self.stats.drops[DropReason.WRONG_JOB.value] += n
-            return []
-        if not self.admit(worker, source, pin=True):
-            self.stats.drops[DropReason.UNKNOWN_PEER.value] += n
-            return []
-        key = MessageKey(job, worker, iteration, tensor, _KINDS[_vt & 0x0F])
-        for _ in range(ce):
-            self._note_ce(key)
-        if tensor_len == 0 or tensor_len > self.max_tensor_len:
-            self.stats.drops[DropReason.TOO_LARGE.value] += n
-            return []
-        delivered: list[Delivered] = []
-        k = i
-        while k < j:
-            asm = self._open.get(key)
-            reject = (DropReason.LATE if key in self._done else
-                      DropReason.TOO_LARGE if tensor_len > self.max_open_elements else
-                      DropReason.INCONSISTENT if asm is None and self._expects_other_length(key, tensor_len) else None)
-            asm = asm if reject is None else None
-            if reject is None and asm is None:  # allocate only for a packet that passes the checks
-                k = self._place_counts(rx.place(k, j, tensor_len, None, 0, PLACE))
-                if k >= j:
-                    break
-                asm = self._assembly(key, tensor_len, source)
-                assert asm is not None
-            if asm is not None and asm.values.size != tensor_len:
-                reject = DropReason.INCONSISTENT
-            if reject is not None:
-                res = rx.place(k, j, tensor_len, None, 0, COUNT_OTHER)
-                self._place_counts(res)
-                self.stats.drops[reject.value] += int(res[6])
-                if reject is DropReason.LATE:
-                    self.stats.duplicates += int(res[6])
-                break
-            assert asm is not None
-            if asm.cptrs is None:
-                asm.cptrs = (rx.nat.ptr(asm.values), rx.nat.ptr(asm.have), rx.nat.ptr(asm.seqs))
-            # values that never arrive are set at completion (fill): later packets may be read in place
-            mode = ADD if asm.add else PLACE if asm.fill is None else PLACE_AHEAD
-            first = k
-            res = rx.place(k, j, tensor_len, asm.cptrs, asm.received, mode, asm.mark, owner=asm)
-            k = self._place_counts(res)
-            self.stats.data_packets += int(res[1])
-            self.stats.duplicates += int(res[2])
-            asm.received += int(res[5])
-            if asm.received == tensor_len:
-                delivered.append(self._complete(asm))
-                if asm.source == source and rx.answers is not None:  # its later probes answered in C
-                    self._done_in_c(rx, first, key)
-            elif asm.answers is not None:
-                rx.set_received(asm.answers[1], asm.received)
-            elif asm.source == source:  # its probes answered (and its runs placed) in C from now on
-                allowed = math.floor(self.bounds.get(key.kind, 0.0) * tensor_len + 1e-9)  # within_bound's
-                slot = rx.register(first, tensor_len, asm.cptrs, asm.mark, mode, allowed, asm.received, asm)
-                if slot is not None:
-                    asm.answers = (rx, slot)
-                    if key in self._echo:  # the echo owed is C's while it answers
-                        self._echo.discard(key)
-                        rx.owe_echo(slot, True)
-        return delivered
-
-    def absorbed(self, rx: Any) -> tuple[list[Delivered], list[Address]]:
-        """Count what the C of batch receiver `rx` placed of its batch in registered messages
-        (:meth:`hosts.fastpath.BatchReceiver.absorbed`), as :meth:`handle_run` would have; (the
-        messages it completed, the sources it placed data of)."""
-        (data, dup, oob, payload, late, ce), touched, full = rx.absorbed()
-        stats = self.stats
-        stats.data_packets += data
-        stats.placed_in_c += data
-        stats.duplicates += dup + late
-        stats.ce_marked += ce
-        for reason, count in ((DropReason.OUT_OF_BOUNDS, oob), (DropReason.BAD_PAYLOAD, payload),
-                              (DropReason.LATE, late)):
-            if count:
-                stats.drops[reason.value] += count
-        for asm, received in touched:
-            asm.received = received
-        delivered = []
-        for asm, slot in full:
-            if self._open.get(asm.key) is not asm:
-                continue
-            got = rx.register_done(None, asm.values.size, asm.key, slot)  # before its entry is forgotten
-            delivered.append(self._complete(asm))
-            self._adopt_done(rx, got, asm.key)
-        return delivered, [asm.source for asm, _r in touched]
-
-    def _done_in_c(self, rx: Any, i: int, key: MessageKey) -> None:
-        """Let `rx`'s C answer the probes of `key` (data packet `i`'s message), completed with every element."""
-        self._adopt_done(rx, rx.register_done(i, self._done[key][0], key), key)
-
-    def _adopt_done(self, rx: Any, got: tuple[int, Any, bool] | None, key: MessageKey) -> None:
-        if got is None:
-            return
-        slot, old, old_echo = got
-        if old is not None and self._done_c.pop(old, None) is not None and old_echo:
-            self._echo.add(old)
-        self._done_c[key] = (rx, slot)
-        if key in self._echo:
-            self._echo.discard(key)
-            rx.done_echo(slot, True)
-
-    def completed_in_c(self, asm: Assembly) -> Delivered | None:
-        """Complete `asm`, whose probe flagged *last* the C answered as completing it
-        (:meth:`hosts.fastpath.BatchReceiver.completed`); None when it is no longer open."""
-        if self._open.get(asm.key) is not asm:
-            return None
-        self.stats.completed_in_c += 1
-        return self._complete(asm)
-
-    def _place_counts(self, res: Any) -> int:
-        """Note the packet-level drops of a gfh_place result; the index it stopped at."""
-        if res[3]:
-            self.stats.drops[DropReason.OUT_OF_BOUNDS.value] += int(res[3])
-        if res[4]:
-            self.stats.drops[DropReason.BAD_PAYLOAD.value] += int(res[4])
-        return int(res[0])
 
     def admit(self, worker: int, source: Address, pin: bool = False) -> bool:
         """Whether `source` may speak for `worker` (see the constructor)."""
