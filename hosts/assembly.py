@@ -8,6 +8,7 @@ elements arrived.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
@@ -20,6 +21,20 @@ from hosts.messages import MessageKey
 
 Address = tuple[str, int]
 _F32 = np.dtype("<f4")
+#: A message's element or packet map: one byte per element (or packet), `mark` where it arrived.
+Map = bytearray | mmap.mmap
+#: Maps of at least this many bytes are fresh anonymous memory (:func:`new_map`).
+LAZY_MAP_BYTES = 1 << 16
+#: The byte `mark` as bytes, for the maps' ``find`` and ``rfind`` (an mmap takes no int).
+MARK_BYTES = tuple(bytes([m]) for m in range(256))
+
+
+def new_map(n: int) -> Map:
+    """A zeroed map of `n` bytes. From :data:`LAZY_MAP_BYTES` on, anonymous memory the kernel
+    zeroes page by page as it is first written, instead of a ``bytearray`` zeroed whole at once:
+    a packet map of 64 kB packets writes one page of its 256, and a fresh endpoint's first
+    messages of 1M elements cost 1 ms each for their two bytearrays (hosts/README.md)."""
+    return mmap.mmap(-1, n) if n >= LAZY_MAP_BYTES else bytearray(n)
 
 
 class DropReason(str, Enum):
@@ -66,11 +81,11 @@ class Assembly:
                  "answers")
 
     def __init__(self, key: MessageKey, tensor_len: int, initial: np.ndarray | None, source: Address,
-                 out: np.ndarray | None = None, maps: tuple[bytearray, bytearray, int] | None = None,
+                 out: np.ndarray | None = None, maps: tuple[Map, Map, int] | None = None,
                  add: bool = False, pool: ArrayPool | None = None) -> None:
         """`out`: the array to rebuild the message in (its caller's memory), when it fits;
         `add`: add the values that arrive to what `out` holds instead (`initial` unused).
-        `maps`: two bytearrays of `tensor_len` bytes to reuse for `have` and `seqs`, and the mark
+        `maps`: two maps (:func:`new_map`) of `tensor_len` bytes to reuse for `have` and `seqs`, and the mark
         their last message used. An element or packet arrived where its byte holds this
         message's `mark`; a reused map takes the next mark, so it is not zeroed (but once in 255
         messages)."""
@@ -99,8 +114,8 @@ class Assembly:
                     np.frombuffer(m, np.uint8).fill(0)
                 self.mark = 1
         else:
-            self.have = bytearray(tensor_len)  # `mark` where an element arrived
-            self.seqs = bytearray(tensor_len)  # `mark` where a data packet arrived (a packet holds >= 1 element)
+            self.have = new_map(tensor_len)  # `mark` where an element arrived
+            self.seqs = new_map(tensor_len)  # `mark` where a data packet arrived (a packet holds >= 1 element)
             self.mark = 1
         self.received = 0
         self.source = source

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from hosts.arrays import ArrayPool
-from hosts.assembly import Address, Assembly, DropReason, ReceiverStats
+from hosts.assembly import MARK_BYTES, Address, Assembly, DropReason, Map, ReceiverStats
 from hosts.batchruns import BatchRuns
 from hosts.messages import DEFAULT_BOUNDS, Delivered, MessageKey, within_bound
 from hosts.wire import (BITMAP_BITS_PER_PACKET, HEADER_LEN, HEADER_STRUCT, RESERVED_FLAGS, VERSION, Flags,
@@ -84,7 +84,7 @@ class Reassembler(BatchRuns):
         self.prior = prior
         self.stats = ReceiverStats()
         self._open: dict[MessageKey, Assembly] = {}
-        self._spare_maps: list[tuple[bytearray, bytearray, int]] = []  # have/seqs/mark of completed messages
+        self._spare_maps: list[tuple[Map, Map, int]] = []  # have/seqs/mark of completed messages
         self._arrays = ArrayPool()  # new messages' arrays, reused once their users dropped them
         self._spare_bytes = 0  # their bytes
         self._done: OrderedDict[MessageKey, tuple[int, Address]] = OrderedDict()  # key -> (tensor_len, source)
@@ -199,7 +199,7 @@ class Reassembler(BatchRuns):
         seqs[seq] = mark
         end = offset + count
         have = asm.have
-        if have.find(mark, offset, end) < 0:  # the usual case: nothing of it arrived yet
+        if have.find(MARK_BYTES[mark], offset, end) < 0:  # the usual case: nothing of it arrived yet
             if asm.add:
                 asm.values[offset:end] += np.frombuffer(data, _F32, count, HEADER_LEN)
             else:
@@ -358,7 +358,7 @@ class Reassembler(BatchRuns):
             lost_at = np.flatnonzero(lost)
             if asm.fill is not None:  # the values that never arrived: 0, or the prior's
                 asm.values[lost] = asm.fill if isinstance(asm.fill, float) else asm.fill[lost]
-            top = asm.seqs.rfind(asm.mark) + 1
+            top = asm.seqs.rfind(MARK_BYTES[asm.mark]) + 1
             self._done_bits[asm.key] = np.packbits(np.frombuffer(asm.seqs, np.uint8, top) == asm.mark,
                                                    bitorder="little")
         while len(self._done) > self.done_memory:
