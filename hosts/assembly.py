@@ -23,17 +23,19 @@ Address = tuple[str, int]
 _F32 = np.dtype("<f4")
 #: A message's element or packet map: one byte per element (or packet), `mark` where it arrived.
 Map = bytearray | mmap.mmap
-#: Maps of at least this many bytes are fresh anonymous memory (:func:`new_map`).
+#: Packet maps of at least this many bytes are fresh anonymous memory (:func:`packet_map`).
 LAZY_MAP_BYTES = 1 << 16
 #: The byte `mark` as bytes, for the maps' ``find`` and ``rfind`` (an mmap takes no int).
 MARK_BYTES = tuple(bytes([m]) for m in range(256))
 
 
-def new_map(n: int) -> Map:
-    """A zeroed map of `n` bytes. From :data:`LAZY_MAP_BYTES` on, anonymous memory the kernel
-    zeroes page by page as it is first written, instead of a ``bytearray`` zeroed whole at once:
-    a packet map of 64 kB packets writes one page of its 256, and a fresh endpoint's first
-    messages of 1M elements cost 1 ms each for their two bytearrays (hosts/README.md)."""
+def packet_map(n: int) -> Map:
+    """A zeroed packet map of `n` bytes (one per element, as a packet holds at least one). From
+    :data:`LAZY_MAP_BYTES` on, anonymous memory the kernel zeroes page by page as it is first
+    touched, instead of a ``bytearray`` whose every page is faulted in and zeroed at once: a
+    message of 1M elements in 64 kB packets touches one page of its 256. (The element map is a
+    ``bytearray``: every page of it is written, and the C reads it before writing it, which on
+    untouched anonymous memory costs two faults a page instead of one.)"""
     return mmap.mmap(-1, n) if n >= LAZY_MAP_BYTES else bytearray(n)
 
 
@@ -85,10 +87,10 @@ class Assembly:
                  add: bool = False, pool: ArrayPool | None = None) -> None:
         """`out`: the array to rebuild the message in (its caller's memory), when it fits;
         `add`: add the values that arrive to what `out` holds instead (`initial` unused).
-        `maps`: two maps (:func:`new_map`) of `tensor_len` bytes to reuse for `have` and `seqs`, and the mark
-        their last message used. An element or packet arrived where its byte holds this
-        message's `mark`; a reused map takes the next mark, so it is not zeroed (but once in 255
-        messages)."""
+        `maps`: the element and packet maps (:func:`packet_map`) of `tensor_len` bytes to reuse
+        for `have` and `seqs`, and the mark their last message used. An element or packet arrived
+        where its byte holds this message's `mark`; a reused map takes the next mark, so it is not
+        zeroed (but once in 255 messages)."""
         self.key = key
         fits = initial is not None and initial.size == tensor_len
         self.add = False
@@ -114,8 +116,8 @@ class Assembly:
                     np.frombuffer(m, np.uint8).fill(0)
                 self.mark = 1
         else:
-            self.have = new_map(tensor_len)  # `mark` where an element arrived
-            self.seqs = new_map(tensor_len)  # `mark` where a data packet arrived (a packet holds >= 1 element)
+            self.have = bytearray(tensor_len)  # `mark` where an element arrived
+            self.seqs = packet_map(tensor_len)  # `mark` where a data packet arrived (a packet holds >= 1 element)
             self.mark = 1
         self.received = 0
         self.source = source
