@@ -218,6 +218,8 @@ struct gfh_hint {
     uint16_t src_port;
     uint32_t tensor_len, next, count;
     int mark;
+    int peek;  /* gfh_recv asks gfh_ahead (hosts/ahead.c) first, given the answers' entries */
+    int entry; /* out: the answers entry gfh_ahead pointed the hint into (-1: none) */
 };
 
 /* Same message and source as the hint's (the fields gfh_runs compares). */
@@ -244,12 +246,18 @@ struct gfh_answers; /* hosts/answers.c */
 int gfh_mark(struct gfh_answers *a, const uint8_t *buf, const uint32_t *off, const uint32_t *len,
              const uint32_t *src_ip, const uint16_t *src_port, const uint8_t *tos, uint8_t *bad, int n);
 void gfh_unmark(struct gfh_answers *a);
+static int gfh_ahead(int fd, struct gfh_answers *a, struct gfh_hint *h, uint32_t slot_size, int *slots);
 
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
              uint8_t *bad, struct gfh_hint *hint, uint64_t *pay, struct gfh_answers *answers) {
     if (slots > BATCH) slots = BATCH;
     if (answers) gfh_unmark(answers);
+    if (hint) hint->entry = -1;
+    if (hint && hint->peek && answers && !key) { /* point the hint at the next datagram's message */
+        int q = gfh_ahead(fd, answers, hint, slot_size, &slots);
+        if (q <= 0) return q;
+    }
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH][3];
     struct sockaddr_in from[BATCH];

@@ -52,8 +52,8 @@ CFLAGS = ("-O3", "-shared", "-fPIC", "-Wall", "-fvisibility=default")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
                   "-g")
 SOURCE = "fastpath.c"
-#: Compiled as one unit, in this order (answers.c uses fastpath.c's definitions).
-SOURCES = (SOURCE, "answers.c")
+#: Compiled as one unit, in this order (answers.c and ahead.c use the definitions before them).
+SOURCES = (SOURCE, "answers.c", "ahead.c")
 CDEF = """
 struct gfh_entry {
     uint8_t *values, *have;
@@ -98,6 +98,7 @@ struct gfh_hint {
     uint16_t src_port;
     uint32_t tensor_len, next, count;
     int mark;
+    int peek, entry;
 };
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
@@ -314,6 +315,20 @@ def c_answers_wanted() -> bool:
     return os.environ.get("GRADFABRIC_C_ANSWERS", "1").strip().lower() not in ("0", "no", "off", "false")
 
 
+def c_ahead_wanted() -> bool:
+    """False when ``GRADFABRIC_C_AHEAD`` is 0: a batch is read into the message the last run
+    placed, without asking which message the next datagram is of (hosts/ahead.c; logged once)."""
+    if os.environ.get("GRADFABRIC_C_AHEAD", "1").strip().lower() not in ("0", "no", "off", "false"):
+        return True
+    if not _ahead_said:
+        _ahead_said.append(True)
+        log.info("hosts data path: no peek at the next datagram's message (GRADFABRIC_C_AHEAD=0)")
+    return False
+
+
+_ahead_said: list[bool] = []
+
+
 class BatchSender:
     """Sends packets of a :class:`~hosts.packetize.PacketBatch` with sendmmsg (and GSO)."""
 
@@ -405,6 +420,7 @@ class BatchReceiver(CAnswers):
         on = c_answers_wanted() if answers is None else answers
         self.answers = nat.ffi.new("struct gfh_answers *") if on and not key else None
         self._answers_c = self.answers if self.answers is not None else nat.ffi.NULL
+        self.hint.peek = int(self.answers is not None and c_ahead_wanted())  # registered messages to point at
         self._free = list(range(self.ANSWER_SLOTS))  # a heap: the lowest free slot first
         self._owners: list[Any] = [None] * self.ANSWER_SLOTS  # the message registered in each slot
         self._done_keys: list[Any] = [None] * self.DONE_SLOTS  # the key of each done entry
@@ -428,6 +444,9 @@ class BatchReceiver(CAnswers):
             slots = min(slots, self.AHEAD_SLOTS)
         n = self.nat.lib.gfh_recv(self.fd, c[0], slots, self.SLOT_SIZE, c[1], c[2], c[3], c[4], c[5],
                                   self.max_pkts, *self._key, c[7], hint, c[8], self._answers_c)
+        if hint.entry >= 0:  # gfh_ahead pointed the hint into a registered message
+            owner = self._owners[hint.entry]
+            self._hinted = (owner, owner.cptrs)
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         if n:

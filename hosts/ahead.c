@@ -1,0 +1,56 @@
+/* Which message the next datagrams belong to, asked of the socket before a batch is read:
+ * compiled after hosts/fastpath.c and hosts/answers.c as one unit (hosts/fastpath.py joins the
+ * sources), whose HDR, be16, be32, hint_agrees, struct gfh_hint and struct gfh_answers it uses.
+ *
+ * gfh_recv reads a batch's values straight into the message its hint points at. With two
+ * messages in flight their runs alternate, so a hint left at the message the last run placed
+ * often points at the other one: the batch is then read into the slots and copied from there
+ * (or copied back). gfh_ahead peeks at the header of the next queued datagram (MSG_PEEK, 28
+ * bytes) and, when it is the data of another registered open message placed ahead (mode 3,
+ * from its registered source), points the hint at that message's next packet, so the batch
+ * lands in place; gfh_recv's checks then decide, packet by packet, what stays. */
+
+/* Point `h` at the message of the next queued datagram (see above). Returns 0 when nothing is
+ * queued, -errno on a socket error, else 1; h->entry is the answers entry the hint now points
+ * into (-1: left as it was), and *slots is capped at what that message has left from there
+ * (at least 2), as hosts/fastpath.py caps a hinted batch. */
+static int gfh_ahead(int fd, struct gfh_answers *a, struct gfh_hint *h, uint32_t slot_size, int *slots) {
+    uint8_t b[HDR];
+    struct sockaddr_in from;
+    socklen_t fl = sizeof from;
+    ssize_t r;
+    h->entry = -1;
+    do {
+        r = recvfrom(fd, b, HDR, MSG_PEEK | MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    if (r < HDR || fl < sizeof from || (b[0] >> 4) != 1 || (b[0] & 0x0F) > 1 || (b[1] & 0xF0)) return 1;
+    uint32_t offset = be32(b + 12), count = be16(b + 20), tensor_len = be32(b + 16);
+    uint32_t ip = from.sin_addr.s_addr;
+    uint16_t port = from.sin_port;
+    if (count == 0 || HDR + 4 * count > slot_size || 2 * (HDR + 4 * count) <= slot_size) return 1;
+    if (h->values && hint_agrees(h, b, ip, port) && offset == h->next) return 1; /* where it points */
+    int k = -1;
+    for (int c = 0; c < a->top && k < 0; c++) {
+        const struct gfh_entry *e = &a->e[c];
+        if (e->used == 1 && !e->left && e->values && e->mode == 3 && e->src_ip == ip && e->src_port == port &&
+            e->kind == (b[0] & 0x0F) && e->tensor_len == tensor_len && memcmp(e->key, b + 2, 10) == 0)
+            k = c;
+    }
+    if (k < 0 || (uint64_t)offset + count > tensor_len) return 1;
+    const struct gfh_entry *e = &a->e[k];
+    memcpy(h->hdr, b, HDR);
+    h->values = e->values;
+    h->have = e->have;
+    h->mark = e->mark;
+    h->tensor_len = tensor_len;
+    h->count = count;
+    h->next = offset;
+    h->src_ip = ip;
+    h->src_port = port;
+    h->entry = k;
+    uint32_t left = (tensor_len - offset + count - 1) / count;
+    if (left < 2) left = 2;
+    if ((uint32_t)*slots > left) *slots = (int)left;
+    return 1;
+}
