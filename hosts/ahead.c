@@ -8,12 +8,16 @@
  * (or copied back). gfh_ahead peeks at the header of the next queued datagram (MSG_PEEK, 28
  * bytes) and, when it is the data of another registered open message placed ahead (mode 3,
  * from its registered source), points the hint at that message's next packet, so the batch
- * lands in place; gfh_recv's checks then decide, packet by packet, what stays. */
+ * lands in place; gfh_recv's checks then decide, packet by packet, what stays. When it is the
+ * data of no registered message (a new message, whose first run is read into the slots and
+ * copied from there until Python opens it), the batch is FIRST_SLOTS datagrams. */
+#define FIRST_SLOTS 2
 
 /* Point `h` at the message of the next queued datagram (see above). Returns 0 when nothing is
  * queued, -errno on a socket error, else 1; h->entry is the answers entry the hint now points
  * into (-1: left as it was), and *slots is capped at what that message has left from there
- * (at least 2), as hosts/fastpath.py caps a hinted batch. */
+ * (at least 2), as hosts/fastpath.py caps a hinted batch, or at FIRST_SLOTS for a message
+ * not registered. */
 static int gfh_ahead(int fd, struct gfh_answers *a, struct gfh_hint *h, uint32_t slot_size, int *slots) {
     uint8_t b[HDR];
     struct sockaddr_in from;
@@ -33,12 +37,16 @@ static int gfh_ahead(int fd, struct gfh_answers *a, struct gfh_hint *h, uint32_t
     int k = -1;
     for (int c = 0; c < a->top && k < 0; c++) {
         const struct gfh_entry *e = &a->e[c];
-        if (e->used == 1 && !e->left && e->values && e->mode == 3 && e->src_ip == ip && e->src_port == port &&
+        if (e->used == 1 && !e->left && e->values && e->src_ip == ip && e->src_port == port &&
             e->kind == (b[0] & 0x0F) && e->tensor_len == tensor_len && memcmp(e->key, b + 2, 10) == 0)
             k = c;
     }
-    if (k < 0 || (uint64_t)offset + count > tensor_len) return 1;
+    if (k < 0) { /* a new message: its first packets into the slots, the next ones in place */
+        if (*slots > FIRST_SLOTS) *slots = FIRST_SLOTS;
+        return 1;
+    }
     const struct gfh_entry *e = &a->e[k];
+    if (e->mode != 3 || (uint64_t)offset + count > tensor_len) return 1;
     memcpy(h->hdr, b, HDR);
     h->values = e->values;
     h->have = e->have;

@@ -220,6 +220,8 @@ struct gfh_hint {
     int mark;
     int peek;  /* gfh_recv asks gfh_ahead (hosts/ahead.c) first, given the answers' entries */
     int entry; /* out: the answers entry gfh_ahead pointed the hint into (-1: none) */
+    uint32_t maxlen; /* out, of gfh_recv's batch: the longest packet, and the packets read in place */
+    int inplace;
 };
 
 /* Same message and source as the hint's (the fields gfh_runs compares). */
@@ -375,6 +377,14 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
         }
     }
     if (answers && !key) gfh_mark(answers, buf, off, len, src_ip, src_port, tos, bad, p);
+    if (hint) {
+        hint->maxlen = 0;
+        hint->inplace = 0;
+        for (int q = 0; q < p; q++) {
+            if (len[q] > hint->maxlen) hint->maxlen = len[q];
+            hint->inplace += pay[q] != 0;
+        }
+    }
     return p;
 }
 

@@ -99,6 +99,8 @@ struct gfh_hint {
     uint32_t tensor_len, next, count;
     int mark;
     int peek, entry;
+    uint32_t maxlen;
+    int inplace;
 };
 int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off, uint32_t *len,
              uint32_t *src_ip, uint16_t *src_port, uint8_t *tos, int max_pkts, const uint8_t *key, int keylen,
@@ -450,9 +452,9 @@ class BatchReceiver(CAnswers):
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         if n:
-            self._large = not self._key[1] and 2 * int(self.len[:n].max()) > self.SLOT_SIZE
+            self._large = not self._key[1] and 2 * hint.maxlen > self.SLOT_SIZE
             if ahead or self._ahead > self.AHEAD_SLOTS:
-                if int(np.count_nonzero(self.pay[:n])) < n:
+                if hint.inplace < n:
                     self._ahead = self.AHEAD_SLOTS
                 elif ahead and n == slots:
                     self._ahead = min(self.SLOTS, 2 * self._ahead)

@@ -74,13 +74,14 @@ def handle_batch(ep: Any, rx: BatchReceiver, n: int) -> None:
     now = ep._last_rx = time.monotonic()
     delivered: list[Delivered] = []
     marked = rx.marked()
-    if rx.placed():  # runs of registered messages the C placed: their counts and completions
+    placed = rx.placed()
+    if placed:  # runs of registered messages the C placed: their counts and completions
         done, sources = reassembler.absorbed(rx)
         delivered += done
         ep._last_peer_rx = now
         for source in sources:
             heard(source, now, _EMPTY)
-    i = 0
+    i = 0 if placed < n else n  # a batch the C placed whole has nothing left for the loop
     while i < n:
         flag = bad[i]
         if flag:

@@ -220,6 +220,7 @@ def _after_large_packets() -> Iterator[tuple[BatchReceiver, socket.socket, socke
     unused.close()
     try:
         rx = BatchReceiver(NAT, sock)
+        rx.hint.peek = 0  # the batch sizes set in Python (with the peek of hosts/ahead.c: test_hosts_ahead.py)
         earlier = packetize(np.ones(2 * COUNT, dtype=np.float32), kind=MsgType.GRADIENT, job_id=1, worker_id=1,
                             tensor_id=1, iteration=1, count=COUNT)
         for k in (0, 1):
