@@ -158,6 +158,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--leave-out", type=lambda text: tuple(t for t in text.split(",") if t), default=(),
                      help="sweeps not to read, by the start of their folder names, comma-separated (named in the table)")
+    val.add_argument("--cache", type=Path, default=None,
+                     help="folder keeping the calibration's curves per run, code and settings (speed only: the "
+                          "table is the same; not named in it)")
     val.add_argument("--out", type=Path, default=None,
                      help="folder for validation.md/.csv/.png (default: build/results/simulation/validation/)")
     val.set_defaults(handler=_validate)
@@ -168,6 +171,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--port-pps", type=float, required=True, help="the new port rate (packets a second)")
     pp.add_argument("--k", type=float, required=True, help="the scaling rule's time multiplier there (b kept)")
     pp.add_argument("--tcp-cost-us", type=float, default=7.0, help="kernel TCP's host cost per packet (us)")
+    pp.add_argument("--p3-cost-us", type=float, default=None,
+                    help="a P3 ring's kernel TCP's host cost per packet (us; default: --tcp-cost-us)")
     pp.add_argument("--dlcp-cost-us", type=float, default=14.0,
                     help="the GSO DLCP transport's host cost per packet at its per-process CPU share (us)")
     pp.add_argument("--transport-cost-us", type=float, default=None,
@@ -176,6 +181,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
     pp.add_argument("--against", type=Path, nargs="+", default=None,
                     help="sweeps made at the new port rate: compare them with the model instead (against.md)")
+    pp.add_argument("--before", type=Path, default=None,
+                    help="with --against: a prediction.md made before those runs, set beside them with its rankings")
     pp.add_argument("--out", type=Path, default=None,
                     help="folder for prediction.md or against.md (default: build/results/simulation/port-predict/)")
     pp.set_defaults(handler=_port_predict)
@@ -314,13 +321,14 @@ def _validate(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SimulatorError(f"--notes {args.notes}: {exc.strerror}") from None
     print(validate(args.results, out, args.job_trace, args.traces, command, args.baseline, cpu_measure=args.cpu,
-                   without=args.without, notes=notes, leave_out=args.leave_out), end="")
+                   without=args.without, notes=notes, leave_out=args.leave_out, cache_dir=args.cache), end="")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
 def _port_predict(args: argparse.Namespace) -> int:
-    from simulator.port_predict import against, port_predict
+    from simulator.port_predict import against, port_predict, read_prediction
+    from simulator.validate import P3_RING_FAMILY
 
     command = (f"gradfabric sim port-predict {' '.join(_shown(p) for p in args.sources)} --port-pps {args.port_pps:g} "
                f"--k {args.k:g}")
@@ -333,12 +341,21 @@ def _port_predict(args: argparse.Namespace) -> int:
     out = default_results() / "port-predict" if args.out is None else args.out
     if args.out is not None:
         command += f" --out {_shown(args.out)}"
-    costs = {"trace/tcp": args.tcp_cost_us * 1e-6, "trace/dlcp+ecn (gso) [per process]": args.dlcp_cost_us * 1e-6}
+    if args.p3_cost_us is not None:
+        command += f" --p3-cost-us {args.p3_cost_us:g}"
+    p3 = args.tcp_cost_us if args.p3_cost_us is None else args.p3_cost_us
+    costs = {"trace/tcp": args.tcp_cost_us * 1e-6, "trace/tcp" + P3_RING_FAMILY: p3 * 1e-6,
+             "trace/dlcp+ecn (gso) [per process]": args.dlcp_cost_us * 1e-6}
     if args.transport_cost_us is not None:
         costs["trace/dlcp (gso) [per process]"] = args.transport_cost_us * 1e-6
     if args.against:
         command += f" --against {' '.join(_shown(p) for p in args.against)}"
-        name, text = "against.md", f"Made by `{command}`.\n\n" + against(args.against, args.traces, costs)
+        before = None
+        if args.before is not None:
+            command += f" --before {_shown(args.before)}"
+            before = read_prediction(args.before)
+        name, text = "against.md", f"Made by `{command}`.\n\n" + against(args.against, args.traces, costs,
+                                                                           before=before)
     else:
         name, text = "prediction.md", port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs)
     out.mkdir(parents=True, exist_ok=True)

@@ -32,13 +32,16 @@ from gradfabric.traces import merge_layers
 from simulator.errors import SimulatorError
 from simulator.fabric_runs import C_ANSWERS_CODE, Run, load_runs
 from simulator.host_model import DEFAULT_CPU_MEASURE
+from simulator.ranking import rank_row
 from simulator.traces import ModelTrace
-from simulator.validate import (HOST_CODE_CPU, SPREAD_SEED, _b, cost_family, iteration_spread, predict_run,
+from simulator.validate import (HOST_CODE_CPU, P3_RING_FAMILY, SPREAD_SEED, _b, cost_family, iteration_spread, predict_run,
                                 scaled_trace)
 
-#: Host cost per packet by family (the committed validation table's "fitted on every run"):
-#: kernel TCP 7 us, the GSO DLCP transport at its per-process CPU share 14 us.
-DEFAULT_COSTS: dict[str, float] = {"trace/tcp": 7e-6, "trace/dlcp+ecn (gso) [per process]": 14e-6}
+#: Host cost per packet by family (the committed validation table's "fitted on every run" when
+#: kernel TCP had one family): kernel TCP 7 us, a P3 ring's kernel TCP the same unless given
+#: (:data:`simulator.validate.P3_RING_FAMILY`), the GSO DLCP transport at its per-process CPU share 14 us.
+DEFAULT_COSTS: dict[str, float] = {"trace/tcp": 7e-6, "trace/tcp" + P3_RING_FAMILY: 7e-6,
+                                   "trace/dlcp+ecn (gso) [per process]": 14e-6}
 CONDITIONS = ("recorded", "free")
 DRAWS = 400
 
@@ -125,12 +128,31 @@ def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Pat
     return "\n".join(lines) + "\n"
 
 
+def read_prediction(path: Path) -> dict[tuple[str, str], float]:
+    """The p50s (seconds) a committed ``prediction.md`` of :func:`port_predict` gave with the CPU
+    as recorded, by scenario and configuration."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise SimulatorError(f"{path}: {exc.strerror}") from None
+    out: dict[tuple[str, str], float] = {}
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 9 and cells[2].isdigit():
+            out[(cells[0], cells[1])] = float(cells[5].replace(",", "")) / 1e3
+    if not out:
+        raise SimulatorError(f"{path}: no prediction table")
+    return out
+
+
 def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | None = None,
-            results: Path | None = None) -> str:
+            results: Path | None = None, before: Mapping[tuple[str, str], float] | None = None) -> str:
     """The runs made at the new port rate (``targets``) against the model: per scenario x
     configuration the measured p50 and the p50 predicted from each run's own record (its CPU
     shares, tenants, code), with the same costs and spread as :func:`port_predict`, and both
-    speed-ups over DDP-style TCP (the p50 of the pooled iterations over ddp-tcp's)."""
+    speed-ups over DDP-style TCP (the p50 of the pooled iterations over ddp-tcp's); with
+    ``before`` (:func:`read_prediction`), the prediction made before the runs beside them, and per
+    scenario both predicted rankings against the measured one (:func:`simulator.ranking.rank_row`)."""
     costs = dict(DEFAULT_COSTS if costs is None else costs)
     spread = iteration_spread(load_runs(results or targets[0].parent))
     groups: dict[tuple[str, str, float], list[Run]] = defaultdict(list)
@@ -143,16 +165,35 @@ def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | 
     table = {key: (statistics.median(t for r in runs for t in r.iterations),
                    predict_group(runs, traces, costs, seed=1000 * n, spread=spread))
              for n, (key, runs) in enumerate(sorted(groups.items()))}
+    extra = " | predicted before (ms) | error | speed-up, before |" if before is not None else ""
     lines = [f"Against the runs of {', '.join(t.name for t in targets)}:", "",
              "| scenario | configuration | port (pkt/s) | runs | p50 measured (ms) | p50 predicted from each run's record "
-             "(ms) | error | speed-up over ddp-tcp, measured | predicted |", "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+             "(ms) | error | speed-up over ddp-tcp, measured | predicted |" + extra,
+             "|---|---|---:|---:|---:|---:|---|---:|---:|" + ("---:|---|---:|" if before is not None else "")]
     for (scenario, config, pps), (measured, predicted) in table.items():
         base = table.get((scenario, "ddp-tcp", pps))
         up = (f"{base[0] / measured:.2f}x", f"{base[1] / predicted:.2f}x") if base else ("-", "-")
-        lines.append(f"| {scenario} | {config} | {pps:,.0f} | {len(groups[(scenario, config, pps)])} | "
-                     f"{measured * 1e3:,.1f} | {predicted * 1e3:,.1f} | {(predicted - measured) / measured:+.0%} | "
-                     f"{up[0]} | {up[1]} |")
+        row = (f"| {scenario} | {config} | {pps:,.0f} | {len(groups[(scenario, config, pps)])} | "
+               f"{measured * 1e3:,.1f} | {predicted * 1e3:,.1f} | {(predicted - measured) / measured:+.0%} | "
+               f"{up[0]} | {up[1]} |")
+        if before is not None:
+            b, b0 = before.get((scenario, config)), before.get((scenario, "ddp-tcp"))
+            row += (f" {b * 1e3:,.1f} | {(b - measured) / measured:+.0%} | "
+                    f"{f'{b0 / b:.2f}x' if b0 else '-'} |" if b else " - | - | - |")
+        lines.append(row)
+    lines += ["", "| scenario | port (pkt/s) | predicted | measured order | predicted order | same | every clear pair kept "
+              "| pairs kept | clear pairs kept | ties the other way | pairs the other way |",
+              "|---|---:|---|---|---|---|---|---:|---:|---:|---|"]
+    for scenario, pps in sorted({(s, p) for s, _, p in groups}):
+        configs = sorted(c for s, c, p in groups if (s, p) == (scenario, pps))
+        measured = {c: table[(scenario, c, pps)][0] for c in configs}
+        times = {c: [r.iterations for r in groups[(scenario, c, pps)]] for c in configs}
+        preds = [("from the records", {c: table[(scenario, c, pps)][1] for c in configs})]
+        if before is not None and all((scenario, c) in before for c in configs):
+            preds.append(("before", {c: before[(scenario, c)] for c in configs}))
+        for name, predicted in preds:
+            lines.append(f"| {scenario} | {pps:,.0f} | {name} | " + " | ".join(rank_row(measured, predicted, times)) + " |")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CONDITIONS", "DEFAULT_COSTS", "against", "moved", "port_predict", "predict_group"]
+__all__ = ["CONDITIONS", "DEFAULT_COSTS", "against", "moved", "port_predict", "predict_group", "read_prediction"]

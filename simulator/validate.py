@@ -49,6 +49,7 @@ Each run is predicted from its scenario and what its record says of its conditio
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections import defaultdict
@@ -61,6 +62,7 @@ import numpy as np
 
 from gradfabric.traces import merge_layers
 from hosts.schedulers import AlphaBeta, Scheduler, Transfer, create
+from simulator.calibration_cache import CurveCache, fingerprint
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fabric_model import (DLCP_PAYLOAD_BYTES, TCP_PAYLOAD_BYTES, CollectiveLink, WindowScheduler, port_model,
@@ -85,8 +87,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 #: kernel-TCP pushes as one flow per worker, and the DLCP transport's CPU per message.
 #: ``background-acks``: the background TCP flows' ACKs among the packets the switches forward.
 #: ``tcp-acks``: a kernel-TCP ring's own ACKs among its port's packets (:func:`simulator.fabric_model.with_own_acks`).
+#: ``p3-threads``: a P3 ring's kernel-TCP host cost calibrated apart (:data:`P3_RING_FAMILY`).
 TERMS = ("server-cost", "background", "spread", "tenant-use", "incast-flows", "message-cost", "background-acks",
-         "host-code", "paced", "tcp-acks")
+         "host-code", "paced", "tcp-acks", "p3-threads")
 #: CPU per message of the DLCP transport, sender's and receiver's together (experiments/README.md,
 #: "Where a DLCP rank's time goes": 20-23 us per packet for both sides sending one 42-packet
 #: message at a time between two endpoints on loopback, about 0.9 ms a message, in Python per
@@ -299,12 +302,27 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
     return RunPrediction(base + extra, exposed, "; ".join(note))
 
 
-def cost_family(run: Run, cpu_measure: str) -> str:
+#: ``p3-threads``: a P3 ring's kernel-TCP ranks run a thread per partition in flight, and their
+#: summed starvation (waits over runnable time, summed over threads) counts waits that do not hold
+#: up packets moved in softirq: in the 10-pair sweep's ring scenarios 0.83-0.86 against DDP-style
+#: TCP's 0.60-0.66 beside it, while their longest-waiting thread got 0.66-0.76 of a CPU against
+#: DDP's 0.60-0.68 (medians per configuration). Their cost per packet on that scale is calibrated
+#: apart (this family suffix), leave one sweep out as every family; a star's P3 (the server's
+#: figure, 0.64 as DDP's) stays with kernel TCP.
+P3_RING_FAMILY = " (p3 ring)"
+
+
+def cost_family(run: Run, cpu_measure: str, without: frozenset[str] = frozenset()) -> str:
     """The host-cost family ``run`` is calibrated in: its :attr:`Run.family`, and with a CPU
     measure of :data:`simulator.host_model.CALIBRATED_APART`, whether its CPU share is the
-    per-process record (a cost per packet on that scale is fitted only on runs that carry it)."""
+    per-process record (a cost per packet on that scale is fitted only on runs that carry it);
+    a P3 ring's kernel TCP on the summed figure apart (:data:`P3_RING_FAMILY`) unless
+    ``p3-threads`` is in ``without``."""
     if cpu_measure in CALIBRATED_APART and run_available(run, cpu_measure)[1] == "per process":
         return f"{run.family} [per process]"
+    if "p3-threads" not in without and run.spec.comm == "tcp" and run.spec.scheduler == "p3" \
+            and SCENARIOS.get(run.scenario, ("", ""))[1] == "ring" and run_available(run, cpu_measure)[1] != "per process":
+        return run.family + P3_RING_FAMILY
     return run.family
 
 
@@ -365,27 +383,39 @@ class Calibration:
 
 def calibrate(runs: Sequence[Run], cnn: ModelTrace | None, traces: Path, hosts: dict[str, tuple[list[float], float]],
               *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
-              without: frozenset[str] = frozenset()) -> Calibration:
-    """Predict every run's p50 on the grid of host costs (the slow part of :func:`validate`)."""
+              without: frozenset[str] = frozenset(), cache_dir: Path | None = None) -> Calibration:
+    """Predict every run's p50 on the grid of host costs (the slow part of :func:`validate`);
+    with ``cache_dir``, curves computed before for the same code and settings are read from it
+    (:mod:`simulator.calibration_cache`)."""
     import sys
 
     cache: dict[tuple[str, ...], ModelTrace] = {}
     cal = Calibration({}, {}, [], [], [])
+    h100 = traces / "h100_pytorch_layer_traces.csv"
+    curves = CurveCache(cache_dir, fingerprint([cpu_measure, ",".join(sorted(without)), repr(cnn), repr(sorted(hosts.items())),
+                                                hashlib.sha256(h100.read_bytes()).hexdigest() if h100.exists() else "",
+                                                repr(COST_GRID), str(CALIBRATION_DRAWS)])) if cache_dir else None
     for i, run in enumerate(runs):
         if progress and (i + 1) % 20 == 0:
             print(f"calibration: {i + 1} of {len(runs)} runs on {len(COST_GRID)} host costs", file=sys.stderr,
                   flush=True)
         try:
             inp = cal.inputs[i] = _inputs(run, cnn, traces, hosts, cache)
-            cal.curves.append([float(np.median(predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
-                                                           baseline_available=inp.baseline_available,
-                                                           draws=CALIBRATION_DRAWS, cpu_measure=cpu_measure,
-                                                           without=without).draws))
-                               for cost in COST_GRID])
-            cal.calibration.append((run.sweep, cost_family(run, cpu_measure), run.p50_s))
+            curve = curves.get(run) if curves else None
+            if curve is None:
+                curve = [float(np.median(predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
+                                                     baseline_available=inp.baseline_available, draws=CALIBRATION_DRAWS,
+                                                     cpu_measure=cpu_measure, without=without).draws))
+                         for cost in COST_GRID]
+                if curves:
+                    curves.put(run, curve)
+            cal.curves.append(curve)
+            cal.calibration.append((run.sweep, cost_family(run, cpu_measure, without), run.p50_s))
             cal.members.append(i)
         except SimulatorError as exc:
             cal.reasons[i] = str(exc)
+    if curves:
+        curves.save()
     return cal
 
 
@@ -410,14 +440,15 @@ def iteration_spread(runs: Sequence[Run], kinds: Sequence[str] = SPREAD_KINDS,
 def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, command: str,
              baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
              without: frozenset[str] = frozenset(), calibrated: Calibration | None = None,
-             clean: str = CLEAN_PREFIX, notes: str = "", leave_out: tuple[str, ...] = ()) -> str:
+             clean: str = CLEAN_PREFIX, notes: str = "", leave_out: tuple[str, ...] = (),
+             cache_dir: Path | None = None) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
     taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out;
     ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand; ``clean``:
     sweeps whose folder name starts so are also summarised alone (:func:`clean_set`; "": none);
     ``notes``: Markdown put under the ranking table; ``leave_out``: sweeps whose folder name starts
-    so are not read (named above the table)."""
+    so are not read (named above the table); ``cache_dir``: :func:`calibrate`'s cache."""
     under_ranking = notes
     if not without <= set(TERMS):
         raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
@@ -428,7 +459,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     cnn = load_trace(job_trace) if job_trace is not None else None
     hosts = host_baseline(baseline, cpu_measure) if baseline is not None else {}
     cal = calibrated or calibrate(runs, cnn, traces, hosts, progress=progress, cpu_measure=cpu_measure,
-                                  without=without)
+                                  without=without, cache_dir=cache_dir)
     inputs, reasons, calibration, curves = cal.inputs, cal.reasons, cal.calibration, cal.curves
     spread = {} if "spread" in without else iteration_spread(runs, SPREAD_KINDS, by_config=SPREAD_BY_CONFIG)
     keys = [(runs[j].kind, runs[j].scenario_label, runs[j].port_pps, runs[j].config) for j in cal.members]
@@ -472,7 +503,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                 run = runs[i]
                 if i in reasons:
                     raise SimulatorError(reasons[i])
-                family = cost_family(run, cpu_measure)
+                family = cost_family(run, cpu_measure, without)
                 if (run.sweep, family) not in costs:
                     raise SimulatorError(f"family {family} ran in no other sweep: uncalibrated")
                 cost, n = costs[(run.sweep, family)]
@@ -508,7 +539,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
         rows.append(base + [f"{p50_0 * 1e3:,.1f}", cost_text, f"{p50 * 1e3:,.1f}", f"{e50:+.0%}",
                             f"{m99 * 1e3:,.1f}", f"{p99 * 1e3:,.1f}", f"{e99:+.0%}", mexp,
                             f"{statistics.median(p.exposed_s for p in preds) * 1e3:,.1f}",
-                            f"family {cost_family(members[0], cpu_measure)}; " + notes[0].split("; ", 2)[-1]])
+                            f"family {cost_family(members[0], cpu_measure, without)}; " + notes[0].split("; ", 2)[-1]])
     rank_rows = [[kind, scenario, f"{pps:,.0f}"]
                  + rank_row({c: v[0] for c, v in values.items()}, {c: v[1] for c, v in values.items()},
                             {c: run_times[(kind, scenario, pps, c)] for c in values})
@@ -553,6 +584,6 @@ def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],
     return clean_section(CLEAN_TITLE, sweeps, errors, rows, rank_rows), dict(errors), rank_rows
 
 
-__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "HOST_CODE_CPU", "PACED_EPOCHS", "TERMS", "bootstrap_p50", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
+__all__ = ["CLEAN_PREFIX", "DLCP_MESSAGE_CPU_S", "HOST_CODE_CPU", "P3_RING_FAMILY", "PACED_EPOCHS", "TERMS", "bootstrap_p50", "Calibration", "clean_set", "RunPrediction", "calibrate", "clear_verdict", "cost_family", "measured_tie",
            "host_baseline", "iteration_spread",
            "merge_layers", "predict_run", "rank_row", "scaled_trace", "tail_repair_s", "validate"]

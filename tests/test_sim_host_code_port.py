@@ -140,3 +140,30 @@ def test_port_predict_group_gives_the_asked_percentile_of_the_pooled_draws(monke
     costs = {"trace/tcp": 7e-6}
     assert pp.predict_group(runs, Path("unused"), costs) == pytest.approx(50.5)
     assert pp.predict_group(runs, Path("unused"), costs, q=99) == pytest.approx(99.01)
+
+
+def test_port_predict_against_sets_the_prediction_made_before_beside_the_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.port_predict as pp
+
+    prediction = tmp_path / "prediction.md"
+    prediction.write_text(
+        "Made by `x`.\n\n| scenario | configuration | runs | a | b | CPU as recorded (ms) | up | free | up | p99 |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| hotspot | ddp-tcp | 10 | 1.0 | 1.0 | 2,500.0 | 1.00x | 1.0 | 1.00x | 9.0 |\n"
+        "| hotspot | dlcp | 10 | 1.0 | 1.0 | 2,800.0 | 0.89x | 1.0 | 1.00x | 9.0 |\n")
+    before = pp.read_prediction(prediction)
+    assert before == {("hotspot", "ddp-tcp"): pytest.approx(2.5), ("hotspot", "dlcp"): pytest.approx(2.8)}
+    plan = {"job": {**TRACE_PLAN["job"], "port_pps": 5000.0, "k": 32.0}, "scale": TRACE_PLAN["scale"]}
+    runs = {f"00{i}-{c}-r{r}": ring_record("hotspot", c, times=[9.0, t + 0.01 * r, t + 0.01 * r])
+            for r in range(3) for i, (c, t) in enumerate((("ddp-tcp", 3.0), ("dlcp", 2.0)))}
+    sweep = write_sweep(tmp_path, "portrate-1", runs, plan=plan)
+    monkeypatch.setattr(pp, "predict_group", lambda g, *a, **k: 2.4 if g[0].config == "ddp-tcp" else 2.0)
+    text = pp.against([sweep], Path("unused"), before=before)
+    # Measured p50s 3.01 and 2.01 s (the middle run's): before 2.5 s is -17%, 2.8 s +39%; DLCP
+    # 1.50x measured, 2.5 / 2.8 = 0.89x before.
+    assert "| hotspot | ddp-tcp | 5,000 | 3 | 3,010.0 | 2,400.0 | -20% | 1.00x | 1.00x | 2,500.0 | -17% | 1.00x |" in text
+    assert "| hotspot | dlcp | 5,000 | 3 | 2,010.0 | 2,000.0 | -0% | 1.50x | 1.20x | 2,800.0 | +39% | 0.89x |" in text
+    # Every run has DLCP 1 s ahead: a clear pair, kept from the records, swapped before.
+    assert "| hotspot | 5,000 | from the records | dlcp < ddp-tcp | dlcp < ddp-tcp | yes | yes |" in text
+    assert "| hotspot | 5,000 | before | dlcp < ddp-tcp | ddp-tcp < dlcp | no | no | 0 of 1 | 0 of 1 |" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -74,3 +75,17 @@ def test_the_dlcp_transports_runs_take_their_per_process_share_and_a_family_of_t
     assert run_available(bare, "dlcp-recorded") == (pytest.approx(0.1), "summed")
     assert cost_family(bare, "dlcp-recorded") == "trace/dlcp+ecn (gso)"
     assert cost_family(dlcp, "summed") == "trace/dlcp+ecn (gso)"
+
+
+def test_a_p3_rings_kernel_tcp_is_calibrated_in_a_family_of_its_own() -> None:
+    record = {"starvation": 0.85, "load": 4.0, "cpu_use": 0.2, "cpu_wait": 0.05, "switch_cpu": {"s1": (0.3, 0.1)}}
+    p3 = _trace_run("p3-tcp", GSO, **record)
+    # On a ring (tcp's scenario), read on the summed figure: 0.15 left, below the load's 0.5.
+    assert run_available(p3, "dlcp-recorded") == (pytest.approx(0.15), "summed")
+    assert cost_family(p3, "dlcp-recorded") == "trace/tcp (p3 ring)"
+    assert cost_family(p3, "dlcp-recorded", frozenset({"p3-threads"})) == "trace/tcp"
+    # A star's P3 (incast: the server's figure) and DDP's buckets stay with kernel TCP; read per
+    # process (0.2 / 0.25 = 0.8) it is calibrated apart already.
+    assert cost_family(replace(p3, scenario="incast"), "dlcp-recorded") == "trace/tcp"
+    assert cost_family(_trace_run("ddp-tcp", GSO, **record), "dlcp-recorded") == "trace/tcp"
+    assert cost_family(p3, "recorded-apart") == "trace/tcp [per process]"

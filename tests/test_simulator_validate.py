@@ -101,3 +101,33 @@ def test_a_trace_driven_job_is_the_h100_trace_scaled() -> None:
     assert job.layers[-1].numel == -(-real.layers[-1].numel * 3 // 25)  # ceil(n / (25/3))
     same = scaled_trace({"model": "resnet50", "precision": "bf16", "b": 25 / 3, "k": 50}, DEFAULT_TRACES)
     assert [l.numel for l in same.layers] == [l.numel for l in job.layers]
+
+
+def test_validate_with_a_cache_reads_the_curves_it_kept_and_writes_the_same_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.validate as v
+
+    job = tmp_path / "job.csv"
+    job.write_text("name,numel,forward_us,backward_us\nw,722,1000,1000\n")
+    runs = tmp_path / "runs"
+    _run(runs / "a", 0, "tcp", "qos", [0.010, 0.012])
+    _run(runs / "b", 0, "tcp", "qos", [0.011])
+    cache = tmp_path / "cache"
+    base = ["sim", "validate", str(runs), "--job-trace", str(job)]
+    assert main([*base, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*base, "--cache", str(cache), "--out", str(tmp_path / "first")]) == 0
+    (kept,) = list(cache.glob("curves-*.json"))
+    assert len(json.loads(kept.read_text())) == 2  # one curve per run
+    calls = []
+    real = v.predict_run
+    monkeypatch.setattr(v, "predict_run", lambda *a, **k: calls.append(k.get("draws", v.DRAWS_PER_RUN)) or real(*a, **k))
+    assert main([*base, "--cache", str(cache), "--out", str(tmp_path / "second")]) == 0
+    # Every curve read back: the only predictions left are the table's (draws of 2,000), none on the grid.
+    assert calls and set(calls) == {v.DRAWS_PER_RUN}
+    tables = [(tmp_path / d / "validation.csv").read_text() for d in ("plain", "first", "second")]
+    assert tables[0] == tables[1] == tables[2]
+    # A third sweep lands: only its run is calibrated.
+    _run(runs / "c", 0, "tcp", "qos", [0.011])
+    calls.clear()
+    assert main([*base, "--cache", str(cache), "--out", str(tmp_path / "third")]) == 0
+    assert calls.count(v.CALIBRATION_DRAWS) == len(v.COST_GRID)
