@@ -523,9 +523,9 @@ class BatchReceiver(CAnswers):
         self.nat.lib.gfh_place(c[0], c[1], c[2], i, n, tensor_len, values, have, seqs, received, mode, c[6], mark,
                                c[8], c[3], c[4], self.hint)
         if mode == PLACE_AHEAD or self._hinted is not None:
-            at = int(ffi.cast("uintptr_t", self.hint.values))
-            if at == 0:
+            at = self.hint.values  # cdata pointers compare by address (no cast: its type string is
+            if at == ffi.NULL:  # parsed on first use, 0.5 ms, and each cast looks it up again)
                 self._hinted = None
-            elif mode == PLACE_AHEAD and at == int(ffi.cast("uintptr_t", values)):
+            elif mode == PLACE_AHEAD and at == values:
                 self._hinted = (owner, arrays)
         return self.res
