@@ -13,6 +13,15 @@
  * copied from there until Python opens it), the batch is FIRST_SLOTS datagrams. */
 #define FIRST_SLOTS 2
 
+/* Cap *slots at the packets of `count` values a message of `tensor_len` elements has from
+ * element `offset` on (at least 2): a batch then ends with its message, not in the next one's
+ * first packets (which the hint would misplace). */
+static void cap_left(int *slots, uint32_t tensor_len, uint32_t offset, uint32_t count) {
+    uint32_t left = (tensor_len - offset + count - 1) / count;
+    if (left < 2) left = 2;
+    if ((uint32_t)*slots > left) *slots = (int)left;
+}
+
 /* Point `h` at the message of the next queued datagram (see above). Returns 0 when nothing is
  * queued, -errno on a socket error, else 1; h->entry is the answers entry the hint now points
  * into (-1: left as it was), and *slots is capped at what that message has left from there
@@ -33,7 +42,10 @@ static int gfh_ahead(int fd, struct gfh_answers *a, struct gfh_hint *h, uint32_t
     uint32_t ip = from.sin_addr.s_addr;
     uint16_t port = from.sin_port;
     if (count == 0 || HDR + 4 * count > slot_size || 2 * (HDR + 4 * count) <= slot_size) return 1;
-    if (h->values && hint_agrees(h, b, ip, port) && offset == h->next) return 1; /* where it points */
+    if (h->values && hint_agrees(h, b, ip, port) && offset == h->next) { /* where it points */
+        cap_left(slots, h->tensor_len, offset, count);
+        return 1;
+    }
     int k = -1;
     for (int c = 0; c < a->top && k < 0; c++) {
         const struct gfh_entry *e = &a->e[c];
@@ -57,8 +69,6 @@ static int gfh_ahead(int fd, struct gfh_answers *a, struct gfh_hint *h, uint32_t
     h->src_ip = ip;
     h->src_port = port;
     h->entry = k;
-    uint32_t left = (tensor_len - offset + count - 1) / count;
-    if (left < 2) left = 2;
-    if ((uint32_t)*slots > left) *slots = (int)left;
+    cap_left(slots, tensor_len, offset, count);
     return 1;
 }
