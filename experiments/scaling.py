@@ -22,14 +22,13 @@ iteration, small enough that runs stay short. The ratio the run achieved is meas
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from experiments.errors import ExperimentError
 from experiments.scenarios import PORT_PPS
-from hosts.endpoint import Endpoint
+from hosts import endpoint
 
 #: Bytes of one full frame on the emulated fabric (what ``port_pps`` counts).
 FRAME_BYTES = 1500
@@ -123,12 +122,11 @@ def time_factor(k: float) -> float:
     return k / REFERENCE_K
 
 
-#: The DLCP endpoint's fixed timers at the reference k, read from hosts.endpoint.Endpoint's defaults
-#: (the one place that sets them): the probe timer before the first RTT sample and the reorder
-#: allowance; a run at another k scales them.
-_ENDPOINT_DEFAULTS = inspect.signature(Endpoint.__init__).parameters
-PROBE_TIMEOUT_S: float = _ENDPOINT_DEFAULTS["probe_timeout"].default
-REORDER_GRACE_S: float = _ENDPOINT_DEFAULTS["reorder_grace"].default
+#: The DLCP endpoint's fixed timers at the reference k, its defaults (hosts.endpoint, the one place
+#: that sets them): the probe timer before the first RTT sample and the reorder allowance; a run at
+#: another k scales them.
+PROBE_TIMEOUT_S: float = endpoint.PROBE_TIMEOUT
+REORDER_GRACE_S: float = endpoint.REORDER_GRACE
 
 
 def transport_timers(k: float) -> dict[str, float]:

@@ -64,6 +64,12 @@ SOCKET_BUFFER = 32 << 20
 RECEIVE_WINDOW = SOCKET_BUFFER // 2048
 
 
+#: The endpoint's default fixed timers (seconds): the probe timer before the first RTT sample,
+#: and the reorder allowance before a missing packet is re-probed (experiments/scaling.py scales both).
+PROBE_TIMEOUT = 0.2
+REORDER_GRACE = 0.005
+
+
 def receive_window(count: int) -> int:
     """Data packets of `count` values a peer's receive buffer holds (RECEIVE_WINDOW at 361)."""
     packet = HEADER_LEN + 4 * count
@@ -119,13 +125,13 @@ class Endpoint:
         aimd: Aimd | None = None,
         window: Window | None = None,
         back_share: float = 0.4,
-        probe_timeout: float = 0.2,
+        probe_timeout: float = PROBE_TIMEOUT,
         max_rto: float = 2.0,
         peer_timeout: float = 30.0,
         max_rounds: int | None = None,
         max_tensor_len: int = 1 << 26,
         prior: Callable[[MessageKey], np.ndarray | None] | None = None,
-        reorder_grace: float = 0.005,
+        reorder_grace: float = REORDER_GRACE,
         max_confirms: int = 20,
         linger: float = 0.25,
         ecn: bool = True,
