@@ -6,12 +6,14 @@ from collections.abc import Iterator
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from controller.switch import SwitchSession, SwitchStatus
 from gradfabric.command import cli
 from gradfabric import fabric as fabric_mod
 from gradfabric.paths import ROOT
@@ -169,15 +171,25 @@ def test_counters_watch_shows_rates_and_leaves_out_empty_tables(fabric, capsys, 
     assert "no traffic in the last 0.5 s" in second and "transmitted" not in second
 
 
-def test_status_policy_show_and_counters_report_every_switch(fabric, capsys) -> None:
+def test_status_policy_show_and_counters_report_every_switch(fabric, capsys, monkeypatch) -> None:
     fakes, path = fabric
     run(capsys, "policy", "apply", str(DEFAULT_POLICY), "--fabric", str(path))
     fakes[0].stop()
     fakes[2].stop()
-    started = time.monotonic()
+    # Parallel probing as an event, not a time: each probe waits until all four are under way,
+    # which probes made one after another never reach (the barrier then breaks after 60 s).
+    all_probing = threading.Barrier(len(fakes), timeout=60)
+    probe = SwitchSession.status
+
+    def probe_when_all_probe(session: SwitchSession) -> SwitchStatus:
+        all_probing.wait()
+        return probe(session)
+
+    monkeypatch.setattr(SwitchSession, "status", probe_when_all_probe)
     code, out, _ = run(capsys, "status", "--fabric", str(path), "--timeout", "1")
     assert code == 3 and out.count("NO") >= 2 * 3
-    assert time.monotonic() - started < 1.9, "dead switches are probed in parallel, not one after another"
+    assert not all_probing.broken, "dead switches are probed in parallel, not one after another"
+    monkeypatch.undo()
     code, out, _ = run(capsys, "policy", "show", "--fabric", str(path), "--timeout", "0.5")
     assert code == 1
     assert "s1: UNREACHABLE" in out and "s3: UNREACHABLE" in out

@@ -18,10 +18,10 @@ GOOD_JOB = "jobs:\n  - id: 1\n    name: j\n    spraying: random\n    layers: [{t
 
 
 def refusal(path: Path) -> str:
-    started = time.monotonic()
+    """The refusal's message. No clock: the bomb below, expanded and walked, costs 0.04 s of CPU,
+    so a time bound could only fail from a loaded machine; the message shows where it stopped."""
     with pytest.raises(PolicyError) as err:
         load_policy(path)
-    assert time.monotonic() - started < 2.0
     return str(err.value)
 
 
@@ -74,6 +74,7 @@ def test_a_wrong_device_id_is_reported_as_the_switch_answered() -> None:
         transport = Transport("s1", client.server.address, DEVICE_ID + 1)
         started = time.monotonic()
         with pytest.raises(ArbitrationRefused) as err:
-            transport.open(ElectionId(0, 5), timeout=5)
-        assert time.monotonic() - started < 2.0
+            transport.open(ElectionId(0, 5), timeout=60)
+        # the switch's answer, not the 60 s timeout; half of it is room for a loaded machine
+        assert time.monotonic() - started < 30.0
         assert "NOT_FOUND" in str(err.value) and f"device id {DEVICE_ID + 1}" in str(err.value)

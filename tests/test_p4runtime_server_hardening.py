@@ -24,7 +24,7 @@ from controller.transport import Transport
 from p4switch.externs import CounterArray
 from p4switch.server import P4RuntimeServer
 from p4switch.server.outbox import DATA_LIMIT
-from p4switch.server.servicer import MAX_READ_ENTITIES, MAX_STREAMS
+from p4switch.server.servicer import MAX_READ_ENTITIES, MAX_STREAMS, READ_BATCH
 from tests.test_p4runtime_server import (
     DEVICE_ID,
     P4INFO_TEXT,
@@ -126,37 +126,63 @@ def big_counter_server() -> Iterator[Client]:
         server.stop(0.5)
 
 
+class CountingLock:
+    """The pipeline lock, counting its holds; once armed, the first thread to take it (the
+    read under test) waits before its third hold until ``go`` is set."""
+
+    def __init__(self, inner: threading.RLock) -> None:
+        self.inner, self.holds, self.reader_holds = inner, 0, 0
+        self.armed, self.go = False, threading.Event()
+        self.reader: int | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self.armed and self.reader in (None, threading.get_ident()):
+            self.reader = threading.get_ident()
+            self.reader_holds += 1
+            if self.reader_holds == 3:
+                self.go.wait(60)
+        taken = self.inner.acquire(blocking, timeout)
+        self.holds += taken
+        return taken
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def __enter__(self) -> CountingLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def test_wildcard_reads_stream_and_let_writes_and_packets_through() -> None:
+    """Events, not times: the first response arrives while the read waits before building its
+    third batch; a Write goes through while the read is under way (stalled by a client that
+    does not read on); every response is built under a hold of its own."""
     with big_counter_server() as client:
+        lock = client.target.lock = CountingLock(client.target.lock)
         wildcard = p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(counter_id=21))
-        waits: list[float] = []
-        done = threading.Event()
-
-        def probe() -> None:  # the data path: takes the pipeline lock as often as it can
-            while not done.is_set():
-                start = time.monotonic()
-                with client.target.lock:
-                    waits.append(time.monotonic() - start)
-                time.sleep(0.002)
-
-        prober = threading.Thread(target=probe, daemon=True)
-        prober.start()
         request = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID, entities=[wildcard] * 20)
-        started = time.monotonic()
+        lock.armed = True
         responses = client.stub.Read(request, timeout=60)
-        next(responses)
-        first_after = time.monotonic() - started
+        # The read waits before its third hold: a read built whole would end in DEADLINE_EXCEEDED.
+        assert len(next(responses).entities) == READ_BATCH
+        lock.armed = False
+        lock.go.set()
         # A Write goes through while the read is under way; then the client gives up.
-        client.write(update(U.INSERT, table_entry=lpm_entry(0x0A000000, 8, 1)))
-        time.sleep(0.2)
+        write = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID,
+                                           updates=[update(U.INSERT, table_entry=lpm_entry(0x0A000000, 8, 1))])
+        write.election_id.low = 1
+        client.stub.Write(write, timeout=60)  # a read holding the lock while it waits would time this out
+        batches = 20 * -(-BIG // READ_BATCH)
+        assert lock.reader_holds < batches, "the read had ended before the write"
         responses.cancel()
-        done.set()
-        prober.join()
-        assert first_after < 1.0, f"the first response took {first_after:.2f} s"
-        assert max(waits) < 0.25, f"the data path waited {max(waits):.2f} s for the pipeline lock"
-        # Each cell once, all of them.
+        # Each cell once, all of them, one hold of the lock per response.
+        before = lock.holds
         cells = [e.counter_entry.index.index for e in client.read(wildcard)]
         assert cells == list(range(BIG))
+        assert lock.holds - before >= BIG // READ_BATCH
 
 
 def test_read_requests_are_bounded(primary: Client) -> None:
