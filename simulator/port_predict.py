@@ -165,7 +165,7 @@ def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | 
     table = {key: (statistics.median(t for r in runs for t in r.iterations),
                    predict_group(runs, traces, costs, seed=1000 * n, spread=spread))
              for n, (key, runs) in enumerate(sorted(groups.items()))}
-    extra = " | predicted before (ms) | error | speed-up, before |" if before is not None else ""
+    extra = " predicted before (ms) | error | speed-up, before |" if before is not None else ""
     lines = [f"Against the runs of {', '.join(t.name for t in targets)}:", "",
              "| scenario | configuration | port (pkt/s) | runs | p50 measured (ms) | p50 predicted from each run's record "
              "(ms) | error | speed-up over ddp-tcp, measured | predicted |" + extra,

@@ -162,6 +162,7 @@ def test_port_predict_against_sets_the_prediction_made_before_beside_the_runs(
     text = pp.against([sweep], Path("unused"), before=before)
     # Measured p50s 3.01 and 2.01 s (the middle run's): before 2.5 s is -17%, 2.8 s +39%; DLCP
     # 1.50x measured, 2.5 / 2.8 = 0.89x before.
+    assert "| predicted | predicted before (ms) | error | speed-up, before |\n|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|\n" in text
     assert "| hotspot | ddp-tcp | 5,000 | 3 | 3,010.0 | 2,400.0 | -20% | 1.00x | 1.00x | 2,500.0 | -17% | 1.00x |" in text
     assert "| hotspot | dlcp | 5,000 | 3 | 2,010.0 | 2,000.0 | -0% | 1.50x | 1.20x | 2,800.0 | +39% | 0.89x |" in text
     # Every run has DLCP 1 s ahead: a clear pair, kept from the records, swapped before.
