@@ -1,8 +1,8 @@
 """A disk cache of the calibration's curves (``sim validate --cache DIR``): every run's predicted
 p50 on the grid of host costs is a function of the run's record, the model's code and the
 settings alone (its draws are seeded per run), so a rerun after new sweeps land computes only
-theirs. The key of a cache file is a digest of the code (the simulator's modules, the schedulers
-and the trace reader it runs) and the settings; a run's entry is keyed by a digest of its
+theirs. The key of a cache file is a digest of the code (the model's modules, the schedulers and the
+trace reader it runs) and the settings; a run's entry is keyed by a digest of its
 parsed record. Only speed changes: the table is the same with or without it.
 """
 
@@ -17,10 +17,11 @@ from simulator.errors import SimulatorError
 from simulator.fabric_runs import Run
 
 _ROOT = Path(__file__).resolve().parent
-#: The code a curve depends on: the simulator's own modules (not its packet-level model), the
-#: schedulers and the trace reader.
-CODE = (*sorted(_ROOT.glob("*.py")), *sorted((_ROOT.parent / "hosts" / "schedulers").glob("*.py")),
-        _ROOT.parent / "gradfabric" / "traces.py")
+#: The code a curve depends on: the modules :func:`simulator.validate.predict_run` runs (not the
+#: reports, the command line or the packet-level model), the schedulers and the trace reader.
+CODE = (*(_ROOT / f"{name}.py" for name in ("engine", "errors", "fabric_model", "fabric_runs", "host_model", "traces",
+                                            "validate")),
+        *sorted((_ROOT.parent / "hosts" / "schedulers").glob("*.py")), _ROOT.parent / "gradfabric" / "traces.py")
 
 
 def fingerprint(settings: Sequence[str], code: Sequence[Path] = CODE) -> str:
