@@ -299,36 +299,35 @@ def enable_gro(sock: socket.socket) -> bool:
     return True
 
 
-def gso_wanted() -> bool:
-    """False when ``GRADFABRIC_UDP_GSO`` is 0 (one datagram per packet on every route; logged once)."""
-    if os.environ.get("GRADFABRIC_UDP_GSO", "1").strip().lower() not in ("0", "no", "off", "false"):
+_OFF = ("0", "no", "off", "false")
+#: The switches already logged as off (each says so once per process).
+_said_off: set[str] = set()
+
+
+def _switch_on(name: str, off_note: str) -> bool:
+    """False when environment variable `name` is 0 (no, off, false), logging `off_note` the first time."""
+    if os.environ.get(name, "1").strip().lower() not in _OFF:
         return True
-    if not _gso_said:
-        _gso_said.append(True)
-        log.info("hosts data path: UDP GSO off (GRADFABRIC_UDP_GSO=0)")
+    if name not in _said_off:
+        _said_off.add(name)
+        log.info("hosts data path: %s (%s=0)", off_note, name)
     return False
 
 
-_gso_said: list[bool] = []
+def gso_wanted() -> bool:
+    """False when ``GRADFABRIC_UDP_GSO`` is 0 (one datagram per packet on every route; logged once)."""
+    return _switch_on("GRADFABRIC_UDP_GSO", "UDP GSO off")
 
 
 def c_answers_wanted() -> bool:
     """False when ``GRADFABRIC_C_ANSWERS`` is 0: every probe is answered in Python (read per receiver)."""
-    return os.environ.get("GRADFABRIC_C_ANSWERS", "1").strip().lower() not in ("0", "no", "off", "false")
+    return os.environ.get("GRADFABRIC_C_ANSWERS", "1").strip().lower() not in _OFF
 
 
 def c_ahead_wanted() -> bool:
     """False when ``GRADFABRIC_C_AHEAD`` is 0: a batch is read into the message the last run
     placed, without asking which message the next datagram is of (hosts/ahead.c; logged once)."""
-    if os.environ.get("GRADFABRIC_C_AHEAD", "1").strip().lower() not in ("0", "no", "off", "false"):
-        return True
-    if not _ahead_said:
-        _ahead_said.append(True)
-        log.info("hosts data path: no peek at the next datagram's message (GRADFABRIC_C_AHEAD=0)")
-    return False
-
-
-_ahead_said: list[bool] = []
+    return _switch_on("GRADFABRIC_C_AHEAD", "no peek at the next datagram's message")
 
 
 class BatchSender:

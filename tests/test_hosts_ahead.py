@@ -134,7 +134,7 @@ def test_a_message_nothing_is_registered_for_starts_with_a_short_batch() -> None
 def test_the_peek_off_says_why_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     assert NAT is not None
     monkeypatch.setenv("GRADFABRIC_C_AHEAD", "0")
-    monkeypatch.setattr(fastpath, "_ahead_said", [])
+    monkeypatch.setattr(fastpath, "_said_off", set())
     with caplog.at_level(logging.INFO, logger="hosts.fastpath"), _loopback() as (sock, _tx):
         rxs = [BatchReceiver(NAT, sock), BatchReceiver(NAT, sock)]
     assert [r.hint.peek for r in rxs] == [0, 0]
