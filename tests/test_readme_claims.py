@@ -212,6 +212,7 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"At ([\d,]+) packets/s per port the 10-pair sweep has", (TRACE_FABRIC,)),
     ("experiments/README.md", r"At ([\d,]+) packets/s the evidence that DLCP", (QUARTER,)),
     ("experiments/README.md", r"DDP-style TCP at ([\d,]+) packets/s, scenario by scenario", (QUARTER,)),
+    ("README.md", r"10 pairs at ([\d,]+) packets/s per port \(`--port-pps", (QUARTER,)),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.
