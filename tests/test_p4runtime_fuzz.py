@@ -27,7 +27,7 @@ def test_fuzzed_rpcs_and_malformed_frames_break_nothing() -> None:
                 bed.frame(*next(frames))
         bed.check_alive()
         assert bed.pipeline_errors == 0
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # the server sees the fuzzer's streams go when its threads get a turn
         while bed.server.servicer._open_streams > 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert bed.server.servicer._open_streams == 1  # the bed's own primary
