@@ -256,7 +256,9 @@ int gfh_recv(int fd, uint8_t *buf, int slots, uint32_t slot_size, uint32_t *off,
     if (slots > BATCH) slots = BATCH;
     if (answers) gfh_unmark(answers);
     if (hint) hint->entry = -1;
-    if (hint && hint->peek && answers && !key) { /* point the hint at the next datagram's message */
+    /* point the hint at the next datagram's message; not after a batch of packets too small to be
+     * read in place (maxlen: the last batch's longest, 0 before the first), whose peek never pays */
+    if (hint && hint->peek && answers && !key && (hint->maxlen == 0 || 2 * hint->maxlen > slot_size)) {
         int q = gfh_ahead(fd, answers, hint, slot_size, &slots);
         if (q <= 0) return q;
     }

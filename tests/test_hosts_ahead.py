@@ -131,6 +131,26 @@ def test_a_message_nothing_is_registered_for_starts_with_a_short_batch() -> None
             assert m.msg.tobytes() == m.values.tobytes()
 
 
+def test_no_peek_after_a_batch_of_small_packets() -> None:
+    """After a batch of packets too small to be read in place (the 1,500-byte MTU's), the next batch
+    is read without the peek's syscall: a new message's ten large packets come in one batch."""
+    assert NAT is not None
+    small = packetize(np.ones(4 * 361, dtype=np.float32), kind=MsgType.GRADIENT, job_id=1, worker_id=1,
+                      tensor_id=9, iteration=1, count=361)
+    m = _Message(6, 10)
+    with _loopback() as (sock, tx):
+        rx = BatchReceiver(NAT, sock)
+        for k in range(4):
+            tx.sendto(small.packet(k), sock.getsockname())
+        assert _receive(rx, sock) == 4 and rx.hint.maxlen == 28 + 4 * 361  # small: never capped
+        _send(tx, sock, m, range(10))
+        assert _receive(rx, sock) == 10, "no peek: the batch is not capped for a new message"
+        assert rx.hint.maxlen == 28 + 4 * COUNT
+        other = _Message(7, 10)
+        _send(tx, sock, other, range(10))
+        assert _receive(rx, sock) == 2, "after large packets the peek is back"
+
+
 def test_the_peek_off_says_why_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     assert NAT is not None
     monkeypatch.setenv("GRADFABRIC_C_AHEAD", "0")
