@@ -23,7 +23,9 @@ packet by packet.
   a slot (64 kB datagrams on loopback) of the message the last run placed in mode
   ``PLACE_AHEAD`` are read straight into where they belong, when that place holds nothing
   yet: a packet that turns out to be another is copied back into its slot, so the values of
-  the expected ones are copied once, by the kernel.
+  the expected ones are copied once, by the kernel. Before a batch of large packets, ``gfh_recv``
+  peeks at the next datagram's header (``hosts/ahead.c``): the hint is pointed at its message
+  when that is another registered one, and the batch is short when it is a new one.
 """
 
 from __future__ import annotations
