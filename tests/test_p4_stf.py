@@ -25,6 +25,7 @@ def test_program_passes_its_stf(stf):
     program = load_program(stf.with_suffix(".p4"))
     result = run_stf(Pipeline(program), stf.read_text())
     assert result.ok, "\n".join(result.failures)
+    assert not result.extensions, f"p4switch extensions used: {result.extensions}"
     assert result.packets_sent > 0
 
 

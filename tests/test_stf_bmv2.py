@@ -82,11 +82,8 @@ def test_p4c_parser_accepts_every_stf_file(tmp_path: Path) -> None:
     assert f"parsed {len(STF_FILES)} of {len(STF_FILES)}" in proc.stdout
 
 
-def test_every_stf_passes_on_p4switch() -> None:
-    assert len(STF_FILES) >= 10
-    for stf in STF_FILES:
-        ok, failures = embedded_verdict(program_of(stf), stf.read_text())
-        assert ok, f"{stf.name}: " + "\n".join(failures)
+# Each STF file passes on p4switch, without extensions, in tests/test_p4_stf.py (the test
+# programs') or tests/test_dlcp_stf.py (dlcp.p4's); here BMv2 gives its verdict on each.
 
 
 def test_extensions_are_reported_as_such() -> None:
