@@ -140,7 +140,7 @@ class CountingLock:
             self.reader = threading.get_ident()
             self.reader_holds += 1
             if self.reader_holds == 3:
-                self.go.wait(60)
+                self.go.wait(180)  # past the read's 120 s deadline
         taken = self.inner.acquire(blocking, timeout)
         self.holds += taken
         return taken
@@ -157,27 +157,25 @@ class CountingLock:
 
 
 def test_wildcard_reads_stream_and_let_writes_and_packets_through() -> None:
-    """Events, not times: the first response arrives while the read waits before building its
-    third batch; a Write goes through while the read is under way (stalled by a client that
-    does not read on); every response is built under a hold of its own."""
+    """Events, not times: the first response arrives, and a Write goes through, while the read
+    waits before building its third batch; every response is built under a hold of its own."""
     with big_counter_server() as client:
         lock = client.target.lock = CountingLock(client.target.lock)
         wildcard = p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(counter_id=21))
         request = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID, entities=[wildcard] * 20)
         lock.armed = True
-        responses = client.stub.Read(request, timeout=60)
+        responses = client.stub.Read(request, timeout=120)
         # The read waits before its third hold: a read built whole would end in DEADLINE_EXCEEDED.
         assert len(next(responses).entities) == READ_BATCH
-        lock.armed = False
-        lock.go.set()
         # A Write goes through while the read is under way; then the client gives up.
         write = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID,
                                            updates=[update(U.INSERT, table_entry=lpm_entry(0x0A000000, 8, 1))])
         write.election_id.low = 1
-        client.stub.Write(write, timeout=60)  # a read holding the lock while it waits would time this out
-        batches = 20 * -(-BIG // READ_BATCH)
-        assert lock.reader_holds < batches, "the read had ended before the write"
+        client.stub.Write(write, timeout=30)  # a read holding the lock from its first batch (for its 120 s) times this out
+        assert lock.reader_holds <= 3 and not lock.go.is_set(), "the read was under way"
         responses.cancel()
+        lock.armed = False
+        lock.go.set()
         # Each cell once, all of them, one hold of the lock per response.
         before = lock.holds
         cells = [e.counter_entry.index.index for e in client.read(wildcard)]
