@@ -183,6 +183,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="sweeps made at the new port rate: compare them with the model instead (against.md)")
     pp.add_argument("--before", type=Path, default=None,
                     help="with --against: a prediction.md made before those runs, set beside them with its rankings")
+    pp.add_argument("--p99", action="store_true", help="with --before: its p99s beside the runs' too")
     pp.add_argument("--out", type=Path, default=None,
                     help="folder for prediction.md or against.md (default: build/results/simulation/port-predict/)")
     pp.set_defaults(handler=_port_predict)
@@ -350,12 +351,15 @@ def _port_predict(args: argparse.Namespace) -> int:
         costs["trace/dlcp (gso) [per process]"] = args.transport_cost_us * 1e-6
     if args.against:
         command += f" --against {' '.join(_shown(p) for p in args.against)}"
-        before = None
+        before = before_p99 = None
+        if args.p99:
+            command += " --p99"
         if args.before is not None:
             command += f" --before {_shown(args.before)}"
             before = read_prediction(args.before)
+            before_p99 = read_prediction(args.before, 9) if args.p99 else None
         name, text = "against.md", f"Made by `{command}`.\n\n" + against(args.against, args.traces, costs,
-                                                                           before=before)
+                                                                           before=before, before_p99=before_p99)
     else:
         name, text = "prediction.md", port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs)
     out.mkdir(parents=True, exist_ok=True)

@@ -128,9 +128,9 @@ def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Pat
     return "\n".join(lines) + "\n"
 
 
-def read_prediction(path: Path) -> dict[tuple[str, str], float]:
+def read_prediction(path: Path, column: int = 5) -> dict[tuple[str, str], float]:
     """The p50s (seconds) a committed ``prediction.md`` of :func:`port_predict` gave with the CPU
-    as recorded, by scenario and configuration."""
+    as recorded, by scenario and configuration (``column`` 9: its p99s)."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -138,21 +138,23 @@ def read_prediction(path: Path) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 9 and cells[2].isdigit():
-            out[(cells[0], cells[1])] = float(cells[5].replace(",", "")) / 1e3
+        if len(cells) > column and cells[2].isdigit():
+            out[(cells[0], cells[1])] = float(cells[column].replace(",", "")) / 1e3
     if not out:
         raise SimulatorError(f"{path}: no prediction table")
     return out
 
 
 def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | None = None,
-            results: Path | None = None, before: Mapping[tuple[str, str], float] | None = None) -> str:
+            results: Path | None = None, before: Mapping[tuple[str, str], float] | None = None,
+            before_p99: Mapping[tuple[str, str], float] | None = None) -> str:
     """The runs made at the new port rate (``targets``) against the model: per scenario x
     configuration the measured p50 and the p50 predicted from each run's own record (its CPU
     shares, tenants, code), with the same costs and spread as :func:`port_predict`, and both
     speed-ups over DDP-style TCP (the p50 of the pooled iterations over ddp-tcp's); with
     ``before`` (:func:`read_prediction`), the prediction made before the runs beside them, and per
-    scenario both predicted rankings against the measured one (:func:`simulator.ranking.rank_row`)."""
+    scenario both predicted rankings against the measured one (:func:`simulator.ranking.rank_row`);
+    with ``before_p99`` its p99s beside the measured ones (pooled iterations)."""
     costs = dict(DEFAULT_COSTS if costs is None else costs)
     spread = iteration_spread(load_runs(results or targets[0].parent))
     groups: dict[tuple[str, str, float], list[Run]] = defaultdict(list)
@@ -166,10 +168,12 @@ def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | 
                    predict_group(runs, traces, costs, seed=1000 * n, spread=spread))
              for n, (key, runs) in enumerate(sorted(groups.items()))}
     extra = " predicted before (ms) | error | speed-up, before |" if before is not None else ""
+    extra += " p99 measured (ms) | p99 predicted before (ms) | error |" if before_p99 is not None else ""
     lines = [f"Against the runs of {', '.join(t.name for t in targets)}:", "",
              "| scenario | configuration | port (pkt/s) | runs | p50 measured (ms) | p50 predicted from each run's record "
              "(ms) | error | speed-up over ddp-tcp, measured | predicted |" + extra,
-             "|---|---|---:|---:|---:|---:|---|---:|---:|" + ("---:|---|---:|" if before is not None else "")]
+             "|---|---|---:|---:|---:|---:|---|---:|---:|" + ("---:|---|---:|" if before is not None else "")
+             + ("---:|---:|---|" if before_p99 is not None else "")]
     for (scenario, config, pps), (measured, predicted) in table.items():
         base = table.get((scenario, "ddp-tcp", pps))
         up = (f"{base[0] / measured:.2f}x", f"{base[1] / predicted:.2f}x") if base else ("-", "-")
@@ -180,6 +184,10 @@ def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | 
             b, b0 = before.get((scenario, config)), before.get((scenario, "ddp-tcp"))
             row += (f" {b * 1e3:,.1f} | {(b - measured) / measured:+.0%} | "
                     f"{f'{b0 / b:.2f}x' if b0 else '-'} |" if b else " - | - | - |")
+        if before_p99 is not None:
+            m99 = float(np.percentile([t for r in groups[(scenario, config, pps)] for t in r.iterations], 99))
+            b99 = before_p99.get((scenario, config))
+            row += f" {m99 * 1e3:,.1f} |" + (f" {b99 * 1e3:,.1f} | {(b99 - m99) / m99:+.0%} |" if b99 else " - | - |")
         lines.append(row)
     lines += ["", "| scenario | port (pkt/s) | predicted | measured order | predicted order | same | every clear pair kept "
               "| pairs kept | clear pairs kept | ties the other way | pairs the other way |",

@@ -168,3 +168,10 @@ def test_port_predict_against_sets_the_prediction_made_before_beside_the_runs(
     # Every run has DLCP 1 s ahead: a clear pair, kept from the records, swapped before.
     assert "| hotspot | 5,000 | from the records | dlcp < ddp-tcp | dlcp < ddp-tcp | yes | yes |" in text
     assert "| hotspot | 5,000 | before | dlcp < ddp-tcp | ddp-tcp < dlcp | no | no | 0 of 1 | 0 of 1 |" in text
+    # The p99s: measured 3.0 and 2.0 s + r x 10 ms pooled over both ranks (12 iterations each,
+    # the top four at r = 2): 3.02 and 2.02 s; before 9.0 s, +198%.
+    assert pp.read_prediction(prediction, 9) == {("hotspot", "ddp-tcp"): pytest.approx(0.009),
+                                                 ("hotspot", "dlcp"): pytest.approx(0.009)}
+    text = pp.against([sweep], Path("unused"), before=before, before_p99={("hotspot", "ddp-tcp"): 9.0})
+    assert "| 2,500.0 | -17% | 1.00x | 3,020.0 | 9,000.0 | +198% |" in text
+    assert "| 2,800.0 | +39% | 0.89x | 2,020.0 | - | - |" in text
