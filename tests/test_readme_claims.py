@@ -213,6 +213,10 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"At ([\d,]+) packets/s the evidence that DLCP", (QUARTER,)),
     ("experiments/README.md", r"DDP-style TCP at ([\d,]+) packets/s, scenario by scenario", (QUARTER,)),
     ("README.md", r"10 pairs at ([\d,]+) packets/s per port \(`--port-pps", (QUARTER,)),
+    ("experiments/README.md", r"beside the 10-pair sweep at ([\d,]+) packets/s \(same scenarios", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"\| ([\d,]+) packets/s \(10 pairs\) \| ([\d,]+) packets/s \(10 pairs\) \|",
+     (QUARTER, TRACE_FABRIC)),
+    ("experiments/README.md", r"\*\*Reading\.\*\* At ([\d,]+) packets/s DLCP is no longer", (QUARTER,)),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.
