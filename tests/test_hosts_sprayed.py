@@ -112,10 +112,15 @@ def test_real_loss_above_the_bound_is_still_retransmitted_and_only_it() -> None:
             Relay(receiver.address, lose_first_time(lost), overtake=10) as relay:
         report = sender.send(relay.address, values, iteration=2)
         got = receiver.receive(timeout=5)
-    assert report.rounds == 1 and report.retransmitted == len(lost)
     assert window.decreases >= 1  # confirmed loss over the bound is congestion
     retx = sorted(h.seq for h in relay.stats.seen if h.flags & Flags.RETRANSMIT and h.msg_type == MsgType.GRADIENT)
-    assert retx == sorted(lost)
+    # Every lost packet is resent and nothing else is, and the report counts what went out.
+    # One round is the rule; a loaded machine may delay a resent packet past the next probe
+    # (a second round, 1 in about 50 runs beside two busy loops), which may resend it again.
+    assert set(retx) == lost and report.retransmitted == len(retx)
+    assert report.rounds >= 1 and len(retx) <= report.rounds * len(lost)
+    if report.rounds == 1:
+        assert retx == sorted(lost)
     np.testing.assert_array_equal(got.values, values)
 
 
