@@ -44,7 +44,9 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_experiment_trace)
     side = kinds.add_parser("trace-summary", help="one table and plot of the paired speed-ups of several trace "
                                                   "sweep folders (each folder's own figures)")
-    side.add_argument("folders", type=Path, nargs="+", help="folders of `experiment trace` (results.json, plan.json)")
+    side.add_argument("folders", type=Path, nargs="+",
+                      help="folders of `experiment trace` (results.json, plan.json); A+B pools a sweep's parts run "
+                           "in distinct rounds (their runs/*.json)")
     side.add_argument("--out", type=Path, default=None,
                       help="folder for summary.md and summary.png (default: a new build/results/trace/summary-<UTC "
                            "time>/)")

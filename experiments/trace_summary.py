@@ -3,7 +3,12 @@
 Reads each folder's ``results.json`` and ``plan.json`` as :func:`experiments.trace_report.write_trace_report`
 wrote them; nothing is recomputed: every figure is the folder's own (medians over runs, paired
 speed-ups with their CIs). The code each folder ran is listed, so a reader sees whether the
-scenarios are one sweep's parts (one commit) or not.
+scenarios are one sweep's parts (one commit) or not, with the rounds each completed (a sweep
+ended by its stopping rule: ``plan.json``'s ``stopped``).
+
+Pooled folders, ``A+B`` (a sweep and its continuation, :mod:`experiments.trace_continue`): the
+run records of both, which ran the same code and settings in distinct rounds, summarized
+together by :func:`experiments.trace_report.summarize` (one pair per round, one CI).
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ExperimentError
-from experiments.trace_report import BASELINE, format_number, format_ratio
+from experiments.trace_report import BASELINE, format_number, format_ratio, summarize
+
+#: plan.json entries that pooled folders must share (the runs' settings and code)
+POOLED_SAME = ("sweep", "job", "scale", "timers", "starved_share", "cpu_bound_share")
 
 
 def load_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -30,23 +38,84 @@ def load_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return plan, summary
 
 
+def planned_rounds(plan: dict[str, Any]) -> int | None:
+    """Rounds in a plan: those of its runs (a continued plan holds only the rounds left), else
+    ``repetitions``."""
+    runs = plan.get("runs")
+    return len({r["repetition"] for r in runs}) if runs else plan.get("repetitions")
+
+
+def rounds_completed(plan: dict[str, Any]) -> int | None:
+    """Rounds a sweep completed: ``stopped``'s count when its stopping rule ended it, else the
+    planned rounds (None when the plan says neither)."""
+    stopped = plan.get("stopped")
+    if stopped and "rounds_completed" in stopped:
+        return int(stopped["rounds_completed"])
+    return planned_rounds(plan)
+
+
+def _rounds_text(plan: dict[str, Any]) -> str:
+    done = rounds_completed(plan)
+    if plan.get("stopped"):
+        return f"{done} of {planned_rounds(plan)} planned rounds completed (stopping rule)"
+    return f"{'?' if done is None else done} rounds"
+
+
+def load_pooled(folders: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(plan of the first, summary of every run record of all) of folders run as one sweep's parts.
+
+    Refuses folders whose code fingerprint or settings differ, or that hold the same run twice."""
+    plans = [load_folder(f)[0] for f in folders]
+    for folder, plan in zip(folders[1:], plans[1:]):
+        for key in ("code", *POOLED_SAME):
+            mine = plan.get(key, {}).get("fingerprint") if key == "code" else plan.get(key)
+            first = plans[0].get(key, {}).get("fingerprint") if key == "code" else plans[0].get(key)
+            if mine != first:
+                raise ExperimentError(f"{folder}: {key} differs from {folders[0]}'s; only parts of one sweep pool")
+    records: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str, int], Path] = {}
+    for folder in folders:
+        for path in sorted((folder / "runs").glob("*.json")):
+            r = json.loads(path.read_text())
+            key = (r["scenario"], r["config"], int(r["repetition"]))
+            if key in seen:
+                raise ExperimentError(f"{path}: round {key[2]} of {key[0]} {key[1]} is also in {seen[key]}")
+            seen[key] = folder
+            records.append(r)
+    if not records:
+        raise ExperimentError(f"{'+'.join(map(str, folders))}: no run records to pool")
+    return plans[0], summarize(records)
+
+
+def _code_line(name: str, plans: list[dict[str, Any]]) -> str:
+    c = plans[0].get("code") or {}
+    dirty = f", {len(c['dirty'])} uncommitted file(s)" if c.get("dirty") else ""
+    parts = "; ".join(f"started {p.get('started', '?')}, {_rounds_text(p)}" for p in plans)
+    pooled = f", pooled ({sum(rounds_completed(p) or 0 for p in plans)} rounds)" if len(plans) > 1 else ""
+    return f"`{name}`: commit {str(c.get('commit', 'not recorded'))[:7]}{dirty}, {parts}{pooled}"
+
+
 def summary_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per (scenario, configuration) in folder order, and one line per folder's code."""
     rows: list[dict[str, Any]] = []
     code: list[str] = []
     seen: set[str] = set()
     for folder in folders:
-        plan, summary = load_folder(folder)
-        c = plan.get("code") or {}
-        dirty = f", {len(c['dirty'])} uncommitted file(s)" if c.get("dirty") else ""
-        code.append(f"`{folder.name}`: commit {str(c.get('commit', 'not recorded'))[:7]}{dirty}, "
-                    f"started {plan.get('started', '?')}, {plan.get('repetitions', '?')} rounds")
+        parts = [Path(p) for p in str(folder).split("+")]
+        if len(parts) > 1:
+            _, summary = load_pooled(parts)
+            plans = [load_folder(p)[0] for p in parts]
+        else:
+            plan, summary = load_folder(folder)
+            plans = [plan]
+        name = "+".join(p.name for p in parts)
+        code.append(_code_line(name, plans))
         for scenario, configs in summary.items():
             if scenario in seen:
                 raise ExperimentError(f"{folder}: scenario {scenario!r} is in two of the folders given")
             seen.add(scenario)
             for config, r in configs.items():
-                rows.append({"scenario": scenario, "config": config, "folder": folder.name, **r})
+                rows.append({"scenario": scenario, "config": config, "folder": name, **r})
     return rows, code
 
 
@@ -59,7 +128,8 @@ def write_summary(folders: list[Path], out: Path, command: str = "") -> list[dic
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Trace-driven sweeps, side by side", "",
              f"Paired speed-up over {BASELINE} (median of the per-round ratios, 95% bootstrap CI) and medians "
-             "over each configuration's runs, as each folder's results.md gives them.", "",
+             "over each configuration's runs, as each folder's results.md gives them (pooled folders, A+B: "
+             "computed the same way from the run records of both).", "",
              *([f"Command: `{command}`", ""] if command else []),
              "Code per folder:", "", *[f"* {c}" for c in code], "",
              "| scenario | configuration | runs (CPU-bound) | p50 (ms) | speed-up p50 | speed-up p99 | "

@@ -60,3 +60,62 @@ def test_a_folder_without_results_or_a_scenario_given_twice_is_refused(tmp_path:
     assert cli.main(["experiment", "trace-summary", str(one), str(two), "--out", str(tmp_path / "o2")]) != 0
     assert "scenario 'tcp' is in two of the folders given" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
+
+
+def _record(config: str, repetition: int, p50_s: float) -> dict[str, Any]:
+    iters = [{"iteration_s": t, "compute_s": 0.5, "forward_wait_s": 0.0} for t in (9.0, p50_s, p50_s, p50_s)]
+    return {"status": "ok", "scenario": "tcp", "config": config, "repetition": repetition,
+            "run_id": f"{repetition}-{config}", "jobs": {"1": {"ranks": {"0": {"records": iters, "totals": {}}}}}}
+
+
+def _part(root: Path, name: str, rounds: dict[int, tuple[float, float]], **plan: Any) -> Path:
+    folder = root / name
+    (folder / "runs").mkdir(parents=True)
+    base = {"started": f"{name} start", "repetitions": 3, "job": {"port_pps": 5000.0},
+            "sweep": {"tcp": ["ddp-tcp", "dlcp"]}, "code": {"commit": "104fe3319d", "dirty": [], "fingerprint": "f"}}
+    runs = [{"scenario": "tcp", "config": c, "repetition": r} for r in rounds for c in ("ddp-tcp", "dlcp")]
+    (folder / "plan.json").write_text(json.dumps({**base, "runs": runs, **plan}))
+    (folder / "results.json").write_text(json.dumps({"meta": {}, "summary": {}}))
+    for r, (tcp, dlcp) in rounds.items():
+        for config, p50 in (("ddp-tcp", tcp), ("dlcp", dlcp)):
+            (folder / "runs" / f"{r}-{config}.json").write_text(json.dumps(_record(config, r, p50)))
+    return folder
+
+
+def test_pooled_parts_give_one_pair_per_round_and_the_rounds_each_completed(tmp_path: Path) -> None:
+    stopped = {"at": "18:31", "rounds_completed": 1}
+    a = _part(tmp_path, "trace10-5k-tcp", {0: (2.0, 1.0)}, stopped=stopped)
+    plan = json.loads((a / "plan.json").read_text())  # planned 3 rounds, stopped after 1
+    plan["runs"] += [{"scenario": "tcp", "config": "dlcp", "repetition": r} for r in (1, 2)]
+    (a / "plan.json").write_text(json.dumps(plan))
+    b = _part(tmp_path, "trace10-5k-tcp-b", {1: (2.0, 2.0), 2: (2.0, 4.0)})
+    out = tmp_path / "out"
+    assert cli.main(["experiment", "trace-summary", f"{a}+{b}", "--out", str(out)]) == 0
+    text = (out / "summary.md").read_text()
+    assert ("`trace10-5k-tcp+trace10-5k-tcp-b`: commit 104fe33, started trace10-5k-tcp start, 1 of 3 planned "
+            "rounds completed (stopping rule); started trace10-5k-tcp-b start, 2 rounds, pooled (3 rounds)") in text
+    # ratios 2.0, 1.0, 0.5 over three rounds of two folders: median 1.0; runs' p50s 1, 2, 4 s: median 2 s
+    row = next(line for line in text.splitlines() if line.startswith("| tcp | dlcp |"))
+    assert row.startswith("| tcp | dlcp | 3 (0) | 2,000 | 1.00x [")
+    low, high = (float(x) for x in row.split("1.00x [")[1].split("]")[0].split(", "))
+    assert 0.5 <= low <= 1.0 <= high <= 2.0 and low < high
+
+
+def test_a_stopped_folder_shows_its_completed_rounds_not_the_planned(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "trace10-5k-incast", "104fe33", {"incast": {"ddp-tcp": _row(7.6, 1.0, None, None)}})
+    plan = json.loads((folder / "plan.json").read_text())
+    (folder / "plan.json").write_text(json.dumps({**plan, "stopped": {"at": "18:29", "rounds_completed": 3}}))
+    assert cli.main(["experiment", "trace-summary", str(folder), "--out", str(tmp_path / "o")]) == 0
+    text = (tmp_path / "o" / "summary.md").read_text()
+    assert "3 of 10 planned rounds completed (stopping rule)" in text and ", 10 rounds" not in text
+
+
+def test_pooling_refuses_a_round_twice_or_other_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _part(tmp_path, "a", {0: (2.0, 1.0)})
+    twice = _part(tmp_path, "twice", {0: (2.0, 3.0)})
+    assert cli.main(["experiment", "trace-summary", f"{a}+{twice}", "--out", str(tmp_path / "o1")]) != 0
+    assert "round 0 of tcp ddp-tcp is also in" in capsys.readouterr().err
+    other = _part(tmp_path, "other", {1: (2.0, 1.0)}, job={"port_pps": 20000.0})
+    assert cli.main(["experiment", "trace-summary", f"{a}+{other}", "--out", str(tmp_path / "o2")]) != 0
+    assert "job differs" in capsys.readouterr().err
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
