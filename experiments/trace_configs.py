@@ -45,7 +45,7 @@ from experiments.background import Flow
 from experiments.configs import MAG_THRESHOLD
 from experiments.errors import ExperimentError
 from experiments.scenarios import RR_INTERVAL, RR_RESPONSE, JobPlacement
-from experiments.training.trace_worker import COMMODITY_DSCP, MERGE_BYTES, TraceJob
+from experiments.training.trace_job import COMMODITY_DSCP, MERGE_BYTES, TraceJob
 from gradfabric.paths import ROOT
 
 TOPOLOGY8 = ROOT / "experiments" / "topologies" / "leafspine8_training.yaml"

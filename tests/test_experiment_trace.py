@@ -89,7 +89,7 @@ def test_report_excludes_starved_runs_from_the_headline(tmp_path: Path) -> None:
 def test_commodity_configuration_marks_what_the_switches_class_by() -> None:
     """The commodity profile: the switches class DLCP packets by the DSCP the hosts mark, so
     each layer class's DSCP in the policy is the one the hosts' marking gives that priority."""
-    from experiments.training.trace_worker import _marking
+    from experiments.training.trace_job import _marking
 
     cfg = trace_config("commodity")
     policy = parse_policy(cfg.policy([1]), "<test>")

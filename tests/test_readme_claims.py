@@ -125,10 +125,10 @@ QUARTER = lambda: TRACE_FABRIC() / 4  # noqa: E731
 
 
 def trace_job_default(name: str) -> float:
-    """A default of ``TraceJob`` (experiments/training/trace_worker.py), read without importing torch."""
+    """A default of ``TraceJob`` (experiments/training/trace_job.py), read without importing torch."""
     import ast
 
-    tree = ast.parse((ROOT / "experiments/training/trace_worker.py").read_text())
+    tree = ast.parse((ROOT / "experiments/training/trace_job.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "TraceJob":
             for item in node.body:
@@ -138,7 +138,7 @@ def trace_job_default(name: str) -> float:
 
                         return float(getattr(experiments.scaling, item.value.id))
                     return float(ast.literal_eval(item.value))  # type: ignore[arg-type]
-    raise AssertionError(f"no TraceJob.{name} default in experiments/training/trace_worker.py")
+    raise AssertionError(f"no TraceJob.{name} default in experiments/training/trace_job.py")
 
 
 def trace_sweep_job(name: str) -> float:
