@@ -77,6 +77,12 @@ def test_tcp_ring_job_reduces_every_value() -> None:
         # a ring of two: each rank receives half the tensor in each of the two stages
         assert all(l["reduced"] == numel for l in iters) and all(l["lost"] == 0 for l in iters)
         assert all(l["iteration_s"] >= l["compute_s"] * 0.99 for l in iters)
+        # each iteration's TCP_INFO of the rank's one peer socket, its bytes acked growing
+        peer = str(1 - lines[0]["rank"])
+        infos = [l["tcp_info"][peer] for l in iters]
+        assert all(i["state"] == 1 and i["rto_us"] >= 200_000 and i["snd_cwnd"] > 0 for i in infos)
+        acked = [i["bytes_acked"] for i in infos]
+        assert 0 < acked[0] < acked[1] < acked[2]
 
 
 @needs_trace

@@ -11,7 +11,8 @@ gloo). Sockets can mark a DSCP (``IP_TOS``) so a switch can put the job in a pri
 as an operator would do for gloo; Linux's ``rto_min`` is a route attribute set by the runner.
 Without ``congestion`` a socket runs the host's default congestion control
 (``net.ipv4.tcp_congestion_control``); with it, that algorithm is set per socket
-(``TCP_CONGESTION``). Either way :meth:`TcpMesh.congestion_used` reads back what each socket ran.
+(``TCP_CONGESTION``). Either way :meth:`TcpMesh.congestion_used` reads back what each socket ran;
+:meth:`TcpMesh.tcp_info` reads each socket's ``TCP_INFO`` (retransmissions, rto, cwnd, rtt).
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ class TcpMesh:
     def congestion_used(self) -> dict[str, str]:
         """The congestion control each peer's socket runs, read back from the kernel (peer rank: name)."""
         return {str(peer): congestion_of(sock) for peer, sock in sorted(self._socks.items())}
+
+    def tcp_info(self) -> dict[str, dict[str, int]]:
+        """Each peer's socket as the kernel sees it now (:mod:`experiments.training.tcp_info`; peer rank: fields)."""
+        from experiments.training.tcp_info import tcp_info
+
+        return {str(peer): tcp_info(sock) for peer, sock in sorted(self._socks.items())}
 
     def send(self, peer: int, key: Key, values: np.ndarray) -> int:
         data = np.ascontiguousarray(values, dtype=np.float32)

@@ -25,7 +25,8 @@ server (:class:`hosts.ps.ParameterServer` or ``TcpPsServer``), ranks 1.. are wor
 job's definition, scaled trace and scheduler: :mod:`experiments.training.trace_job`.
 
 JSON lines as :mod:`experiments.training.ddp_worker` (``listening``, then ``iteration``
-records, ``done``); ``--wait-go`` holds until a line arrives on stdin, and after ``done``
+records, ``done``; a TCP rank's iteration record carries ``tcp_info``, each peer socket's
+``TCP_INFO`` when the iteration ended); ``--wait-go`` holds until a line arrives on stdin, and after ``done``
 until another does (or stdin ends) before closing: the runner sends it once every rank of the
 job is done, a close barrier without which a rank that completed its last receive closed while
 its peer still waited for the final answer to that message (its goodbye then failed the peer)::
@@ -347,6 +348,7 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
     done = False
     endpoint: Any = None
     masks: Any = None
+    mesh: Any = None  # a TCP job's connections: TCP_INFO at the end of each iteration
     server: Any = None
     collective: Any = None
     if job.comm == "tcp":
@@ -425,6 +427,8 @@ def run_rank(job: TraceJob, rank: int, peers: list[tuple[str, int]], wait_go: bo
                 closers.append(worker.timing)
         for it in range(job.iterations):
             rec = worker.run_iteration(it)
+            if mesh is not None:
+                rec["tcp_info"] = mesh.tcp_info()
             records.append(rec)
             if it > 0:
                 prev = records[it - 1]
