@@ -17,10 +17,10 @@ from simulator.errors import SimulatorError
 from simulator.fabric_runs import Run
 
 _ROOT = Path(__file__).resolve().parent
-#: The code a curve depends on: the modules :func:`simulator.validate.predict_run` runs (not the
+#: The code a curve depends on: the modules :func:`simulator.run_model.predict_run` runs (not the
 #: reports, the command line or the packet-level model), the schedulers and the trace reader.
 CODE = (*(_ROOT / f"{name}.py" for name in ("engine", "errors", "fabric_model", "fabric_runs", "host_model", "traces",
-                                            "validate")),
+                                            "run_model")),
         *sorted((_ROOT.parent / "hosts" / "schedulers").glob("*.py")), _ROOT.parent / "gradfabric" / "traces.py")
 
 

@@ -329,7 +329,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _port_predict(args: argparse.Namespace) -> int:
     from simulator.port_predict import against, port_predict, read_prediction
-    from simulator.validate import P3_RING_FAMILY
+    from simulator.run_model import P3_RING_FAMILY
 
     command = (f"gradfabric sim port-predict {' '.join(_shown(p) for p in args.sources)} --port-pps {args.port_pps:g} "
                f"--k {args.k:g}")

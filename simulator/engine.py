@@ -12,7 +12,9 @@ One worker's view of data-parallel training (all workers are symmetric):
   priority (higher first), then in hand-out order, never preempting the transfer in flight.
 * A transfer *completes* ``link.round_trip_s(t)`` after it leaves the link (0 for a ring;
   server aggregation plus the pull for a PS). The link is free meanwhile. Only at completion
-  does the scheduler hear ``on_transfer_done`` (a credit returns) and is the layer updated.
+  is the layer updated; the scheduler hears ``on_transfer_done`` (a credit returns) then too,
+  or ``link.credit_s(t)`` after the transfer left the link where the link has that method (a
+  PS whose pushes are acknowledged before their pulls come back; never after completion).
 * A layer's gradient is reduced when the last transfer carrying part of it completes; its
   parameters are updated then, by the optimizer (``optimizer_s`` for all layers, each layer
   its share by elements). The optimizer runs on the compute resource, after backward: when
@@ -128,6 +130,8 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
     seq = 0
     current: tuple[Transfer, float, float, float] | None = None  # transfer, handed, start, end
     returning: list[tuple[float, int, TransferRecord]] = []  # (done, seq, record): left the link
+    credits: list[tuple[float, int, TransferRecord]] = []  # (credit back, seq, record)
+    credit_s = getattr(link, "credit_s", link.round_trip_s)
     wait_until: float | None = None
     handed_all = False
     records: list[TransferRecord] = []
@@ -145,17 +149,21 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
             transfer, handed, start, end = current
             current = None
             done = end + link.round_trip_s(transfer)
-            heapq.heappush(returning, (done, transfer.id, TransferRecord(transfer, handed, start, end, done)))
+            record = TransferRecord(transfer, handed, start, end, done)
+            heapq.heappush(returning, (done, transfer.id, record))
+            heapq.heappush(credits, (min(done, end + credit_s(transfer)), transfer.id, record))
             start_next(end)
         while returning and returning[0][0] <= now:
             done, _, record = heapq.heappop(returning)
             records.append(record)
             for i in record.transfer.layer_indices:
                 update[i] = max(update[i], done)
+        while credits and credits[0][0] <= now:
+            back, _, record = heapq.heappop(credits)
             duration = record.end - record.start
             # A free link (one worker) reports a finite rate: schedulers multiply it by gaps.
             rate = record.transfer.nbytes / max(duration, MIN_DURATION_S)
-            scheduler.on_transfer_done(record.transfer, done, rate)
+            scheduler.on_transfer_done(record.transfer, back, rate)
         while next_grad < n and ready_at[order[next_grad]] <= now:
             scheduler.on_gradient_ready(order[next_grad], ready_at[order[next_grad]])
             next_grad += 1
@@ -179,6 +187,8 @@ def _run_backward(scheduler: Scheduler, layers: Sequence[Layer], link: Link) -> 
             candidates.append(current[3])
         if returning:
             candidates.append(returning[0][0])
+        if credits:
+            candidates.append(credits[0][0])
         if next_grad < n:
             candidates.append(ready_at[order[next_grad]])
         if wait_until is not None:

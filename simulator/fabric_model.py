@@ -45,7 +45,13 @@ at the job's share of the port. A ring of ``N`` ranks: ``2(N-1)`` steps of ``M/N
 star (parameter server on rank 0): the server's port carries every worker's push and pull,
 one after the other; the pushes come in at the job's share of the port, the pulls leave it
 in the other direction, where incast's background (long TCP into the server) does not go:
-at the whole port (``CollectiveLink.pull_share``). Kernel TCP's pushes are ``W`` flows into
+at the whole port (``CollectiveLink.pull_share``). With ``pull_flows`` (``star-pulls``) the
+pulls hold neither the pushes' port nor the link: the server's host link is not rate-limited
+(only the switches' egress queues are), and every worker sits on the other leaf, so the pulls
+leave the server's leaf over its two uplinks, a worker's flow each, hashed per flow (the busiest
+uplink carries :func:`busiest_of` of them; sprayed per packet, half each), and complete in the
+round trip, overlapping the next message's pushes (a message's pulls are shorter than its
+pushes: the link model of ``simulator.engine`` serves one transfer at a time). Kernel TCP's pushes are ``W`` flows into
 the server's FIFO beside the background's one (:func:`split_fifo`): ``W / (W + 1)`` of the
 port and Mathis' loss with the standing queue split ``W + 1`` ways. (A ring keeps the form
 above, the background's flow holding the queue; split between it and the job's flow, its
@@ -135,6 +141,22 @@ def with_own_acks(port: PortModel, segments_per_ack: int) -> PortModel:
     return replace(port, share=port.share * segments_per_ack / (segments_per_ack + 1))
 
 
+def busiest_of(flows: int, links: int = 2) -> float:
+    """The expected number of ``flows`` on the busiest of ``links`` when each flow is hashed to
+    one of them uniformly and independently (4 flows on 2 links: 2.75)."""
+    if flows < 1 or links < 1:
+        raise SimulatorError(f"need a flow and a link, not {flows} flows on {links} links")
+    counts = {(0,) * links: 1.0}
+    for _ in range(flows):
+        grown: dict[tuple[int, ...], float] = {}
+        for c, p in counts.items():
+            for i in range(links):
+                key = tuple(sorted(c[:i] + (c[i] + 1,) + c[i + 1:]))
+                grown[key] = grown.get(key, 0.0) + p / links
+        counts = grown
+    return sum(max(c) * p for c, p in counts.items())
+
+
 @dataclass(frozen=True)
 class CollectiveLink:
     """A collective on the port model: the bytes hold the link, the steps' latency is the
@@ -152,6 +174,9 @@ class CollectiveLink:
     #: The busiest host's CPU time per message it sends and receives, at the CPU share it got
     #: (the DLCP transport's per-message work: packing, state, answers, wake-ups); 0: none.
     message_s: float = 0.0
+    #: A star's pulls over the server's leaf's uplinks (module doc): the workers' pulls the
+    #: busiest uplink carries; None: the pulls hold the server's port after the pushes.
+    pull_flows: float | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 2 or self.collective not in ("ring", "star"):
@@ -170,7 +195,9 @@ class CollectiveLink:
     def seconds(self, transfer: Transfer) -> float:
         """The port's time for the bytes plus the host's for the packets (module doc)."""
         wire = self.wire_bytes(transfer.nbytes) / self.port.bytes_per_s
-        if self.collective == "star" and self.pull_share is not None:  # pulls at their own share
+        if self.collective == "star" and self.pull_flows is not None:  # the pushes alone hold the port
+            wire /= 2
+        elif self.collective == "star" and self.pull_share is not None:  # pulls at their own share
             half = self.wire_bytes(transfer.nbytes) / 2
             wire = half / self.port.bytes_per_s + half / (self.pull_share * self.port.port_pps * self.port.payload_bytes)
         messages = self.host_messages() * self.message_s
@@ -179,7 +206,19 @@ class CollectiveLink:
         return wire + messages + self.host_packets(transfer.nbytes) / self.host_pps
 
     def round_trip_s(self, transfer: Transfer) -> float:
-        return self.steps() * self.port.step_latency_s
+        """The steps' latency, and a star's pulls where they leave over the uplinks (``pull_flows``)."""
+        pulls = 0.0
+        if self.collective == "star" and self.pull_flows is not None:
+            pulls = self.pull_flows * transfer.nbytes / (self.port.port_pps * self.port.payload_bytes)
+        return self.steps() * self.port.step_latency_s + pulls
+
+    def credit_s(self, transfer: Transfer) -> float:
+        """When the sender hears the transfer done (a scheduler's credit back): a star's push is
+        acknowledged before its pulls come back (the trace worker pulls in a thread of its own),
+        with ``pull_flows`` after the steps' latency; otherwise at completion."""
+        if self.collective == "star" and self.pull_flows is not None:
+            return self.steps() * self.port.step_latency_s
+        return self.round_trip_s(transfer)
 
     def packets(self, nbytes: int) -> int:
         """Packets of one message on the busiest port."""

@@ -2,7 +2,7 @@
 rate, made before its runs exist.
 
 Each run of the source sweeps (the same scenarios and configurations, at their own port rate)
-is predicted twice with :func:`simulator.validate.predict_run`: as recorded, and moved to the
+is predicted twice with :func:`simulator.run_model.predict_run`: as recorded, and moved to the
 new port rate with the scaling rule's ``k`` for it (``b`` unchanged, as ``experiment trace
 --port-pps`` keeps it: the same bytes per rank and queues in packets). Moved, the run's
 recorded compute is stretched by the ratio of the ``k``s and a tuned ``rto_min`` with it
@@ -11,7 +11,7 @@ are what the source run recorded, or (``free``) an uncontended CPU: the two brac
 hosts will get when they move four times fewer packets a second. The host cost per packet of
 each family is given (by default the committed validation table's figure fitted on every
 run); the moved runs run the hosts' code of today, which answers probes in C (its DLCP host
-terms at :data:`simulator.validate.HOST_CODE_CPU`). Each draw is multiplied by the spread of
+terms at :data:`simulator.run_model.HOST_CODE_CPU`). Each draw is multiplied by the spread of
 iterations about their median that the same configuration's runs in the *other* sweeps under
 the results folder recorded (:func:`simulator.validate.iteration_spread`, as ``sim validate``
 does): without it the p50 of a hashed job's draws falls on either side of the uplink
@@ -34,12 +34,12 @@ from simulator.fabric_runs import C_ANSWERS_CODE, Run, load_runs
 from simulator.host_model import DEFAULT_CPU_MEASURE
 from simulator.ranking import rank_row
 from simulator.traces import ModelTrace
-from simulator.validate import (HOST_CODE_CPU, P3_RING_FAMILY, SPREAD_SEED, _b, cost_family, iteration_spread, predict_run,
-                                scaled_trace)
+from simulator.run_model import HOST_CODE_CPU, P3_RING_FAMILY, _b, cost_family, predict_run, scaled_trace
+from simulator.validate import SPREAD_SEED, iteration_spread, pair_key
 
 #: Host cost per packet by family (the committed validation table's "fitted on every run" when
 #: kernel TCP had one family): kernel TCP 7 us, a P3 ring's kernel TCP the same unless given
-#: (:data:`simulator.validate.P3_RING_FAMILY`), the GSO DLCP transport at its per-process CPU share 14 us.
+#: (:data:`simulator.run_model.P3_RING_FAMILY`), the GSO DLCP transport at its per-process CPU share 14 us.
 DEFAULT_COSTS: dict[str, float] = {"trace/tcp": 7e-6, "trace/tcp" + P3_RING_FAMILY: 7e-6,
                                    "trace/dlcp+ecn (gso) [per process]": 14e-6}
 CONDITIONS = ("recorded", "free")
@@ -190,17 +190,19 @@ def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | 
             row += f" {m99 * 1e3:,.1f} |" + (f" {b99 * 1e3:,.1f} | {(b99 - m99) / m99:+.0%} |" if b99 else " - | - |")
         lines.append(row)
     lines += ["", "| scenario | port (pkt/s) | predicted | measured order | predicted order | same | every clear pair kept "
-              "| pairs kept | clear pairs kept | ties the other way | pairs the other way |",
-              "|---|---:|---|---|---|---|---|---:|---:|---:|---|"]
+              "| pairs kept | clear pairs kept | ties the other way | pairs the other way | paired rule: every clear pair kept "
+              "| paired rule: clear pairs kept | paired rule: pairs not judged | paired rule on the pairs the other way |",
+              "|---|---:|---|---|---|---|---|---:|---:|---:|---|---|---:|---:|---|"]
     for scenario, pps in sorted({(s, p) for s, _, p in groups}):
         configs = sorted(c for s, c, p in groups if (s, p) == (scenario, pps))
         measured = {c: table[(scenario, c, pps)][0] for c in configs}
         times = {c: [r.iterations for r in groups[(scenario, c, pps)]] for c in configs}
+        keys = {c: [pair_key(r) for r in groups[(scenario, c, pps)]] for c in configs}
         preds = [("from the records", {c: table[(scenario, c, pps)][1] for c in configs})]
         if before is not None and all((scenario, c) in before for c in configs):
             preds.append(("before", {c: before[(scenario, c)] for c in configs}))
         for name, predicted in preds:
-            lines.append(f"| {scenario} | {pps:,.0f} | {name} | " + " | ".join(rank_row(measured, predicted, times)) + " |")
+            lines.append(f"| {scenario} | {pps:,.0f} | {name} | " + " | ".join(rank_row(measured, predicted, times, keys)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,10 @@ RANK_HEADER = ["job", "scenario", "port (pkt/s)", "measured", "predicted", "same
                "same in every clearly ordered pair", "pairs in the same order",
                "of the pairs the runs order clearly (gap outside its paired 95% CI)",
                "ties predicted the other way (gap inside its paired 95% CI)",
-               "pairs predicted the other way (share of resamples keeping the measured order)"]
+               "pairs predicted the other way (share of resamples keeping the measured order)",
+               "paired rule: every clear pair kept", "paired rule: clear pairs kept",
+               "paired rule: pairs not judged (fewer than 3 rounds run side by side)",
+               "paired rule on the pairs predicted the other way"]
 CLEAN_HEADER = ["job", "scenario", "port (pkt/s)", "configuration", "runs", "p50 measured (ms)", "p50 predicted (ms)",
                 "p50 error"]
 FAMILY_HEADER = ["family", "sweeps", "runs", "host cost per fold (us/pkt, each fitted without one sweep)",
@@ -80,6 +83,10 @@ def summary(errors: Mapping[str, Sequence[float]], rank_rows: Sequence[Sequence[
     clear = sum(int(r[8].split()[-1]) for r in rank_rows)
     swapped_ties = sum(int(r[9].split()[0]) for r in rank_rows)
     ties = sum(int(r[9].split()[-1]) for r in rank_rows)
+    paired_every = sum(1 for r in rank_rows if r[11] == "yes")
+    kept_paired = sum(int(r[12].split()[0]) for r in rank_rows)
+    clear_paired = sum(int(r[12].split()[-1]) for r in rank_rows)
+    unjudged = sum(int(r[13].split()[0]) for r in rank_rows)
     return (f"**{_median(every)}** over {len(every)} job x scenario x configuration x port-rate groups ({per_kind}; "
             f"target 10%, goal 5%). Same ranking of configurations in {same} of {len(rank_rows)} scenarios; the "
             f"same order of every clearly ordered pair in {same_clear} of {len(rank_rows)}"
@@ -87,7 +94,9 @@ def summary(errors: Mapping[str, Sequence[float]], rank_rows: Sequence[Sequence[
             + f"; {kept} of {pairs} pairs of configurations in the same order, {kept_clear} of the {clear} pairs "
             "whose measured order is clear (the paired 95% confidence interval of their gap over 1,000 resamples of "
             f"the runs excludes 0); {ties} pairs are ties (the interval includes 0), {swapped_ties} of them predicted "
-            "the other way.")
+            f"the other way. On paired runs only (the same sweep's rounds side by side, 3 at least): every clear pair "
+            f"kept in {paired_every} of {len(rank_rows)} scenarios, {kept_paired} of the {clear_paired} clear pairs; "
+            f"{unjudged} of the {pairs} pairs were never run so and are not judged.")
 
 
 def by_port(rows: Sequence[Sequence[str]]) -> str:

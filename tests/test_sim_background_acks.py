@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.fabric_runs import DELAYED_ACK_SEGMENTS, Run
-from simulator.validate import predict_run
+from simulator.run_model import predict_run
 from tests.sim_validate_helpers import ONE_LAYER, one_run, ring_record
 
 RR = {"protocol": "rr", "goodput_mbps": 0.5, "fct_s": [0.01]}

@@ -12,7 +12,7 @@ from simulator.errors import SimulatorError
 from simulator.fabric_runs import C_ANSWERS_CODE, Run, load_runs
 from simulator.host_model import run_available
 from simulator.port_predict import moved
-from simulator.validate import HOST_CODE_CPU, predict_run
+from simulator.run_model import HOST_CODE_CPU, predict_run
 from tests.sim_validate_helpers import ONE_LAYER, TRACE_PLAN, iterations, ring_record, write_sweep
 
 GSO = "2026-11-26 15:00:00 UTC"
@@ -122,7 +122,7 @@ def test_port_predict_against_sets_measured_speed_ups_beside_the_predicted(
 
 def test_port_predict_group_gives_the_asked_percentile_of_the_pooled_draws(monkeypatch: pytest.MonkeyPatch) -> None:
     import simulator.port_predict as pp
-    from simulator.validate import RunPrediction
+    from simulator.run_model import RunPrediction
 
     # Two runs whose draws are stubbed: 1..50 s and 51..100 s; no spread. Pooled 1..100 s:
     # numpy's linear p50 is 50.5 s and p99 is 99 + 0.01 = 99.01 s.

@@ -9,7 +9,7 @@ import pytest
 from simulator.errors import SimulatorError
 from simulator.fabric_model import port_model, with_own_acks
 from simulator.fabric_runs import Run
-from simulator.validate import predict_run
+from simulator.run_model import predict_run
 from simulator.validate_report import HEADER, by_port
 from tests.sim_validate_helpers import ONE_LAYER
 

@@ -11,7 +11,7 @@ import pytest
 from simulator.errors import SimulatorError
 from simulator.fabric_runs import Run, load_runs
 from simulator.host_model import process_available, run_available, switches_available
-from simulator.validate import predict_run
+from simulator.run_model import predict_run
 from tests.sim_validate_helpers import ONE_LAYER
 
 

@@ -13,7 +13,7 @@ from simulator.fabric_model import CollectiveLink, port_model
 from simulator.fabric_runs import Run
 from simulator.host_model import available, best_cost, cross_validated, host_pps, starvation_from_load
 from simulator.traces import Layer, ModelTrace
-from simulator.validate import predict_run, recovery_rounds
+from simulator.run_model import predict_run, recovery_rounds
 from tests.sim_validate_helpers import ONE_LAYER, TRACE_PLAN, iterations, one_run
 
 
@@ -136,7 +136,7 @@ def test_a_trace_is_merged_per_layer_as_the_worker_does() -> None:
 
 
 def test_bootstrap_resamples_whole_runs() -> None:
-    from simulator.validate import bootstrap_p50
+    from simulator.ranking import bootstrap_p50
 
     # Two runs of two iterations: both picks the same run (p50 1 or 3, a quarter each) or one
     # of each (p50 2, half the time).
@@ -176,7 +176,7 @@ def test_a_lossy_link_run_records_its_loss_per_data_packet(tmp_path: Path) -> No
 
 
 def test_tcp_tail_loss_costs_a_probe_then_timeouts() -> None:
-    from simulator.validate import tail_repair_s
+    from simulator.run_model import tail_repair_s
 
     assert tail_repair_s(0.010, 0.200) == pytest.approx(0.020 + 0.002 + 0.010)  # probe at 2 SRTT + 2 ms, repair
     assert tail_repair_s(0.100, 0.200) == pytest.approx(0.200 + 0.100)  # never later than the timeout

@@ -12,7 +12,7 @@ from hosts.schedulers import Transfer
 from simulator.fabric_model import CollectiveLink, PortModel
 from simulator.fabric_runs import Run
 from simulator.host_model import run_available
-from simulator.validate import DLCP_MESSAGE_CPU_S, cost_family, predict_run
+from simulator.run_model import DLCP_MESSAGE_CPU_S, cost_family, predict_run
 from tests.sim_validate_helpers import ONE_LAYER
 
 #: 1,000 frames a second of 1,000 bytes, nothing queued, no hops: 1 ms a packet on the wire.

@@ -7,7 +7,8 @@ import pytest
 
 from simulator.fabric_model import CollectiveLink, port_model
 from simulator.fabric_runs import TRACE_CONFIGS, Run
-from simulator.validate import _scheduler, clear_verdict, rank_row
+from simulator.run_model import _scheduler
+from simulator.ranking import clear_verdict, rank_row
 
 
 def test_clear_verdict() -> None:
@@ -39,7 +40,7 @@ def test_a_ranking_that_differs_only_in_a_tie() -> None:
 def test_a_tie_is_a_gap_whose_paired_interval_includes_zero() -> None:
     import numpy as np
 
-    from simulator.validate import measured_tie
+    from simulator.ranking import measured_tie
 
     first = np.zeros(100)
     # 100 resampled gaps: 2 at -1, 98 at +1. The 2.5th percentile interpolates between the 3rd
@@ -133,9 +134,37 @@ def test_the_clean_sweeps_are_summarised_alone() -> None:
     section, errors, ranks = clean_set(runs, draws, "trace10-")
     assert errors == {"trace": pytest.approx([0.1, 0.5])}
     assert ranks == [["trace", "tcp", "20,000", "ddp-tcp < dlcp", "dlcp < ddp-tcp", "no", "no", "0 of 1", "0 of 1",
-                      "0 of 0", "ddp-tcp < dlcp (100%, clear)"]]
+                      "0 of 0", "ddp-tcp < dlcp (100%, clear)", "yes", "0 of 0", "1 of 1",
+                      "ddp-tcp < dlcp (not paired)"]]  # one run each: too few rounds for the paired rule
     assert "| trace | tcp | 20,000 | ddp-tcp | 1 | 1,000.0 | 1,100.0 | +10% |" in section
     assert "| trace | tcp | 20,000 | dlcp | 1 | 2,000.0 | 1,000.0 | -50% |" in section
     assert "The runs of trace10-x alone" in section and "old" not in section and "p3-tcp" not in section
     assert "**30%** over 2 job x scenario" in section  # the median of 10% and 50%
     assert clean_set(runs, draws, "none-") == ("", {}, [])
+
+
+def test_the_paired_rule_judges_a_pair_only_on_rounds_run_side_by_side() -> None:
+    from simulator.ranking import paired_verdict
+
+    a = [[1.0, 1.0], [1.1, 1.1], [1.2, 1.2]]
+    b = [[2.0, 2.0], [2.1, 2.1], [2.2, 2.2]]
+    rounds = [("s", "0"), ("s", "1"), ("s", "2")]
+    assert paired_verdict(a, rounds, b, rounds) == "clear"  # b is 0.9-1.1 s slower in every resample
+    # The same times from another sweep: never side by side, not judged (the first rule calls it clear).
+    assert paired_verdict(a, rounds, b, [("t", "0"), ("t", "1"), ("t", "2")]) == "not paired"
+    assert paired_verdict(a, rounds, b[:2], rounds[:2]) == "not paired"  # 2 rounds, fewer than 3
+    # Round 0 has b a second slower, round 1 a second faster, round 2 equal: resamples of only
+    # round 0 give +1 s, of only round 1 -1 s, so the 95% interval holds 0.
+    assert paired_verdict([[1.0], [2.0], [1.5]], rounds, [[2.0], [1.0], [1.5]], rounds) == "tie"
+
+
+def test_rank_row_prints_the_paired_rule_beside_the_first() -> None:
+    times = {"a": [[1.0, 1.0], [1.1, 1.1], [1.2, 1.2]], "b": [[2.0, 2.0], [2.1, 2.1], [2.2, 2.2]],
+             "c": [[3.0, 3.0], [3.1, 3.1], [3.2, 3.2]]}
+    keys = {"a": [("s", "0"), ("s", "1"), ("s", "2")], "b": [("s", "0"), ("s", "1"), ("s", "2")],
+            "c": [("t", "0"), ("t", "1"), ("t", "2")]}  # c ran in another sweep
+    measured = {"a": 1.1, "b": 2.1, "c": 3.1}
+    row = rank_row(measured, {"a": 1.0, "b": 3.5, "c": 3.0}, times, keys)  # b and c swapped
+    assert row[5] == "2 of 3" and row[7] == "b < c (100%, clear)"  # the first rule: all three clear
+    # The paired rule judges a < b alone (clear, kept); b < c and a < c never ran side by side.
+    assert row[8:] == ["yes", "1 of 1", "2 of 3", "b < c (not paired)"]

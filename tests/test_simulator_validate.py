@@ -91,7 +91,7 @@ def test_validate_needs_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_a_trace_driven_job_is_the_h100_trace_scaled() -> None:
     from simulator.cli import DEFAULT_TRACES
     from simulator.traces import load_trace
-    from simulator.validate import scaled_trace
+    from simulator.run_model import scaled_trace
 
     real = load_trace(DEFAULT_TRACES / "h100_pytorch_layer_traces.csv", model="resnet50", precision="bf16")
     # 100 Gbit/s over 20,000 frames of 1,500 bytes a second is a ratio of 416.7; k = 50 leaves b = 8.33.
@@ -106,6 +106,7 @@ def test_a_trace_driven_job_is_the_h100_trace_scaled() -> None:
 def test_validate_with_a_cache_reads_the_curves_it_kept_and_writes_the_same_table(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import simulator.validate as v
+    from simulator.run_model import DRAWS_PER_RUN
 
     job = tmp_path / "job.csv"
     job.write_text("name,numel,forward_us,backward_us\nw,722,1000,1000\n")
@@ -120,10 +121,10 @@ def test_validate_with_a_cache_reads_the_curves_it_kept_and_writes_the_same_tabl
     assert len(json.loads(kept.read_text())) == 2  # one curve per run
     calls = []
     real = v.predict_run
-    monkeypatch.setattr(v, "predict_run", lambda *a, **k: calls.append(k.get("draws", v.DRAWS_PER_RUN)) or real(*a, **k))
+    monkeypatch.setattr(v, "predict_run", lambda *a, **k: calls.append(k.get("draws", DRAWS_PER_RUN)) or real(*a, **k))
     assert main([*base, "--cache", str(cache), "--out", str(tmp_path / "second")]) == 0
     # Every curve read back: the only predictions left are the table's (draws of 2,000), none on the grid.
-    assert calls and set(calls) == {v.DRAWS_PER_RUN}
+    assert calls and set(calls) == {DRAWS_PER_RUN}
     tables = [(tmp_path / d / "validation.csv").read_text() for d in ("plain", "first", "second")]
     assert tables[0] == tables[1] == tables[2]
     # A third sweep lands: only its run is calibrated.
