@@ -48,8 +48,8 @@ def write_report(out: Path, command: str, rows: Sequence[Sequence[str]], rank_ro
     _plot(points, out / "validation.png")
     md = (
         "# The simulator against the training experiment's runs\n\n"
-        f"Made by `{command}`. Model: simulator/validate.py, simulator/fabric_model.py and "
-        "simulator/host_model.py (module docs). Host costs per packet are calibrated leave one sweep out: "
+        f"Made by `{command}`. Model: simulator/run_model.py, simulator/fabric_model.py and "
+        "simulator/host_model.py (module docs), calibrated by simulator/validate.py. Host costs per packet are calibrated leave one sweep out: "
         "each run is predicted with costs fitted on the other sweeps' runs only.\n\n"
         + "Median absolute error of the predicted iteration p50: " + summary(errors, rank_rows) + " "
         + by_port(rows) + " " + tails(rows) + "\n\n"
