@@ -56,3 +56,52 @@ def test_refuses_a_sweep_not_stopped_or_complete_or_an_existing_plan(tmp_path: P
     with pytest.raises(ExperimentError, match="already holds"):
         continue_plan(tmp_path / "c", tmp_path / "d")
     assert (tmp_path / "d" / "plan.json").read_text() == "{}"
+
+
+def test_a_stopped_sweep_continued_runs_its_remaining_rounds_and_pools(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """A sweep stopped after round 0, continued in a new folder: the resumed sweep runs rounds 1-2
+    with seeds 2001-2002 and the two folders pool into three pairs."""
+    import contextlib
+    from typing import Any
+
+    import mininet_topos.launcher
+    import mininet_topos.programming
+    from experiments import trace_sweep
+    from experiments.training import grad_values
+    from experiments.trace_summary import load_pooled
+
+    @contextlib.contextmanager
+    def fake_fabric(options: Any) -> Any:
+        yield type("F", (), {"description_path": tmp_path / "fabric.json"})()
+
+    ran: list[tuple[str, int]] = []
+
+    def one_run(site: Any, scenario: Any, config: Any, run: Any, *args: Any) -> dict[str, Any]:
+        ran.append((run.run_id, run.seed))
+        p50 = {"ddp-tcp": 2.0, "dlcp": 1.0 + run.repetition}[run.config]  # ratios 2, 1, 2/3
+        iters = [{"iteration_s": t, "compute_s": 0.5, "forward_wait_s": 0.0} for t in (9.0, p50, p50)]
+        return {"jobs": {"1": {"ranks": {"0": {"records": iters, "totals": {}}}}}, "seconds": 1.0,
+                "max_cpu_share": 0.3, "cpu_bound": False}
+
+    monkeypatch.setattr(mininet_topos.launcher, "Fabric", fake_fabric)
+    monkeypatch.setattr(mininet_topos.programming, "program_fabric", lambda *a: None)
+    monkeypatch.setattr(grad_values, "load_pool", lambda: None)
+    monkeypatch.setattr(trace_sweep, "TraceSite", lambda fabric: None)
+    monkeypatch.setattr(trace_sweep, "run_trace_once", one_run)
+    monkeypatch.setattr("experiments.trace_masks.write_run_masks", lambda *a: None)
+    first, second = tmp_path / "first", tmp_path / "second"
+    with monkeypatch.context() as m:  # the stopping rule: only round 0 may start
+        m.setattr(trace_sweep, "round_may_start", lambda runs, run, *a: run.repetition == 0)
+        trace_sweep.run_trace_sweep(trace_sweep.TraceSettings(sweep={"tcp": ("ddp-tcp", "dlcp")}, repetitions=3,
+                                                              out=first, command="first"), say=lambda m: None)
+    assert json.loads((first / "plan.json").read_text())["stopped"]["rounds_completed"] == 1
+    continue_plan(first, second)
+    trace_sweep.run_trace_sweep(trace_sweep.TraceSettings(resume=second, command="again"), say=lambda m: None)
+    assert ran == [("000-tcp-ddp-tcp-r0", 2000), ("001-tcp-dlcp-r0", 2000), ("002-tcp-dlcp-r1", 2001),
+                   ("003-tcp-ddp-tcp-r1", 2001), ("004-tcp-ddp-tcp-r2", 2002), ("005-tcp-dlcp-r2", 2002)]
+    assert sorted(p.name for p in (second / "runs").glob("*.json")) == [
+        "002-tcp-dlcp-r1.json", "003-tcp-ddp-tcp-r1.json", "004-tcp-ddp-tcp-r2.json", "005-tcp-dlcp-r2.json"]
+    _, summary = load_pooled([first, second])
+    speedup = summary["tcp"]["dlcp"]["speedup_p50"]
+    assert speedup["pairs"] == 3 and speedup["median"] == pytest.approx(1.0)
