@@ -177,6 +177,9 @@ class CollectiveLink:
     #: A star's pulls over the server's leaf's uplinks (module doc): the workers' pulls the
     #: busiest uplink carries; None: the pulls hold the server's port after the pushes.
     pull_flows: float | None = None
+    #: With ``pull_flows``: a push's credit is back as it leaves the link (kernel TCP: the push
+    #: completes once the socket's buffer holds it), else after the steps' latency (an acknowledged send).
+    credit_on_send: bool = False
 
     def __post_init__(self) -> None:
         if self.ranks < 2 or self.collective not in ("ring", "star"):
@@ -215,9 +218,10 @@ class CollectiveLink:
     def credit_s(self, transfer: Transfer) -> float:
         """When the sender hears the transfer done (a scheduler's credit back): a star's push is
         acknowledged before its pulls come back (the trace worker pulls in a thread of its own),
-        with ``pull_flows`` after the steps' latency; otherwise at completion."""
+        with ``pull_flows`` after the steps' latency, or as it leaves the link (``credit_on_send``);
+        otherwise at completion."""
         if self.collective == "star" and self.pull_flows is not None:
-            return self.steps() * self.port.step_latency_s
+            return 0.0 if self.credit_on_send else self.steps() * self.port.step_latency_s
         return self.round_trip_s(transfer)
 
     def packets(self, nbytes: int) -> int:

@@ -248,7 +248,7 @@ def predict_run(run: Run, job: ModelTrace, cost_s: float, *, host_iterations: Se
         pulls = None if collective != "star" or "star-pulls" in without else \
             (run.ranks - 1) / LEAF_UPLINKS if spec.spraying else busiest_of(run.ranks - 1, LEAF_UPLINKS)
         link = CollectiveLink(port, run.ranks, collective, pps, pull_share=share if collective == "star" else None,
-                              message_s=message_s, pull_flows=pulls)
+                              message_s=message_s, pull_flows=pulls, credit_on_send=tcp)
         result = simulate(job.layers, _scheduler(run, link), link, overlap_forward=spec.overlap == "layerwise",
                           forward_order=job.forward_order, backward_tail_s=job.backward_tail_s,
                           optimizer_s=job.optimizer_s)

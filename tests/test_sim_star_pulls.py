@@ -55,3 +55,15 @@ def test_the_next_push_starts_at_the_credit_not_after_the_pulls() -> None:
     whole = simulate(layers, create("p3", partition_bytes=14_440), CollectiveLink(PORT, 5, "star"),
                      overlap_forward=False).steady
     assert sorted(r.start for r in whole.transfers) == pytest.approx([0.001, 0.087])
+
+
+def test_a_kernel_tcp_push_gives_its_credit_back_as_it_leaves_the_link() -> None:
+    # The same two partitions over kernel TCP: sendall returns once the socket's buffer holds the
+    # push, so push 2 holds the port right after push 1, 41-81 ms, and completes at 114.5 ms.
+    layers = [Layer(0, "a", 3610, 0.0, 0.0), Layer(1, "b", 3610, 0.0, 0.001)]
+    star = CollectiveLink(PORT, 5, "star", pull_flows=2.75, credit_on_send=True)
+    assert star.credit_s(MESSAGE) == 0.0
+    steady = simulate(layers, create("p3", partition_bytes=14_440), star, overlap_forward=False).steady
+    records = sorted(steady.transfers, key=lambda r: r.start)
+    assert [r.start for r in records] == pytest.approx([0.001, 0.041])
+    assert [r.done for r in records] == pytest.approx([0.0745, 0.1145])
