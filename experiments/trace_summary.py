@@ -102,7 +102,7 @@ def summary_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
     seen: set[str] = set()
     for folder in folders:
         parts = [Path(p) for p in str(folder).split("+")]
-        if len(parts) > 1:
+        if len(parts) > 1 or any((parts[0] / "runs").glob("*.json")):  # from the run records, as results.md
             _, summary = load_pooled(parts)
             plans = [load_folder(p)[0] for p in parts]
         else:
@@ -132,18 +132,32 @@ def write_summary(folders: list[Path], out: Path, command: str = "") -> list[dic
              "computed the same way from the run records of both).", "",
              *([f"Command: `{command}`", ""] if command else []),
              "Code per folder:", "", *[f"* {c}" for c in code], "",
+             "The strongest TCP baseline of a scenario is its configuration over kernel TCP with the smallest "
+             "median p50; each configuration's paired p50 speed-up over it is in the last column.", "",
              "| scenario | configuration | runs (CPU-bound) | p50 (ms) | speed-up p50 | speed-up p99 | "
-             "values zero-filled | mag. drops / ECN marks | queue drops | RR FCT p99 (ms) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "values zero-filled | mag. drops / ECN marks | queue drops | RR FCT p99 (ms) | "
+             "speed-up p50 vs the strongest TCP |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['scenario']} | {r['config']} | {r['runs']} ({r['cpu_bound']}) | "
                      f"{format_number(r['p50_s'], 1e3)} | {format_ratio(r.get('speedup_p50'), pairs=False)} | "
                      f"{format_ratio(r.get('speedup_p99'), pairs=False)} | {format_number(r['loss_share'], 100, 3)}% | "
                      f"{format_number(r['magnitude_drops'])} / {format_number(r['ecn_marks'])} | "
-                     f"{format_number(r['queue_drops'])} | {format_number(r['rr_fct_p99_ms'], 1, 1)} |")
+                     f"{format_number(r['queue_drops'])} | {format_number(r['rr_fct_p99_ms'], 1, 1)} | "
+                     f"{_strongest_cell(r)} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     _plot(rows, out / "summary.png")
     return rows
+
+
+def _strongest_cell(row: dict[str, Any]) -> str:
+    """The row's speed-up over its scenario's strongest TCP baseline, naming that baseline."""
+    name = row.get("strongest_tcp")
+    if not name:
+        return ""
+    if row["config"] == name:
+        return "(the strongest)"
+    return f"{format_ratio(row.get('speedup_p50_strongest_tcp'), pairs=False)} vs {name}"
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
