@@ -15,8 +15,9 @@ BMv2; the embedded target's port rate (``set_port_rate``) shows it in tests/test
 - BMv2: ``simple_switch --use-files`` (no interfaces, so no namespace lock), which injects
   the whole input pcap as fast as it can; entries and queue settings go through
   ``simple_switch_CLI`` before the injection starts. In a congested scenario every fourth
-  packet is preceded by a *timing marker*, a UDP packet routed to port ``MARKER_PORT`` (no
-  rate, so it leaves as soon as it is through the pipeline); a packet's delay is its output
+  packet is preceded by a *timing marker*, an ECN-capable UDP packet (never a queue step's
+  drop) routed to port ``MARKER_PORT`` (no rate, so it leaves as soon as it is through the
+  pipeline); a packet's delay is its output
   time minus the output time of the last marker before it, i.e. from when it reached the
   switch (overstated by at most three packets' ingress), not from when the burst began (on a
   loaded machine BMv2 injected the 30-packet priority burst over 50 ms, five departures'
@@ -442,7 +443,7 @@ def with_markers(scenario: Scenario) -> tuple[list[bytes], Scenario]:
     frames: list[bytes] = []
     for p in scenario.packets:
         if p.index % MARKER_EVERY == 0:
-            frames.append(udp_frame(sport=7000, dport=7000, dst=MARKER_DST, ident=MARKER_ID | p.index))
+            frames.append(udp_frame(sport=7000, dport=7000, dst=MARKER_DST, ident=MARKER_ID | p.index, tos=ECT0))
         frames.append(p.frame)
     return frames, Scenario(scenario.name, scenario.packets, scenario.entries + (marker_route(),),
                             scenario.rate_ports)
