@@ -151,7 +151,8 @@ def test_bmv2_paces_each_priority_queue_and_reports_its_own_queue(tmp_path: Path
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [str(require_tool("simple_switch")), "-i", f"1@{outer1}", "-i", f"2@{outer2}",
-                 "--thrift-port", str(thrift), str(build.device_config), "--", "--priority-queues", "8"],
+                 "--thrift-port", str(thrift), "--notifications-addr", f"ipc://{tmp_path}/n.ipc",
+                 str(build.device_config), "--", "--priority-queues", "8"],
                 stdout=out, stderr=subprocess.STDOUT)
         try:
             _wait_thrift(thrift, proc, log)

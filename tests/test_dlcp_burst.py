@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.dlcp_burst_bmv2 import compile_bmv2, run_bmv2
 from tests.dlcp_burst import (
     DROP_THRESHOLD,
     ECN_THRESHOLD,
@@ -25,11 +26,9 @@ from tests.dlcp_burst import (
     BurstResult,
     Scenario,
     commodity_scenario,
-    compile_bmv2,
     dropping_scenario,
     ecn_scenario,
     priority_scenario,
-    run_bmv2,
     run_embedded,
     spraying_scenario,
     together_scenario,

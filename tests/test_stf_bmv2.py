@@ -174,5 +174,6 @@ def test_bmv2_refuses_a_program_declared_extern_function(tmp_path: Path) -> None
                            str(PROGRAMS / "lang_extern_fn.p4")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and '"op" : "scramble"' in out.read_text(), proc.stderr
     switch = subprocess.run([str(require_tool("simple_switch")), "--use-files", "0", "-i", f"1@{tmp_path}/p1",
+                             "--notifications-addr", f"ipc://{tmp_path}/n.ipc",
                              str(out)], capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert "Unknown primitive action: scramble" in switch.stdout + switch.stderr

@@ -182,7 +182,8 @@ def _bmv2_switch(program: Path, interfaces: list[str], workdir: Path) -> Iterato
     build = compile_p4c(program, workdir / "bmv2", str(require_tool("p4c")))
     p4info = text_format.Parse(build.p4info.read_text(), p4info_pb2.P4Info())
     address = f"127.0.0.1:{netns.free_port()}"
-    cmd = [str(require_tool("simple_switch_grpc")), "--device-id", "1", "--thrift-port", str(netns.free_port())]
+    cmd = [str(require_tool("simple_switch_grpc")), "--device-id", "1", "--thrift-port", str(netns.free_port()),
+           "--notifications-addr", f"ipc://{workdir}/n.ipc"]
     for i, iface in enumerate(interfaces, start=1):
         cmd += ["-i", f"{i}@{iface}"]
     cmd += ["--no-p4", "--", "--grpc-server-addr", address]
