@@ -127,9 +127,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         rows: dict[str, Any] = {}
         base = by_cfg.get(BASELINE, {})
         clean = any(not v["cpu_bound"] for reps in by_cfg.values() for v in reps.values())
+        # headline: runs neither CPU-bound nor starved; when none is left, all runs (marked)
+        usable = {cfg: {k: v for k, v in reps.items() if not v["cpu_bound"] or not clean}
+                  for cfg, reps in by_cfg.items()}
         for cfg, reps in by_cfg.items():
-            # headline: runs neither CPU-bound nor starved; when none is left, all runs (marked)
-            good = {k: v for k, v in reps.items() if not v["cpu_bound"] or not clean}
+            good = usable[cfg]
             med = {key: (float(np.median([v[key] for v in good.values() if v[key] is not None]))
                          if any(v[key] is not None for v in good.values()) else None)
                    for key in ("p50_s", "p90_s", "p99_s", "max_s", "jct_s", "exposed_s", "forward_wait_s", "ratio",
@@ -138,21 +140,21 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                                "host_qdisc_drops",
                                "tcp_retransmitted", "tcp_timeouts", "bg_goodput_mbps", "rr_fct_p50_ms",
                                "rr_fct_p99_ms", "max_cpu_share", "max_starvation", "max_cpu_wait_share")}
-            pairs = sorted(set(good) & {k for k, v in base.items() if not v["cpu_bound"] or not clean})
+            pairs = sorted(set(good) & set(usable.get(BASELINE, {})))
             rows[cfg] = {"runs": len(reps), "cpu_bound": sum(v["cpu_bound"] for v in reps.values()),
                          "all_runs_marked": not clean, **med,
                          "speedup_p50": paired_ratio([base[k]["p50_s"] for k in pairs], [good[k]["p50_s"] for k in pairs]),
                          "speedup_p99": paired_ratio([base[k]["p99_s"] for k in pairs], [good[k]["p99_s"] for k in pairs])}
-        _against_faster_tcp(rows, by_cfg, clean)
-        _against_strongest_tcp(rows, by_cfg, clean)
+        _against_faster_tcp(rows, by_cfg, usable)
+        _against_strongest_tcp(rows, usable)
         out[scenario] = rows
     return out
 
 
-def _against_faster_tcp(rows: dict[str, Any], by_cfg: dict[str, dict[int, dict[str, Any]]], clean: bool) -> None:
+def _against_faster_tcp(rows: dict[str, Any], by_cfg: dict[str, dict[int, dict[str, Any]]],
+                        usable: dict[str, dict[int, dict[str, Any]]]) -> None:
     """Each row's TCP congestion control, and, with both TCP variants, its p50 speed-up over the
-    faster of them in each round (the pairs where all three runs are in the headline)."""
-    usable = {cfg: {k: v for k, v in reps.items() if not v["cpu_bound"] or not clean} for cfg, reps in by_cfg.items()}
+    faster of them in each round (the pairs where all three runs are in the headline, ``usable``)."""
     for cfg, reps in by_cfg.items():
         rows[cfg]["tcp_congestion"] = sorted({n for v in reps.values() for n in v.get("tcp_congestion", [])})
     if not all(c in usable for c in TCP_VARIANTS):
@@ -173,12 +175,12 @@ def strongest_tcp_baseline(rows: dict[str, Any]) -> str | None:
     return min(medians, key=lambda cfg: (medians[cfg], cfg)) if medians else None
 
 
-def _against_strongest_tcp(rows: dict[str, Any], by_cfg: dict[str, dict[int, dict[str, Any]]], clean: bool) -> None:
-    """Each row's paired p50 speed-up over the strongest kernel-TCP baseline of its scenario."""
+def _against_strongest_tcp(rows: dict[str, Any], usable: dict[str, dict[int, dict[str, Any]]]) -> None:
+    """Each row's paired p50 speed-up over the strongest kernel-TCP baseline of its scenario, on the
+    runs in the headline (``usable``)."""
     strongest = strongest_tcp_baseline(rows)
     if strongest is None:
         return
-    usable = {cfg: {k: v for k, v in reps.items() if not v["cpu_bound"] or not clean} for cfg, reps in by_cfg.items()}
     base = usable[strongest]
     for cfg, good in usable.items():
         pairs = sorted(set(good) & set(base))
