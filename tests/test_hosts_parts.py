@@ -87,12 +87,15 @@ def test_parts_at_once_with_held_back_data_and_loss_complete_and_report_exactly(
     held = got.values != 0  # values are N(0.5, 1) draws: none is exactly 0
     np.testing.assert_array_equal(got.values[held], values[held])
     assert int((~held).sum()) == zero_filled
-    # B's loss over its own bound is resent down to that bound, unless the tensor completes
-    # first within the receiver's bound for the whole tensor: when A's final probes find the
-    # tensor open, A resends its loss, and the tensor (36,000 values, bound 1,800) completes
-    # with all of B's 5 held-back packets (1,800 values) missing, which ends B there.
-    b = reports[1]
-    assert b.missing <= 0.05 * HALF or (b.missing == zero_filled and reports[0].missing == 0)
+    # Each part misses only what the path took from it: A its first-time losses, B its
+    # held-back packets. B's loss over its own bound is resent down to that bound, unless the
+    # tensor completes first within the receiver's bound for the whole tensor (36,000 values,
+    # bound 1,800, asserted above), which ends both parts there: with all 5 of B's held-back
+    # packets missing when A had resent its loss, or 3 of them beside A's 2 when, on a loaded
+    # machine, A's resend came after.
+    a, b = reports
+    assert a.missing % COUNT == 0 and a.missing <= len(LOST) * COUNT
+    assert b.missing % COUNT == 0 and b.missing <= 5 * COUNT
     assert relay.stats.overtaken > 0
 
 
