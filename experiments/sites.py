@@ -107,13 +107,15 @@ class FabricSite:
     def switch_figures(self, before: Any, after: Any, job_ids: Sequence[int]) -> dict[str, int]:
         from experiments import switch_counters
 
-        drops = marks = red = queue_marks = 0
+        marks = 0
+        figures = switch_counters.SwitchFigures(0, 0)
         for job_id in job_ids:
             figures = switch_counters.difference(before, after, job_id)
-            # not per job: the same for every job id
-            drops, red, queue_marks = figures.magnitude_drops, figures.queue_red_drops, figures.queue_ecn_marks
-            marks += figures.ecn_marks
-        return {"magnitude_drops": drops, "ecn_marks": marks, "queue_red_drops": red, "queue_ecn_marks": queue_marks}
+            marks += figures.ecn_marks  # the rest is not per job: the same for every job id
+        return {"magnitude_drops": figures.magnitude_drops, "ecn_marks": marks,
+                "queue_red_drops": figures.queue_red_drops, "queue_ecn_marks": figures.queue_ecn_marks,
+                "sprayed_packets": figures.sprayed_packets, "sprayed_members": figures.sprayed_members,
+                **{f"tx_packets_priority_{p}": n for p, n in figures.tx_by_priority.items()}}
 
     def background(self, flows: Sequence[Flow]) -> AbstractContextManager[BackgroundTraffic | None]:
         if not flows:

@@ -9,7 +9,7 @@ counter sees: the transport's own count of lost packets covers it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.counters import SwitchCounters, gather
@@ -21,6 +21,9 @@ class SwitchFigures:
     ecn_marks: int
     queue_red_drops: int = 0  # every queue of every switch: Not-ECT packets dropped early
     queue_ecn_marks: int = 0  # every queue of every switch: ECT packets marked CE
+    sprayed_packets: int = 0  # DLCP packets sprayed per packet, every switch
+    sprayed_members: int = 0  # (switch, ECMP group, member) cells that took a sprayed packet
+    tx_by_priority: dict[int, int] = field(default_factory=dict)  # packets sent per priority queue, every port
 
 
 def snapshot(description: Path, timeout_s: float = 10.0) -> dict[str, SwitchCounters]:
@@ -47,11 +50,18 @@ def snapshot(description: Path, timeout_s: float = 10.0) -> dict[str, SwitchCoun
 
 
 def difference(before: dict[str, SwitchCounters], after: dict[str, SwitchCounters], job_id: int) -> SwitchFigures:
-    drops = marks = red = queue_marks = 0
+    drops = marks = red = queue_marks = sprayed = members = 0
+    tx: dict[int, int] = {}
     for name, now in after.items():
         delta = now.minus(before.get(name, SwitchCounters()))
         drops += delta.drops.get("magnitude_threshold", (0, 0))[0]
         marks += delta.ecn_marks.get(job_id, (0, 0))[0]
         red += sum(packets for packets, _ in delta.queue_red.values())
         queue_marks += sum(packets for packets, _ in delta.queue_marks.values())
-    return SwitchFigures(magnitude_drops=drops, ecn_marks=marks, queue_red_drops=red, queue_ecn_marks=queue_marks)
+        sprayed += sum(packets for packets, _ in delta.sprayed.values())
+        members += sum(1 for packets, _ in delta.sprayed.values() if packets > 0)
+        for (_, prio), (packets, _) in delta.port_prio.items():
+            tx[prio] = tx.get(prio, 0) + packets
+    return SwitchFigures(magnitude_drops=drops, ecn_marks=marks, queue_red_drops=red, queue_ecn_marks=queue_marks,
+                         sprayed_packets=sprayed, sprayed_members=members,
+                         tx_by_priority={p: n for p, n in sorted(tx.items()) if n})

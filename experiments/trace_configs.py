@@ -147,6 +147,14 @@ TRACE_CONFIGS: tuple[TraceConfig, ...] = (
     TraceConfig("spraying", "+ per-packet spraying only", "dlcp", "fusion", "ddp", spraying=True),
     TraceConfig("dlcp", "full DLCP: scheduler, layer-wise overlap, layer queues, dropping, ECN, spraying",
                 "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, spraying=True, ecn=True),
+    # Full DLCP minus one mechanism (the ablation at 5,000 packets/s): what each adds to the others.
+    TraceConfig("dlcp-no-priority", "full DLCP without per-layer priority: DDP buckets and DDP overlap, the whole "
+                "job one class above the background; dropping, ECN, spraying", "dlcp", "fusion", "ddp", queues="job",
+                dropping=True, spraying=True, ecn=True),
+    TraceConfig("dlcp-no-dropping", "full DLCP without magnitude dropping: loss bound 0 (every value resent), "
+                "ECN kept", "dlcp", "dlcp", "layerwise", queues="layer", spraying=True, ecn=True),
+    TraceConfig("dlcp-no-spraying", "full DLCP without per-packet spraying (ECMP per flow)",
+                "dlcp", "dlcp", "layerwise", queues="layer", dropping=True, ecn=True),
     TraceConfig("commodity", "DLCP as deployable on commodity switches: the full DLCP hosts (scheduler, layer-wise "
                 "overlap, 10% bound) marking DSCP per layer class and Not-ECT on drop-eligible packets; switches "
                 "class by DSCP, drop Not-ECT and mark ECT above half a queue, hash per flow",

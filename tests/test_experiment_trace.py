@@ -122,3 +122,32 @@ def test_switch_figures_count_the_queue_steps() -> None:
     assert figures.queue_red_drops == (10 - 3) + 4
     assert figures.queue_ecn_marks == (6 - 1) + 2
     assert figures.magnitude_drops == 0 and figures.ecn_marks == 0
+
+
+def test_switch_figures_count_sprayed_packets_and_queues_used() -> None:
+    """Spraying and the layer queues acted: sprayed packets per member and packets per priority."""
+    from controller.counters import SwitchCounters
+    from experiments.switch_counters import difference
+
+    before = {"s1": SwitchCounters(sprayed={(0, 0): (5, 0)}, port_prio={(1, 7): (10, 0), (1, 0): (4, 0)})}
+    after = {"s1": SwitchCounters(sprayed={(0, 0): (5, 0), (0, 1): (8, 0)},
+                                  port_prio={(1, 7): (30, 0), (2, 7): (5, 0), (1, 0): (4, 0)}),
+             "s2": SwitchCounters(sprayed={(1, 0): (2, 0)}, port_prio={(3, 5): (6, 0)})}
+    figures = difference(before, after, job_id=1)
+    assert figures.sprayed_packets == 8 + 2 and figures.sprayed_members == 2
+    assert figures.tx_by_priority == {5: 6, 7: 20 + 5}
+
+
+def test_leave_one_out_configurations_differ_from_full_dlcp_in_one_mechanism() -> None:
+    full = trace_config("dlcp").policy([1])["jobs"][0]
+    no_drop = trace_config("dlcp-no-dropping").policy([1])["jobs"][0]
+    assert "dropping" not in no_drop and no_drop["ecn"] == full["ecn"] and no_drop["layers"] == full["layers"]
+    assert trace_config("dlcp-no-dropping").job(TraceJob(), TRACE_SCENARIOS["tcp"].jobs[0], 1).grad_bound == 0
+    no_spray = trace_config("dlcp-no-spraying").policy([1])["jobs"][0]
+    assert no_spray["spraying"] == "off" and full["spraying"] == "random"
+    assert {k: v for k, v in no_spray.items() if k not in ("spraying", "name")} == \
+        {k: v for k, v in full.items() if k not in ("spraying", "name")}
+    no_prio = trace_config("dlcp-no-priority")
+    assert {r["priority"] for r in no_prio.policy([1])["jobs"][0]["layers"]} == {5}
+    assert (no_prio.scheduler, no_prio.overlap) == ("fusion", "ddp")
+    assert no_prio.dropping and no_prio.spraying and no_prio.ecn

@@ -217,6 +217,11 @@ RULES: list[tuple[str, str, tuple]] = [
     ("experiments/README.md", r"\| ([\d,]+) packets/s \(10 pairs\) \| ([\d,]+) packets/s \(10 pairs\) \|",
      (QUARTER, TRACE_FABRIC)),
     ("experiments/README.md", r"\*\*Reading\.\*\* At ([\d,]+) packets/s DLCP is no longer", (QUARTER,)),
+    # the ablation in `tcp` at the quarter rate (ablation10-5k-tcp)
+    ("experiments/README.md", r"speed-up: the ablation at ([\d,]+) packets/s \(design", (QUARTER,)),
+    ("experiments/README.md", r"In `tcp` at ([\d,]+) packets/s full DLCP is 1\.77x", (QUARTER,)),
+    ("experiments/README.md", r"had 2 starved pairs at ([\d,]+) packets/s and no claim", (TRACE_FABRIC,)),
+    ("experiments/README.md", r"in `tcp` at ([\d,]+) packets/s, which of DLCP", (QUARTER,)),
 ]
 
 # A topology file's comment about its own rate (where it has one) says what its defaults set.
