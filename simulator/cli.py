@@ -178,6 +178,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--transport-cost-us", type=float, default=None,
                     help="the GSO DLCP transport's host cost per packet without the switches' marks (configurations "
                          "transport, dropping; us; default: none, those runs are not predicted)")
+    pp.add_argument("--as", dest="stand_ins", type=_stand_ins, default={},
+                    help="configurations no source ran, each predicted from another's runs' records, comma-separated "
+                         "CONFIG=SOURCE[:LOSS] (LOSS: the DLCP transport's loss per packet to use instead of the "
+                         "records', e.g. transport=dlcp:0.044)")
     pp.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the H100 traces")
     pp.add_argument("--against", type=Path, nargs="+", default=None,
                     help="sweeps made at the new port rate: compare them with the model instead (against.md)")
@@ -327,6 +331,21 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stand_ins(text: str) -> dict[str, tuple[str, float | None]]:
+    """``CONFIG=SOURCE[:LOSS],...`` of ``sim port-predict --as``."""
+    out: dict[str, tuple[str, float | None]] = {}
+    for item in (t for t in text.split(",") if t):
+        config, _, rest = item.partition("=")
+        source, _, loss = rest.partition(":")
+        try:
+            out[config.strip()] = (source.strip(), float(loss) if loss else None)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: a loss per packet is a number (CONFIG=SOURCE[:LOSS])") from None
+        if not config.strip() or not source.strip():
+            raise argparse.ArgumentTypeError(f"{item!r}: give CONFIG=SOURCE[:LOSS]")
+    return out
+
+
 def _port_predict(args: argparse.Namespace) -> int:
     from simulator.port_predict import against, port_predict, read_prediction
     from simulator.run_model import P3_RING_FAMILY
@@ -339,6 +358,9 @@ def _port_predict(args: argparse.Namespace) -> int:
         command += f" --transport-cost-us {args.transport_cost_us:g}"
     if args.traces != DEFAULT_TRACES:
         command += f" --traces {_shown(args.traces)}"
+    if args.stand_ins:
+        command += " --as " + ",".join(f"{c}={src}" + (f":{loss:g}" if loss is not None else "")
+                                        for c, (src, loss) in args.stand_ins.items())
     out = default_results() / "port-predict" if args.out is None else args.out
     if args.out is not None:
         command += f" --out {_shown(args.out)}"
@@ -361,7 +383,8 @@ def _port_predict(args: argparse.Namespace) -> int:
         name, text = "against.md", f"Made by `{command}`.\n\n" + against(args.against, args.traces, costs,
                                                                            before=before, before_p99=before_p99)
     else:
-        name, text = "prediction.md", port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs)
+        name, text = "prediction.md", port_predict(args.sources, args.port_pps, args.k, args.traces, command, costs,
+                                                   stand_ins=args.stand_ins)
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_text(text)
     print(text, end="")

@@ -60,6 +60,10 @@ TRACE_CONFIGS: dict[str, Config] = {
     "dlcp": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True, ecn=True),
     "commodity": Config("dlcp", "dlcp", "layerwise", True, 0.10, ecn=True),
     "dlcp-merged": Config("dlcp", "dlcp", "layerwise", True, 0.10, spraying=True, ecn=True, merge_bytes=2 * 2**20),
+    # Full DLCP minus one mechanism (the ablation at 5,000 packets/s).
+    "dlcp-no-priority": Config("dlcp", "fusion", "ddp", True, 0.10, spraying=True, ecn=True),
+    "dlcp-no-dropping": Config("dlcp", "dlcp", "layerwise", True, 0.0, spraying=True, ecn=True),
+    "dlcp-no-spraying": Config("dlcp", "dlcp", "layerwise", True, 0.10, ecn=True),
 }
 #: Port rate of CNN sweeps without one in their records (experiments/README.md, "port rate").
 SLOW_SWEEPS_BEFORE, SLOW_PPS, FAST_PPS = "2026-11-24", 1_000.0, 20_000.0

@@ -86,15 +86,29 @@ def predict_group(runs: Sequence[Run], traces: Path, costs: Mapping[str, float],
     return float(np.percentile(np.concatenate(draws), q))
 
 
+def stand_in(run: Run, config: str, loss_rate: float | None = None) -> Run:
+    """``run``'s record standing in for a run of ``config`` that no sweep made: its CPU shares,
+    load, background and compute, the DLCP transport's loss per packet ``loss_rate`` where given
+    (the recorded one belongs to the record's own queue and marks), else the record's."""
+    new = replace(run, config=config, loss_rate=run.loss_rate if loss_rate is None else loss_rate)
+    if new.spec.comm != "dlcp" and loss_rate is not None:
+        raise SimulatorError(f"{config}: a loss per packet is the DLCP transport's record, not kernel TCP's")
+    if not 0 <= (new.loss_rate or 0.0) < 1:
+        raise SimulatorError(f"{config}: loss per packet {loss_rate} is not in [0, 1)")
+    return new
+
+
 def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Path, command: str,
-                 costs: Mapping[str, float] | None = None, results: Path | None = None) -> str:
+                 costs: Mapping[str, float] | None = None, results: Path | None = None,
+                 stand_ins: Mapping[str, tuple[str, float | None]] | None = None) -> str:
     """The Markdown table: per scenario x configuration of the ``sources``' runs, the measured
     and predicted p50 at the runs' own port rate, and the p50 predicted at ``port_pps`` and
     ``k`` under both :data:`CONDITIONS`, with the speed-up over DDP-style TCP (``ddp-tcp``); the
-    spread from the runs under ``results`` (default: the first source's parent folder) but those at
-    ``port_pps`` (runs already made there are not what a prediction before them may see)."""
+    spread from the sources' runs and those under ``results`` (default: the first source's parent
+    folder) but the others of the sources' scenarios at ``port_pps`` (runs already made there are
+    not what a prediction before them may see). ``stand_ins`` (configuration -> source configuration, loss per packet
+    or None) predicts configurations no source ran from another's records (:func:`stand_in`)."""
     costs = dict(DEFAULT_COSTS if costs is None else costs)
-    spread = iteration_spread([r for r in load_runs(results or sources[0].parent) if r.port_pps != port_pps])
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for source in sources:
         for run in load_runs(source):
@@ -102,6 +116,24 @@ def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Pat
                 groups[(run.scenario, run.config)].append(run)
     if not groups:
         raise SimulatorError(f"no trace-driven runs under {', '.join(map(str, sources))}")
+    for config, (source_config, loss) in (stand_ins or {}).items():
+        if any(c == config for _, c in groups):
+            raise SimulatorError(f"{config} ran in the sources: predict it from its own runs")
+        found = [(s, runs) for (s, c), runs in list(groups.items()) if c == source_config]
+        if not found:
+            raise SimulatorError(f"{config}: no runs of {source_config} in the sources to stand in")
+        for scenario, runs in found:
+            groups[(scenario, config)] = [stand_in(r, config, loss) for r in runs]
+    ran = [r for (_, c), runs in groups.items() if c not in (stand_ins or {}) for r in runs]
+    names, scenarios = {r.sweep for r in ran}, {s for s, _ in groups}
+    pool = [r for r in load_runs(results or sources[0].parent)
+            if r.sweep not in names and not (r.port_pps == port_pps and r.scenario in scenarios)]
+    spread = iteration_spread(pool + ran)
+    # A stand-in's spread from the runs of its configuration (else family) that were made, one
+    # key at a time: the records standing in hold another configuration's iterations.
+    for run in {(r.sweep, r.family, r.config): r for (_, c), runs in groups.items() if c in (stand_ins or {})
+                for r in runs}.values():
+        spread.update({k: v for k, v in iteration_spread(pool + [run]).items() if k[0] == run.sweep})
     table: dict[tuple[str, str], list[float]] = {}
     for n, ((scenario, config), runs) in enumerate(sorted(groups.items())):
         measured = statistics.median(t for r in runs for t in r.iterations)
@@ -123,8 +155,14 @@ def port_predict(sources: Sequence[Path], port_pps: float, k: float, traces: Pat
     for (scenario, config), (measured, here, rec, free, p99) in table.items():
         base = table.get((scenario, "ddp-tcp"))
         up = (f"{base[2] / rec:.2f}x", f"{base[3] / free:.2f}x") if base else ("-", "-")
-        lines.append(f"| {scenario} | {config} | {len(groups[(scenario, config)])} | {measured * 1e3:,.1f} | "
+        shown = "-" if config in (stand_ins or {}) else f"{measured * 1e3:,.1f}"
+        lines.append(f"| {scenario} | {config} | {len(groups[(scenario, config)])} | {shown} | "
                      f"{here * 1e3:,.1f} | {rec * 1e3:,.1f} | {up[0]} | {free * 1e3:,.1f} | {up[1]} | {p99 * 1e3:,.1f} |")
+    if stand_ins:
+        lines += ["", "Configurations no source ran, predicted from another's records (CPU shares, load, background, "
+                  "compute): " + "; ".join(f"{c} from {src}'s" + (f", the DLCP transport's loss {loss:.2%}/pkt" if loss
+                                                                   is not None else ", their recorded loss")
+                                          for c, (src, loss) in sorted(stand_ins.items())) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -206,4 +244,5 @@ def against(targets: Sequence[Path], traces: Path, costs: Mapping[str, float] | 
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CONDITIONS", "DEFAULT_COSTS", "against", "moved", "port_predict", "predict_group", "read_prediction"]
+__all__ = ["CONDITIONS", "DEFAULT_COSTS", "against", "moved", "port_predict", "predict_group", "read_prediction",
+           "stand_in"]

@@ -175,3 +175,42 @@ def test_port_predict_against_sets_the_prediction_made_before_beside_the_runs(
     text = pp.against([sweep], Path("unused"), before=before, before_p99={("hotspot", "ddp-tcp"): 9.0})
     assert "| 2,500.0 | -17% | 1.00x | 3,020.0 | 9,000.0 | +198% |" in text
     assert "| 2,800.0 | +39% | 0.89x | 2,020.0 | - | - |" in text
+
+
+def test_a_configuration_no_sweep_ran_is_predicted_from_another_configurations_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.port_predict as pp
+
+    run = _run("dlcp", loss_rate=0.006, cpu_use=0.3, cpu_wait=0.3, background_pps=2500.0)
+    qos = pp.stand_in(run, "transport-qos", 0.0024)
+    # The record's CPU and background kept, the configuration and loss replaced: the DLCP
+    # transport without the switches' marks is its own host-cost family.
+    assert (qos.config, qos.loss_rate, qos.cpu_use, qos.background_pps) == ("transport-qos", 0.0024, 0.3, 2500.0)
+    assert qos.family == "trace/dlcp (gso)" and run.family == "trace/dlcp+ecn (gso)"
+    assert pp.stand_in(run, "dlcp-no-dropping").loss_rate == 0.006 and run.config == "dlcp"
+    with pytest.raises(SimulatorError, match="not kernel TCP's"):
+        pp.stand_in(run, "ddp-tcp", 0.01)
+    with pytest.raises(SimulatorError, match="not in"):
+        pp.stand_in(run, "transport", 1.5)
+    plan = {"job": {**TRACE_PLAN["job"], "port_pps": 5000.0, "k": 32.0}, "scale": TRACE_PLAN["scale"]}
+    runs = {f"00{i}-{c}-r0": ring_record("tcp", c, times=[9.0, t, t])
+            for i, (c, t) in enumerate((("ddp-tcp", 3.0), ("dlcp", 2.0)))}
+    sweep = write_sweep(tmp_path, "portrate-1", runs, plan=plan)
+    # The model stubbed: 3.2 s for the DDP-style TCP runs, 1.6 s for the DLCP transport without
+    # the switches' marks, 2.0 s with them.
+    seen: list[tuple[str, float | None]] = []
+
+    def fake(group: list[Run], traces: Path, costs: dict[str, float], **kw: object) -> float:
+        seen.append((group[0].config, group[0].loss_rate))
+        return 3.2 if group[0].spec.comm == "tcp" else 2.0 if group[0].spec.ecn else 1.6
+
+    monkeypatch.setattr(pp, "predict_group", fake)
+    text = pp.port_predict([sweep], 5000.0, 32.0, Path("unused"), "cmd", stand_ins={"transport-qos": ("dlcp", 0.0024)})
+    # Measured shown only where the configuration ran; 3.2 / 1.6 = 2.00x over DDP-style TCP.
+    assert "| tcp | transport-qos | 1 | - | 1,600.0 | 1,600.0 | 2.00x | 1,600.0 | 2.00x | 1,600.0 |" in text
+    assert "| tcp | dlcp | 1 | 2,000.0 | 2,000.0 | 2,000.0 | 1.60x |" in text
+    assert ("transport-qos", 0.0024) in seen and "transport-qos from dlcp's, the DLCP transport's loss 0.24%/pkt" in text
+    with pytest.raises(SimulatorError, match="ran in the sources"):
+        pp.port_predict([sweep], 5000.0, 32.0, Path("unused"), "cmd", stand_ins={"dlcp": ("ddp-tcp", None)})
+    with pytest.raises(SimulatorError, match="no runs of priority"):
+        pp.port_predict([sweep], 5000.0, 32.0, Path("unused"), "cmd", stand_ins={"spraying": ("priority", None)})
