@@ -50,6 +50,9 @@ def add_trace_command(kinds: argparse._SubParsersAction) -> None:
     side.add_argument("--out", type=Path, default=None,
                       help="folder for summary.md and summary.png (default: a new build/results/trace/summary-<UTC "
                            "time>/)")
+    side.add_argument("--against", default="",
+                      help="comma-separated configurations: a paired p50 speed-up column over each (from the "
+                           "folders' run records), e.g. the configurations of an ablation")
     side.set_defaults(handler=_experiment_trace_summary)
 
 
@@ -118,6 +121,9 @@ def _experiment_trace_summary(args: argparse.Namespace) -> int:
     from gradfabric.paths import build_dir
 
     out = args.out or build_dir() / "results" / "trace" / f"summary-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    rows = write_summary(list(args.folders), out, command=args.command_line)
+    from experiments.trace_configs import trace_config
+
+    against = tuple(trace_config(c).name for c in args.against.split(",") if c)  # an unknown name is refused
+    rows = write_summary(list(args.folders), out, command=args.command_line, against=against)
     print(f"{len(rows)} rows from {len(args.folders)} folder(s): {out / 'summary.md'}, {out / 'summary.png'}")
     return 0

@@ -76,7 +76,7 @@ def run_figures(record: dict[str, Any]) -> dict[str, Any]:
         "loss_share": lost / reduced if reduced else 0.0, "lost_values": lost,
         "lost_by_tensor": _lost_by_tensor(ranks),
         "magnitude_drops": sw.get("magnitude_drops"), "ecn_marks": sw.get("ecn_marks"),
-        "link_loss_drops": sw.get("link_loss_drops"),
+        "link_loss_drops": sw.get("link_loss_drops"), **_mechanism_counters(sw),
         "queue_drops": sw.get("queue_drops"), "host_qdisc_drops": sw.get("host_qdisc_drops"),
         "tcp_retransmitted": sw.get("tcp_retransmitted"), "tcp_timeouts": sw.get("tcp_timeouts"),
         "bg_goodput_mbps": sum(goodput) if goodput else None,
@@ -87,6 +87,17 @@ def run_figures(record: dict[str, Any]) -> dict[str, Any]:
         "cpu_bound": record.get("cpu_bound", False) or record.get("cpu_starved", False),
         "tcp_congestion": sorted({n for r in ranks for n in r["totals"].get("tcp_congestion", {}).values()}),
     }
+
+
+def _mechanism_counters(sw: dict[str, Any]) -> dict[str, Any]:
+    """Sprayed packets, the (switch, group, member) cells that took them, and packets sent from the
+    job's class queue (5) and the front layers' queues (6 and 7), every switch port; None for
+    records made before the switches' record carried them."""
+    tx = {int(k.rsplit("_", 1)[1]): n for k, n in sw.items() if k.startswith("tx_packets_priority_")}
+    counted = "sprayed_packets" in sw
+    return {"sprayed_packets": sw.get("sprayed_packets"), "sprayed_members": sw.get("sprayed_members"),
+            "queue5_tx": tx.get(5, 0) if counted else None,
+            "queues67_tx": tx.get(6, 0) + tx.get(7, 0) if counted else None}
 
 
 def _lost_by_tensor(ranks: list[dict[str, Any]]) -> dict[str, int]:
@@ -115,7 +126,10 @@ def paired_ratio(base: list[float], other: list[float]) -> dict[str, Any]:
     return {"median": float(np.median(ratios)), "low": low, "high": high, "pairs": int(ratios.size)}
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], against: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Per scenario and configuration: medians and paired speed-ups (module docstring). ``against``:
+    configurations that each row is also compared with (paired p50, ``speedup_p50_vs``), besides every
+    kernel-TCP configuration of the scenario."""
     out: dict[str, Any] = {}
     ok = [r for r in records if r["status"] == "ok"]
     for scenario in dict.fromkeys(r["scenario"] for r in records):
@@ -137,6 +151,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                    for key in ("p50_s", "p90_s", "p99_s", "max_s", "jct_s", "exposed_s", "forward_wait_s", "ratio",
                                "overlap_share",
                                "loss_share", "magnitude_drops", "ecn_marks", "link_loss_drops", "queue_drops",
+                               "sprayed_packets", "sprayed_members", "queue5_tx", "queues67_tx",
                                "host_qdisc_drops",
                                "tcp_retransmitted", "tcp_timeouts", "bg_goodput_mbps", "rr_fct_p50_ms",
                                "rr_fct_p99_ms", "max_cpu_share", "max_starvation", "max_cpu_wait_share")}
@@ -147,6 +162,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                          "speedup_p99": paired_ratio([base[k]["p99_s"] for k in pairs], [good[k]["p99_s"] for k in pairs])}
         _against_faster_tcp(rows, by_cfg, usable)
         _against_strongest_tcp(rows, usable)
+        _against_each(rows, usable, against)
         out[scenario] = rows
     return out
 
@@ -187,6 +203,31 @@ def _against_strongest_tcp(rows: dict[str, Any], usable: dict[str, dict[int, dic
         rows[cfg]["strongest_tcp"] = strongest
         rows[cfg]["speedup_p50_strongest_tcp"] = paired_ratio([base[k]["p50_s"] for k in pairs],
                                                               [good[k]["p50_s"] for k in pairs])
+
+
+def _against_each(rows: dict[str, Any], usable: dict[str, dict[int, dict[str, Any]]], against: tuple[str, ...]) -> None:
+    """Each row's paired p50 speed-up over every kernel-TCP configuration of the scenario other than
+    the baseline, and over each configuration named in ``against`` that ran (``speedup_p50_vs``)."""
+    from experiments.trace_configs import TRACE_CONFIGS
+
+    tcp = [c.name for c in TRACE_CONFIGS if c.comm == "tcp" and c.name != BASELINE]
+    names = [n for n in dict.fromkeys([*tcp, *against]) if n in usable]
+    for cfg, good in usable.items():
+        rows[cfg]["speedup_p50_vs"] = {}
+        for name in names:
+            pairs = sorted(set(good) & set(usable[name]))
+            rows[cfg]["speedup_p50_vs"][name] = paired_ratio([usable[name][k]["p50_s"] for k in pairs],
+                                                             [good[k]["p50_s"] for k in pairs])
+
+
+def mechanism_cell(row: dict[str, Any]) -> str:
+    """What DLCP's switch mechanisms did in a row's runs (medians): magnitude drops / ECN marks /
+    sprayed packets (ECMP members) / packets sent from queues 6-7; the last two only where recorded."""
+    cell = f"{format_number(row.get('magnitude_drops'))} / {format_number(row.get('ecn_marks'))}"
+    if row.get("sprayed_packets") is None:
+        return cell
+    return (f"{cell} / {format_number(row['sprayed_packets'])} ({format_number(row.get('sprayed_members'))}) / "
+            f"{format_number(row.get('queues67_tx'))}")
 
 
 def format_number(x: Any, scale: float = 1.0, digits: int = 0) -> str:
@@ -277,6 +318,19 @@ def write_trace_report(out: Path) -> dict[str, Any]:
                       f"| configuration | speed-up p50 vs {strongest} |", "|---|---|"]
             lines += [f"| {cfg} | {format_ratio(r.get('speedup_p50_strongest_tcp'))} |"
                       for cfg, r in rows.items() if cfg != strongest]
+        others = list(next(iter(rows.values()), {}).get("speedup_p50_vs", {}))
+        if others:
+            lines += ["", "Each configuration against each TCP baseline (paired p50), beside what the mechanisms did "
+                      "(medians per run; sprayed packets over how many ECMP members; packets the switches sent from "
+                      "the job's class queue 5 and the layer queues 6-7):", "",
+                      f"| configuration | speed-up p50 vs {BASELINE} | "
+                      + " | ".join(f"speed-up p50 vs {n}" for n in others)
+                      + " | values zero-filled | mag. drops / ECN / sprayed (members) / queues 6-7 sent | "
+                      "queue 5 sent |", "|---|---|" + "---|" * len(others) + "---|---|---|"]
+            lines += [f"| {cfg} | {format_ratio(r['speedup_p50'])} | "
+                      + " | ".join(format_ratio(r["speedup_p50_vs"].get(n)) for n in others)
+                      + f" | {format_number(r['loss_share'], 100, 3)}% | {mechanism_cell(r)} | "
+                      f"{format_number(r.get('queue5_tx'))} |" for cfg, r in rows.items()]
         if any(r.get("max_cpu_wait_share") is None and r.get("max_starvation") is not None for r in rows.values()):
             lines.append("\n(summed): runs recorded before the wait share; the figure is a rank's waits summed over "
                          "its threads over their runnable time, which its own threads inflate.")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ExperimentError
-from experiments.trace_report import BASELINE, format_number, format_ratio, summarize
+from experiments.trace_report import BASELINE, format_number, format_ratio, mechanism_cell, summarize
 
 #: plan.json entries that pooled folders must share (the runs' settings and code)
 POOLED_SAME = ("sweep", "job", "scale", "timers", "starved_share", "cpu_bound_share")
@@ -61,7 +61,7 @@ def _rounds_text(plan: dict[str, Any]) -> str:
     return f"{'?' if done is None else done} rounds"
 
 
-def load_pooled(folders: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_pooled(folders: list[Path], against: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """(plan of the first, summary of every run record of all) of folders run as one sweep's parts.
 
     Refuses folders whose code fingerprint or settings differ, or that hold the same run twice."""
@@ -84,7 +84,7 @@ def load_pooled(folders: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
             records.append(r)
     if not records:
         raise ExperimentError(f"{'+'.join(map(str, folders))}: no run records to pool")
-    return plans[0], summarize(records)
+    return plans[0], summarize(records, against)
 
 
 def _code_line(name: str, plans: list[dict[str, Any]]) -> str:
@@ -95,15 +95,16 @@ def _code_line(name: str, plans: list[dict[str, Any]]) -> str:
     return f"`{name}`: commit {str(c.get('commit', 'not recorded'))[:7]}{dirty}, {parts}{pooled}"
 
 
-def summary_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per (scenario, configuration) in folder order, and one line per folder's code."""
+def summary_rows(folders: list[Path], against: tuple[str, ...] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per (scenario, configuration) in folder order, and one line per folder's code;
+    ``against``: configurations each row is also compared with (from the run records)."""
     rows: list[dict[str, Any]] = []
     code: list[str] = []
     seen: set[str] = set()
     for folder in folders:
         parts = [Path(p) for p in str(folder).split("+")]
         if len(parts) > 1 or any((parts[0] / "runs").glob("*.json")):  # from the run records, as results.md
-            _, summary = load_pooled(parts)
+            _, summary = load_pooled(parts, against)
             plans = [load_folder(p)[0] for p in parts]
         else:
             plan, summary = load_folder(folder)
@@ -119,12 +120,14 @@ def summary_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, code
 
 
-def write_summary(folders: list[Path], out: Path, command: str = "") -> list[dict[str, Any]]:
+def write_summary(folders: list[Path], out: Path, command: str = "",
+                  against: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Write ``summary.md`` (naming `command`, the one that made it, when given) and
-    ``summary.png`` into ``out`` (created); return the rows."""
+    ``summary.png`` into ``out`` (created); return the rows. ``against``: configurations whose paired
+    p50 speed-up columns are added (each row over each of them, where both ran)."""
     if not folders:
         raise ExperimentError("no sweep folder given")
-    rows, code = summary_rows(folders)
+    rows, code = summary_rows(folders, against)
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Trace-driven sweeps, side by side", "",
              f"Paired speed-up over {BASELINE} (median of the per-round ratios, 95% bootstrap CI) and medians "
@@ -134,17 +137,21 @@ def write_summary(folders: list[Path], out: Path, command: str = "") -> list[dic
              "Code per folder:", "", *[f"* {c}" for c in code], "",
              "The strongest TCP baseline of a scenario is its configuration over kernel TCP with the smallest "
              "median p50; each configuration's paired p50 speed-up over it is in the last column.", "",
+             "Mechanisms (medians per run): magnitude drops / ECN marks / sprayed packets (over how many "
+             "(switch, group, member) cells) / packets the switches sent from the layer queues 6-7; blank where "
+             "a folder's records predate the counter.", "",
              "| scenario | configuration | runs (CPU-bound) | p50 (ms) | speed-up p50 | speed-up p99 | "
-             "values zero-filled | mag. drops / ECN marks | queue drops | RR FCT p99 (ms) | "
-             "speed-up p50 vs the strongest TCP |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "values zero-filled | mechanisms | queue drops | RR FCT p99 (ms) | "
+             "speed-up p50 vs the strongest TCP |" + "".join(f" speed-up p50 vs {n} |" for n in against),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(against)]
     for r in rows:
         lines.append(f"| {r['scenario']} | {r['config']} | {r['runs']} ({r['cpu_bound']}) | "
                      f"{format_number(r['p50_s'], 1e3)} | {format_ratio(r.get('speedup_p50'), pairs=False)} | "
                      f"{format_ratio(r.get('speedup_p99'), pairs=False)} | {format_number(r['loss_share'], 100, 3)}% | "
-                     f"{format_number(r['magnitude_drops'])} / {format_number(r['ecn_marks'])} | "
+                     f"{mechanism_cell(r)} | "
                      f"{format_number(r['queue_drops'])} | {format_number(r['rr_fct_p99_ms'], 1, 1)} | "
-                     f"{_strongest_cell(r)} |")
+                     f"{_strongest_cell(r)} |"
+                     + "".join(f" {format_ratio(r.get('speedup_p50_vs', {}).get(n), pairs=False)} |" for n in against))
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     _plot(rows, out / "summary.png")
     return rows

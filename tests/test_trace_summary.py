@@ -119,3 +119,58 @@ def test_pooling_refuses_a_round_twice_or_other_settings(tmp_path: Path, capsys:
     assert cli.main(["experiment", "trace-summary", f"{a}+{other}", "--out", str(tmp_path / "o2")]) != 0
     assert "job differs" in capsys.readouterr().err
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def _ablation(root: Path) -> Path:
+    """Two rounds of four configurations; DLCP's records carry the switches' mechanism counters."""
+    folder = root / "ablation"
+    (folder / "runs").mkdir(parents=True)
+    p50 = {"ddp-tcp": (4.0, 4.0), "ddp-tcp-qos": (3.0, 2.0), "dlcp-no-spraying": (2.0, 1.0), "dlcp": (1.5, 1.0)}
+    configs = list(p50)
+    (folder / "plan.json").write_text(json.dumps({
+        "started": "s", "repetitions": 2, "code": {"commit": "2aee4a2", "dirty": [], "fingerprint": "f"},
+        "command": "c", "job": {"model": "resnet50", "precision": "fp32", "iterations": 4},
+        "scale": {"b": 13.0, "k": 32.0, "real_gbps": 25.0, "emulated_mbps": 60.0, "capacity_ratio": 416.7},
+        "runs": [{"scenario": "tcp", "config": c, "repetition": r} for r in (0, 1) for c in configs]}))
+    (folder / "results.json").write_text(json.dumps({"meta": {}, "summary": {}}))
+    for config, times in p50.items():
+        for r, t in enumerate(times):
+            rec = _record(config, r, t)
+            if config.startswith("dlcp"):
+                sprayed = 0 if config == "dlcp-no-spraying" else 900 + r * 100
+                rec["switch"] = {"magnitude_drops": 40, "ecn_marks": 7, "sprayed_packets": sprayed,
+                                 "sprayed_members": 4 if sprayed else 0, "tx_packets_priority_0": 50,
+                                 "tx_packets_priority_6": 30, "tx_packets_priority_7": 12}
+            (folder / "runs" / f"{r}-{config}.json").write_text(json.dumps(rec))
+    return folder
+
+
+def test_against_columns_and_mechanism_counters_beside_the_ratio(tmp_path: Path) -> None:
+    folder = _ablation(tmp_path)
+    out = tmp_path / "out"
+    assert cli.main(["experiment", "trace-summary", str(folder), "--out", str(out),
+                     "--against", "ddp-tcp-qos,dlcp-no-spraying"]) == 0
+    rows = {line.split(" | ")[1]: line for line in (out / "summary.md").read_text().splitlines()
+            if line.startswith("| tcp |")}
+    # dlcp over ddp-tcp-qos per round: 3/1.5 = 2, 2/1 = 2; over dlcp-no-spraying: 2/1.5 and 1/1
+    assert rows["dlcp"].endswith("| 2.00x (no CI) | 1.17x (no CI) |")
+    # medians per run: 40 drops, 7 marks, 950 sprayed over 4 members, 42 packets from queues 6-7
+    assert "| 40 / 7 / 950 (4) / 42 |" in rows["dlcp"]
+    assert "| 40 / 7 / 0 (0) / 42 |" in rows["dlcp-no-spraying"]
+    assert "| 0 / 0 |" not in rows["ddp-tcp"] and "|  /  |" in rows["ddp-tcp"]  # TCP runs: nothing recorded
+    assert cli.main(["experiment", "trace-summary", str(folder), "--out", str(tmp_path / "o2"),
+                     "--against", "no-such-config"]) != 0
+
+
+def test_results_md_compares_each_configuration_with_each_tcp_baseline(tmp_path: Path) -> None:
+    from experiments.trace_report import write_trace_report
+
+    folder = _ablation(tmp_path)
+    rows = write_trace_report(folder)["tcp"]
+    text = (folder / "results.md").read_text()
+    # over ddp-tcp: 4/1.5 and 4/1, median 3.33
+    assert "| dlcp | 3.33x (no CI) n=2 | 2.00x (no CI) n=2 | 0.000% | 40 / 7 / 950 (4) / 42 | 0 |" in text
+    assert rows["dlcp"]["speedup_p50_vs"]["ddp-tcp-qos"]["median"] == 2.0
+    assert set(rows["dlcp"]["speedup_p50_vs"]) == {"ddp-tcp-qos"}  # the only other kernel-TCP configuration
+    assert rows["dlcp"]["queue5_tx"] == 0 and rows["dlcp"]["queues67_tx"] == 42
+    assert rows["ddp-tcp"]["sprayed_packets"] is None
