@@ -1,18 +1,20 @@
 """A cached precompiled header of ns-3 and gradfabric's C++ pieces, so loading skips the parse.
 
-Importing the ns3 wheel's bindings makes cppyy's interpreter (Cling) parse every ns-3 module
-header (about 10 s of CPU), and :mod:`simulator.packet.runtime` then parses
+Loading ns-3 (:mod:`simulator.packet.ns3_modules`: the modules the simulation uses) makes
+cppyy's interpreter (Cling) parse their umbrella headers (about 1.5 s of CPU; the ns3 wheel's
+own import parses all 42 modules', about 8 s), and :mod:`simulator.packet.runtime` then parses
 ``native/*.h`` (about 1 s more). Cling starts from one precompiled header (PCH),
 ``$CLING_STANDARD_PCH``, which by default holds the C++ standard library; this module builds
-one that also holds the headers ns-3's import includes (with its defines) and ours, with
-cppyy's own builder (``cppyy_backend/etc/dictpch/makepch.py``, rootcling). Started from it,
-the import's ``#include`` lines hit guards already defined and cost nothing.
+one that also holds the headers the load includes and ours, with cppyy's own builder
+(``cppyy_backend/etc/dictpch/makepch.py``, rootcling). Started from it, the load's
+``#include`` lines hit guards already defined and cost nothing.
 
 The PCH lands in ``$GRADFABRIC_NS3_CACHE`` (default ``~/.cache/gradfabric/ns3``) as
 ``<sha256>.pch``: the hash of our headers (text and path), the ns3 wheel's version and module
-libraries, the cppyy packages' versions, Cling's flags (``$EXTRA_CLING_ARGS``, by default
-``-O2 -march=native``) and the CPU model (``-march=native``). The newest
-:data:`KEEP` entries are kept. A build (about 1 min wall, 20 s CPU, 160 MB) runs in
+libraries, the modules loaded, the cppyy packages' versions, Cling's flags
+(``$EXTRA_CLING_ARGS``, by default ``-O2 -march=native``) and the CPU model
+(``-march=native``). The newest :data:`KEEP` entries are kept. A build (about 1 min wall,
+12 s CPU) runs in
 subprocesses and is checked by loading it and running a two-host simulation before it enters
 the cache; when any step fails the caller logs one line and loads without it.
 ``GRADFABRIC_NS3_PCH=0`` turns the cache off; a ``$CLING_STANDARD_PCH`` set elsewhere is
@@ -32,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from simulator.packet.ns3_modules import MODULES
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ def key(headers: tuple[Path, ...] = HEADERS) -> str:
         "headers": {str(p): p.read_text() for p in sorted(NATIVE.glob("*.h"))} | {"order": [str(h) for h in headers]},
         "versions": {d: _version(d) for d in ("ns3", "cppyy", "cppyy-backend", "cppyy-cling", "CPyCppyy")},
         "cling_args": cling_args(),
+        "modules": list(MODULES),
         "cpu": _cpu_model(),
     }
     ns3_dir = _package_dir("ns3")
@@ -103,8 +108,8 @@ def cached(key_: str) -> Path | None:
     return path if path.is_file() and path.stat().st_size > 0 else None
 
 
-# The umbrella header is what the ns3 wheel's import does to Cling, recorded in a subprocess
-# (its module list and defines come from the libraries it finds, so they are not guessed here).
+# The umbrella header is what loading ns-3 (simulator.packet.ns3_modules) does to Cling,
+# recorded in a subprocess (its include directories come from the wheel it finds).
 _RECORD = r"""
 import json, sys, cppyy
 calls = []
@@ -113,7 +118,8 @@ for name in ("cppexec", "include", "add_include_path"):
         calls.append((_n, [str(x) for x in a]))
         return _o(*a)
     setattr(cppyy, name, wrap)
-from ns3.ns import ns
+from simulator.packet.ns3_modules import load_ns3
+load_ns3()
 json.dump(calls, open(sys.argv[1], "w"))
 """
 
@@ -169,7 +175,8 @@ def build(key_: str | None = None, say=lambda _m: None) -> Path:  # type: ignore
     with tempfile.TemporaryDirectory(prefix="gradfabric-pch-") as tmp:
         work = Path(tmp)
         say("  recording what importing ns-3 includes")
-        _run([sys.executable, "-c", _RECORD, str(work / "calls.json")], "recording the ns3 import", env)
+        _run([sys.executable, "-c", _RECORD, str(work / "calls.json")], "recording the ns3 import", env,
+             cwd=Path(__file__).resolve().parents[2])
         text, dirs = umbrella([tuple(c) for c in json.loads((work / "calls.json").read_text())])  # type: ignore[misc]
         (work / "gradfabric_ns3_all.h").write_text(text)
         ns3_include = [d for d in dirs if d.endswith("ns3/include")]

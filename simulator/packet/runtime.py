@@ -16,6 +16,7 @@ from typing import Any
 
 from simulator.errors import SimulatorError
 from simulator.packet import pch
+from simulator.packet.ns3_modules import load_ns3
 
 #: Compiled in this order; each includes gradfabric_ns3.h (switch port, ECMP, helpers).
 HEADERS = pch.HEADERS
@@ -40,8 +41,9 @@ def missing_reason() -> str | None:
 def load(build_pch: bool = False, say: Callable[[str], None] = lambda _m: None) -> tuple[Any, Any]:
     """(``ns.ns3`` namespace, ``gradfabric`` C++ namespace); loads both on first use.
 
-    Cling starts from the cached precompiled header of ns-3 and our headers
-    (:mod:`simulator.packet.pch`) where there is one; ``build_pch`` builds it first when it
+    Only the ns-3 modules the simulation uses are parsed and loaded
+    (:mod:`simulator.packet.ns3_modules`). Cling starts from the cached precompiled header
+    of those and our headers (:mod:`simulator.packet.pch`) where there is one; ``build_pch`` builds it first when it
     is missing (once, about a minute). The bindings print harmless static-initialiser
     warnings on stderr while loading; they are kept out of the way and shown only if
     loading fails.
@@ -58,8 +60,8 @@ def load(build_pch: bool = False, say: Callable[[str], None] = lambda _m: None) 
         os.dup2(captured.fileno(), 2)
         try:
             import cppyy
-            from ns3.ns import ns  # type: ignore[import-not-found]
 
+            ns = load_ns3()
             for header in HEADERS:
                 cppyy.include(str(header))
             gf = cppyy.gbl.gradfabric
