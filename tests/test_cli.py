@@ -99,3 +99,33 @@ def test_tables_are_not_cut_at_80_columns_when_piped() -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert "column number 11" in proc.stdout and "value-11-long" in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) > 80
+
+
+def test_each_command_is_added_by_the_module_its_table_names() -> None:
+    import argparse
+    import importlib
+
+    from gradfabric.command.cli import COMMAND_MODULES, COMMANDS
+
+    added: dict[str, str] = {}
+    for name in COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).add_commands(sub)
+        added.update(dict.fromkeys(sub.choices, name))
+    assert added == COMMANDS
+    assert set(COMMANDS.values()) == set(COMMAND_MODULES)
+
+
+def test_a_command_parses_alike_with_its_module_alone_which_skips_the_others() -> None:
+    import subprocess
+    import sys
+
+    from gradfabric.command.cli import build_parser
+
+    words = ["agent", "send", "--to", "127.0.0.1:9", "--messages", "3", "--grad-bound", "0.05"]
+    alone, every = build_parser("agent").parse_args(words), build_parser().parse_args(words)
+    assert vars(alone) == vars(every) and alone.messages == 3
+    script = ("import sys\nfrom gradfabric.command.cli import build_parser\nbuild_parser('agent')\n"
+              "print(sorted(m for m in ('torch', 'experiments.cli', 'simulator.cli', 'hosts.cli') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["['hosts.cli']"]

@@ -28,6 +28,16 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hosts.cli",
     "experiments.cli",
 )
+#: The module that adds each top-level command: ``gradfabric agent ...`` imports hosts.cli
+#: alone (experiments.cli's parsers import torch, about 2 s of CPU at every start).
+COMMANDS: dict[str, str] = {
+    "run": "gradfabric.command.lifecycle", "stop": "gradfabric.command.lifecycle",
+    "compile": "gradfabric.p4build",
+    **dict.fromkeys(("routes", "policy", "show", "counters", "shell", "status"), "controller.cli"),
+    "sim": "simulator.cli",
+    "agent": "hosts.cli",
+    "train": "experiments.cli", "experiment": "experiments.cli",
+}
 
 
 class HelpWithDefaults(argparse.HelpFormatter):
@@ -52,7 +62,9 @@ def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with ``command`` (a key of :data:`COMMANDS`), only the module
+    that adds it is imported (the top-level help then lists its commands alone)."""
     parser = argparse.ArgumentParser(
         prog="gradfabric",
         description="Gradient-aware fabric: boot it, drive its switches, run agents and simulations.",
@@ -60,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gradfabric {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
+    for name in (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
     for each in parsers(parser):
         each.formatter_class = HelpWithDefaults
@@ -72,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     line they were given, quoted for a shell, as ``args.command_line`` (results name it)."""
     words = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(words)
+        args = build_parser(words[0] if words else None).parse_args(words)
     except BrokenPipeError:  # `gradfabric ... --help | head`
         return reader_went_away()
     args.command_line = shlex.join(["gradfabric", *words])
