@@ -19,7 +19,6 @@ from simulator.dlcp_model import TailLink, TailModel, hash_imbalance, prob_loss_
 from simulator.engine import simulate
 from simulator.errors import SimulatorError
 from simulator.fit import LatencySamples, fit_alpha_beta, load_osu
-from simulator.reproduce import dlcp_tail, mgwfbp_googlenet, prophet_stepwise
 from simulator.sweep import ClusterSpec, sweep
 from simulator.torch_profile import require_torch, summarize
 from simulator.traces import TraceError, format_trace, load_trace, parse_trace, stepwise_trace
@@ -284,13 +283,27 @@ def test_prophet_blocks_do_not_hold_back_the_credit() -> None:
 
 # --- reproduction targets ---------------------------------------------------------------
 
-def test_mgwfbp_reproduction_reports_both_fits_and_the_forward_sensitivity(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One `gradfabric sim reproduce` for the module's tests: its folder and its report."""
+    out = tmp_path_factory.mktemp("reproduce")
+    assert main(["sim", "reproduce", "--out", str(out)]) == 0
+    return out, (out / "README.md").read_text()
+
+
+def section(report: str, title: str) -> str:
+    """The markdown under ``## title`` in the report, up to the next section."""
+    body = report[report.index(f"## {title}\n") + len(title) + 4:]
+    return body.split("\n## ", 1)[0]
+
+
+def test_mgwfbp_reproduction_reports_both_fits_and_the_forward_sensitivity(reproduced: tuple[Path, str]) -> None:
     """The published comparison lives in the report; here: its structure and the model's behaviour."""
-    section = mgwfbp_googlenet(TRACES, tmp_path)
+    tmp_path, report = reproduced
     with (tmp_path / "reproduction_mgwfbp.csv").open() as f:
         header, *rows = list(csv.reader(f))
     assert header == ["figure", "published", "OSU fit", "trace fit"], "both fits side by side, as equals"
-    assert "calibrated from the paper" in section.markdown
+    assert "calibrated from the paper" in section(report, "MG-WFBP on GoogLeNet (K80, 10GbE)")
     with (tmp_path / "mgwfbp_forward_sensitivity.csv").open() as f:
         sens = list(csv.reader(f))[1:]
     assert [r[0] for r in sens].count(next(r[0] for r in sens if "calibrated" in r[0])) == 1
@@ -303,19 +316,20 @@ def test_mgwfbp_reproduction_reports_both_fits_and_the_forward_sensitivity(tmp_p
         assert (tmp_path / name).stat().st_size > 0
 
 
-def test_dlcp_tail_control_rows_show_no_gain(tmp_path: Path) -> None:
+def test_dlcp_tail_control_rows_show_no_gain(reproduced: tuple[Path, str]) -> None:
     """One path and no loss leave bounded loss and spraying nothing to act on."""
-    section = dlcp_tail(TRACES, tmp_path)
+    tmp_path, report = reproduced
     with (tmp_path / "reproduction_dlcp.csv").open() as f:
         rows = [r for r in list(csv.reader(f))[1:] if r[1].startswith("control")]
     assert {r[0] for r in rows} == {"ps", "ring"}
     for row in rows:
         assert float(row[4].rstrip("x")) == pytest.approx(1.0, abs=0.01)
-    assert "5 ms retransmission timeout" in section.markdown and "hash-imbalance" in section.markdown
+    markdown = section(report, "DLCP: bounded loss and spraying")
+    assert "5 ms retransmission timeout" in markdown and "hash-imbalance" in markdown
 
 
-def test_prophet_beats_p3_on_the_stepwise_pattern(tmp_path: Path) -> None:
-    prophet_stepwise(tmp_path)
+def test_prophet_beats_p3_on_the_stepwise_pattern(reproduced: tuple[Path, str]) -> None:
+    tmp_path, _report = reproduced
     lines = (tmp_path / "reproduction_prophet.csv").read_text().splitlines()[1:]
     by = {line.split(",")[0]: [float(x.rstrip("x")) for x in line.split(",")[1:]] for line in lines}
     assert by["prophet"][0] < by["p3"][0]  # iteration time
@@ -371,9 +385,8 @@ def test_cli_fit(capsys: pytest.CaptureFixture[str]) -> None:
     assert "median measured/predicted" in out
 
 
-def test_cli_reproduce_writes_every_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sim", "reproduce", "--out", str(tmp_path)]) == 0
-    report = (tmp_path / "README.md").read_text()
+def test_cli_reproduce_writes_every_result(reproduced: tuple[Path, str]) -> None:
+    tmp_path, report = reproduced
     assert f"gradfabric sim reproduce --out {tmp_path}" in report
     for name in ("reproduction_mgwfbp.csv", "reproduction_prophet.csv", "reproduction_dlcp.csv",
                  "resnet50_scaling.csv", "resnet50_scaling.png", "dlcp_tail.png", "h100_scaling.csv",
