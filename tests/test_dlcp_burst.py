@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.dlcp_burst_bmv2 import compile_bmv2, run_bmv2
+from gradfabric.paths import P4SRC
+from tests.dlcp_burst_bmv2 import run_bmv2
 from tests.dlcp_burst import (
     DROP_THRESHOLD,
     ECN_THRESHOLD,
@@ -33,6 +34,7 @@ from tests.dlcp_burst import (
     spraying_scenario,
     together_scenario,
 )
+from tests.p4c_builds import p4c_build
 
 CE = 3
 #: Each member's share of one randomly sprayed message stays within +-25% of an even split
@@ -42,8 +44,8 @@ TARGETS = ["embedded", pytest.param("bmv2", marks=[pytest.mark.bmv2, pytest.mark
 
 
 @pytest.fixture(scope="module")
-def bmv2_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_bmv2(tmp_path_factory.mktemp("dlcp-bmv2"))
+def bmv2_json() -> Path:
+    return p4c_build(P4SRC / "dlcp.p4").device_config
 
 
 @pytest.fixture
