@@ -8,7 +8,8 @@ window and the packet pacer.
 * :class:`Window` is the congestion window in packets shared by every message an endpoint
   has in flight: slow start (one packet more per packet acknowledged) up to ``ssthresh``,
   then additive increase (one packet per window), and a multiplicative decrease on
-  loss beyond a message's bound (by half; taken back when it was reordering) or on an ECN echo (by ``alpha / 2``,
+  loss beyond a message's bound (by half; taken back when it was reordering, and once the
+  path was seen to reorder, only when confirmed: ``REORDER_PERSIST``) or on an ECN echo (by ``alpha / 2``,
   ``alpha`` the share of packets marked, as DCTCP), at most once per round trip. The floor
   (``min_cwnd``) still lets a message finish: a chunk of one packet can always be sent.
   Loss within the bound is not a congestion signal by itself.
@@ -31,6 +32,9 @@ from dataclasses import dataclass
 
 #: Most a window is stretched for answers slower than the path (``Window.flight_cap``).
 STRETCH_MAX = 4.0
+#: Loss episodes whose cut waits for a confirmation after reordering was last seen (as
+#: Linux keeps RACK's reordering window for 16 recoveries after a DSACK).
+REORDER_PERSIST = 16
 
 
 @dataclass
@@ -116,6 +120,10 @@ class Window:
     alpha: float = 1.0
     decreases: int = 0
     undone: int = 0  # cuts taken back (the loss was reordering)
+    #: Loss episodes left whose cut waits for a confirmation (``REORDER_PERSIST`` once packets
+    #: shown missing arrived without a resend; one less per episode confirmed as loss).
+    reorder_credit: int = 0
+    deferred: int = 0  # loss episodes whose cut waited for a confirmation (reordering seen)
     _last_decrease: float = -math.inf
     _acked: int = 0
     _marked: int = 0
@@ -198,6 +206,24 @@ class Window:
         self.decreases -= 1
         self.undone += 1
         return True
+
+    def saw_reordering(self) -> None:
+        """Packets an answer showed missing arrived without a resend: the path reorders, so
+        the next ``REORDER_PERSIST`` losses over a bound cut only once confirmed."""
+        self.reorder_credit = REORDER_PERSIST
+
+    def defer_cut(self) -> bool:
+        """Whether loss shown over a bound waits for its confirmation before cutting (the
+        path was seen to reorder); counts the episode in ``deferred``."""
+        if self.reorder_credit <= 0:
+            return False
+        self.deferred += 1
+        return True
+
+    def loss_confirmed(self) -> None:
+        """A loss over a bound was confirmed: one reordering credit less."""
+        self.reorder_credit = max(0, self.reorder_credit - 1)
+
     @property
     def rate(self) -> float:
         """Pacing rate in packets/s."""

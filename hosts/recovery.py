@@ -94,6 +94,7 @@ class Recovery:
     final: np.ndarray
     sent_once: np.ndarray
     shown_missing: np.ndarray
+    any_shown: bool  # an answer showed a packet missing (shown_missing has one set)
     resent: np.ndarray
     confirmed_lost: np.ndarray
     resend_queued: np.ndarray
@@ -105,6 +106,7 @@ class Recovery:
     confirm_missing: int
     round_lost: int
     cut_this_round: bool
+    deferring: bool  # loss shown over the bound this round waits for its confirmation to cut
     tentative: tuple[float, float, int, float] | None
     suspects: dict[int, float]
     confirming: set[int]
@@ -125,6 +127,7 @@ class Recovery:
             ep._rtt_sample(self.dest, wait.answered - sent_at)
         lo, hi = chunk.first, chunk.first + chunk.nbits
         newly = 0  # packets this answer shows arrived for the first time (late ones included)
+        late = False  # of them, some an earlier answer showed missing and were not resent (reordering)
         if wait.empty:
             # Answers may come out of order (sprayed paths, a probe re-sent after its RTO): an empty
             # one to a probe sent before another whose answer showed data is stale, and a
@@ -136,6 +139,9 @@ class Recovery:
             if sent_at is not None and (wait.complete or wait.full or wait.bits.any()):
                 self.held_probe_sent = max(self.held_probe_sent, sent_at)
             seen = self.received[lo:hi]
+            if self.any_shown:
+                arrived = (wait.bits if not wait.full else self.sent_once[lo:hi]) & ~seen
+                late = bool((arrived & self.shown_missing[lo:hi] & ~self.resent[lo:hi]).any())
             if wait.full:  # every packet asked about arrived (the usual answer): fewer array passes
                 newly = int(np.count_nonzero(self.sent_once[lo:hi] > seen))
                 seen.fill(True)
@@ -152,9 +158,10 @@ class Recovery:
             missing = chunk.packets[~self.received[chunk.packets]]
             self.round_lost += int(self.counts[missing].sum())
             self.shown_missing[missing] = True
+            self.any_shown = True
             for packet in missing.tolist():
                 self.suspects.setdefault(packet, wait.answered)
-        congested = False
+        congested = confirmed = False
         if chunk.confirms is not None:  # an early confirmation: what is still missing is lost
             self.confirming.difference_update(chunk.confirms.tolist())
             lost_now = chunk.confirms[~self.received[chunk.confirms]]
@@ -163,6 +170,7 @@ class Recovery:
             if resend.size and not self.complete:
                 self._retransmit(resend)
                 self.tentative = None  # confirmed loss over the bound: the cut stands
+                confirmed = True
                 if not self.cut_this_round:
                     self.cut_this_round = congested = True
         echo = False
@@ -170,12 +178,21 @@ class Recovery:
             self.echoes += 1
             echo = not congested
         tentative = False
-        if not self.cut_this_round and not within_bound(self.round_lost, self.elements, self.bound):
+        if not self.cut_this_round and not self.deferring and not within_bound(self.round_lost, self.elements,
+                                                                              self.bound):
             # Answers show loss over the bound: cut now, as TCP does on SACK; the cut is undone
-            # if the packets turn out to have been only late (reordering is no congestion).
-            self.cut_this_round = congested = True
-            tentative = self.ep.max_confirms > 0 and not wait.echo
+            # if the packets turn out to have been only late (reordering is no congestion). On
+            # a path seen to reorder the confirmation decides instead (`_early`, `_decide`).
+            with ep._cond:
+                self.deferring = self.ep.max_confirms > 0 and not wait.echo and ep.window.defer_cut()
+            if not self.deferring:
+                self.cut_this_round = congested = True
+                tentative = self.ep.max_confirms > 0 and not wait.echo
         with ep._cond:
+            if late:
+                ep.window.saw_reordering()
+            if confirmed:
+                ep.window.loss_confirmed()
             limited = ep.in_flight >= ep.window.flight_cap / 2  # grow only a window that is in use (RFC 7661)
             ep.in_flight -= chunk.packets.size
             ep.window.on_marks(newly, newly if wait.echo else 0)
@@ -276,6 +293,8 @@ class Recovery:
         if cut:
             with self.ep._cond:
                 self.ep.window.on_congestion()
+                if self.deferring:
+                    self.ep.window.loss_confirmed()
         self.rounds += 1
         if self.ep.max_rounds is not None and self.rounds > self.ep.max_rounds:
             missing = int(self.counts[~self.received].sum())
@@ -286,7 +305,7 @@ class Recovery:
         self.pending.push_back(missing_idx)
         self.suspects.clear()
         self.confirms = self.finals = self.round_lost = 0
-        self.cut_this_round = False
+        self.cut_this_round = self.deferring = False
         self.tentative = None
 
     def _reorder_allowance(self) -> float:

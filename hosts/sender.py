@@ -21,7 +21,8 @@ queued on another path: wait ``reorder_grace``, probe again, repeat while the bi
 improve, at most ``max_confirms`` times), then retransmitted as a new round. An ECN echo
 cuts the window by half the share of packets marked (DCTCP); loss over the bound among the
 answered chunks halves it at once, and the cut is taken back when the packets arrive after all
-(late is not lost); at most one cut per round trip (:class:`hosts.pacing.Window`). A completed
+(late is not lost), or, on a path seen to reorder, only a confirmed loss cuts it; at most one cut
+per round trip (:class:`hosts.pacing.Window`). A completed
 message ends at once when the answers since its completion cover every packet not seen to
 arrive (they show what the receiver completed with); otherwise it asks once over the rest. An answer
 wakes only the sender it is for; room in the window wakes the highest-priority sender waiting for
@@ -87,7 +88,7 @@ class MessageSender(Recovery):
         self.confirms = 0
         self.confirm_missing = 0
         self.round_lost = 0
-        self.cut_this_round = False
+        self.cut_this_round = self.deferring = self.any_shown = False
         self.tentative: tuple[float, float, int, float] | None = None  # a cut to undo if the loss was only late
         self.suspects: dict[int, float] = {}  # packet -> when an answer first showed it missing
         self.confirming: set[int] = set()
