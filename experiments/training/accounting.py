@@ -69,8 +69,8 @@ class IterationTotals:
 def received(closers: list[Any]) -> dict[str, Any]:
     """Data packets that reached the DLCP endpoint among `closers` (late ones included: they
     came after their message was complete), the late ones, the probes received and those the
-    C receive path answered (hosts/answers.c); for a TCP mesh instead, the congestion control
-    each of its sockets ran (``tcp_congestion``: peer rank to name); else empty."""
+    C receive path answered (hosts/answers.c), the window's cuts; for a TCP mesh instead, the
+    congestion control each of its sockets ran (``tcp_congestion``: peer rank to name); else empty."""
     from experiments.training.tcp_collectives import TcpMesh
     from hosts.endpoint import Endpoint
 
@@ -81,5 +81,8 @@ def received(closers: list[Any]) -> dict[str, Any]:
             stats = c.reassembler.stats
             late = stats.drops.get("late", 0)
             return {"received_packets": stats.data_packets + late, "late_packets": late,
-                    "probes_received": stats.probes, "probes_answered_in_c": stats.answered_in_c}
+                    "probes_received": stats.probes, "probes_answered_in_c": stats.answered_in_c,
+                    # the window's cuts standing, taken back (reordering) and deferred to a confirmation
+                    "window_cuts": c.window.decreases, "window_cuts_undone": c.window.undone,
+                    "window_cuts_deferred": c.window.deferred}
     return {}

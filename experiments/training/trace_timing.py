@@ -40,9 +40,10 @@ ENV = "GRADFABRIC_TRACE_TIMING"
 SAMPLE_S = 0.005
 #: Window samples: time, cwnd, flight cap, in flight, senders waiting for room, chunks waiting
 #: for answers, messages queued for a sender thread, srtt, min rtt, pacing rate, cuts, cuts
-#: taken back, DCTCP alpha, data packets received, CE-marked packets received, probes answered.
+#: taken back, DCTCP alpha, data packets received, CE-marked packets received, probes answered,
+#: loss episodes whose cut waited for a confirmation (the path was seen to reorder).
 WINDOW_FIELDS = ("t", "cwnd", "cap", "in_flight", "room_waiters", "waits", "queued", "srtt", "min_rtt", "rate",
-                 "cuts", "undone", "alpha", "rx_data", "rx_ce", "rx_probes")
+                 "cuts", "undone", "alpha", "rx_data", "rx_ce", "rx_probes", "deferred")
 
 
 class TimingLog:
@@ -97,7 +98,7 @@ class TimingLog:
                 round(rtt.srtt, 6) if rtt.srtt is not None else None,
                 round(rtt.min_rtt, 6) if rtt.min_rtt is not None else None,
                 round(w.rate, 1), w.decreases, w.undone, round(w.alpha, 4), stats.data_packets, stats.ce_marked,
-                stats.probes))
+                stats.probes, w.deferred))
 
     def close(self) -> None:
         """Stop sampling and write the log."""
