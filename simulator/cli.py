@@ -153,7 +153,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "flows' ACKs, one per two data packets, among the switches' packets), host-code (the DLCP "
                           "transport's host CPU at the hosts' code's measured ratio: probes answered in C), paced (the "
                           "paced DLCP transport takes what the background leaves at the switches, no max-min half), tcp-acks (a "
-                          "kernel-TCP ring's own ACKs, one per two segments, among its port's packets)")
+                          "kernel-TCP ring's own ACKs, one per two segments, among its port's packets), reordering (each run's "
+                          "recorded reordered packets at a cost per packet fitted with the host cost)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--leave-out", type=lambda text: tuple(t for t in text.split(",") if t), default=(),

@@ -7,7 +7,9 @@ Each run is predicted by :mod:`simulator.run_model` (its module doc) from its sc
 its record says of its conditions, with a host cost per packet ``c`` of its family **calibrated
 leave-one-sweep-out**: the cost with the smallest median p50 error over the family's runs in the
 other sweeps, never on the sweep predicted. A family no other sweep ran is left uncalibrated and
-out of the table's error.
+out of the table's error. With it, leave one sweep out too, a cost per reordered packet
+(:mod:`simulator.reorder_model`, the ``reordering`` term): each run's iterations are charged its
+recorded reordered packets at that cost.
 
 * **Ranking**: per scenario, the configurations by p50, measured against predicted; a pair
   counts as clearly ordered when 95% of resamples of whole runs keep its measured order, and
@@ -21,7 +23,7 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,7 @@ from simulator.errors import SimulatorError
 from simulator.fabric_runs import Run, load_runs, not_results
 from simulator.host_model import COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, best_cost, cross_validated, run_available
 from simulator.ranking import rank_row
+from simulator.reorder_model import REORDER_TERM, cross_validated_joint, joint_best, load_reordered
 from simulator.run_model import TERMS, _b, cost_family, predict_run, scaled_trace
 from simulator.traces import ModelTrace, load_trace
 from simulator.validate_report import clean_section, summary, write_report
@@ -178,8 +181,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     ``notes``: Markdown put under the ranking table; ``leave_out``: sweeps whose folder name starts
     so are not read (named above the table); ``cache_dir``: :func:`calibrate`'s cache."""
     under_ranking = notes
-    if not without <= set(TERMS):
-        raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
+    if not without <= {*TERMS, REORDER_TERM}:
+        raise SimulatorError(f"unknown model terms {sorted(without - {*TERMS, REORDER_TERM})}; "
+                             f"known: {', '.join((*TERMS, REORDER_TERM))}")
+    reorder = REORDER_TERM not in without
+    without = without - {REORDER_TERM}  # added after the curves: they do not depend on it
     if cpu_measure not in CPU_MEASURES:
         raise SimulatorError(f"unknown CPU measure {cpu_measure!r}; choose from {', '.join(CPU_MEASURES)}")
     runs = [run for run in load_runs(results) if not (leave_out and run.sweep.startswith(leave_out))]
@@ -191,16 +197,24 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     inputs, reasons, calibration, curves = cal.inputs, cal.reasons, cal.calibration, cal.curves
     spread = {} if "spread" in without else iteration_spread(runs, SPREAD_KINDS, by_config=SPREAD_BY_CONFIG)
     keys = [(runs[j].kind, runs[j].scenario_label, runs[j].port_pps, runs[j].config) for j in cal.members]
-    costs = cross_validated(calibration, curves, groups=keys)
+    counts = load_reordered(results) if reorder else {}
+    reordered = [counts.get((runs[j].sweep, runs[j].run_id), 0.0) for j in cal.members]
+    joint = cross_validated_joint(calibration, curves, reordered, COST_GRID, groups=keys) if reorder else {}
+    costs = {k: (c, n) for k, (c, _, n) in joint.items()} if reorder else \
+        cross_validated(calibration, curves, groups=keys)
     family_rows = []
     for family in sorted({f for _, f, _ in calibration}):
         members = [i for i, (_, f, _) in enumerate(calibration) if f == family]
         sweeps = sorted({calibration[i][0] for i in members})
         folds = sorted({round(costs[(sw, family)][0] * 1e6) for sw in sweeps if (sw, family) in costs})
-        every = best_cost(COST_GRID, [curves[i] for i in members], [calibration[i][2] for i in members],
-                          [keys[i] for i in members])
+        fit = ([curves[i] for i in members], [calibration[i][2] for i in members], [keys[i] for i in members])
+        every, every_r = joint_best(COST_GRID, fit[0], [reordered[i] for i in members], *fit[1:]) if reorder \
+            else (best_cost(COST_GRID, *fit), 0.0)
+        rates = sorted({round(joint[(sw, family)][1] * 1e6) for sw in sweeps if (sw, family) in joint})
+        per_r = f"; per reordered packet {', '.join(f'{r:,}' for r in rates)} us" if any(rates) else ""
         family_rows.append([family, str(len(sweeps)), str(len(members)),
-                            ", ".join(f"{c:,}" for c in folds) or "- (one sweep)", f"{every * 1e6:,.0f}"])
+                            (", ".join(f"{c:,}" for c in folds) or "- (one sweep)") + per_r,
+                            f"{every * 1e6:,.0f}" + (f" + {every_r * 1e6:,.0f} us per reordered packet" if every_r else "")])
     groups: dict[tuple[str, str, float, str], list[int]] = defaultdict(list)
     for i, run in enumerate(runs):
         groups[(run.kind, run.scenario_label, run.port_pps, run.config)].append(i)
@@ -243,6 +257,11 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                 zero = predict_run(run, inp.job, 0.0, host_iterations=inp.host_iterations,
                                    baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
                                    without=without)
+                rate = joint[(run.sweep, family)][1] if reorder else 0.0
+                waits = rate * counts.get((run.sweep, run.run_id), 0.0)
+                if waits:
+                    pred = replace(pred, draws=pred.draws + waits,
+                                   note=pred.note + f"; reordered {waits / rate:,.0f}/iteration at {rate * 1e6:,.0f} us")
                 ratios = spread.get((run.sweep, run.family, run.config))
                 factor = np.random.default_rng(SPREAD_SEED + i).choice(ratios, len(pred.draws)) \
                     if ratios is not None else 1.0
