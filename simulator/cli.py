@@ -153,8 +153,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "flows' ACKs, one per two data packets, among the switches' packets), host-code (the DLCP "
                           "transport's host CPU at the hosts' code's measured ratio: probes answered in C), paced (the "
                           "paced DLCP transport takes what the background leaves at the switches, no max-min half), tcp-acks (a "
-                          "kernel-TCP ring's own ACKs, one per two segments, among its port's packets), reordering (each run's "
-                          "recorded reordered packets at a cost per packet fitted with the host cost)")
+                          "kernel-TCP ring's own ACKs, one per two segments, among its port's packets))")
+    val.add_argument("--with", dest="with_terms", type=lambda text: frozenset(t for t in text.split(",") if t),
+                     default=frozenset(), help="terms off by default to put in: reordering (each run's recorded "
+                     "reordered packets at a cost per packet fitted with the host cost, leave one sweep out)")
     val.add_argument("--notes", type=Path, default=None,
                      help="a Markdown file put under the ranking (the measured causes of the pairs it swaps)")
     val.add_argument("--leave-out", type=lambda text: tuple(t for t in text.split(",") if t), default=(),
@@ -315,6 +317,8 @@ def _validate(args: argparse.Namespace) -> int:
         command += f" --cpu {args.cpu}"
     if args.without:
         command += f" --without {','.join(sorted(args.without))}"
+    if args.with_terms:
+        command += f" --with {','.join(sorted(args.with_terms))}"
     if args.notes is not None:
         command += f" --notes {_shown(args.notes)}"
     if args.leave_out:
@@ -327,7 +331,8 @@ def _validate(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SimulatorError(f"--notes {args.notes}: {exc.strerror}") from None
     print(validate(args.results, out, args.job_trace, args.traces, command, args.baseline, cpu_measure=args.cpu,
-                   without=args.without, notes=notes, leave_out=args.leave_out, cache_dir=args.cache), end="")
+                   without=args.without, notes=notes, leave_out=args.leave_out, cache_dir=args.cache,
+                   with_terms=args.with_terms), end="")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

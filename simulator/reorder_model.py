@@ -1,4 +1,4 @@
-"""The cost of reordered packets (``sim validate``'s ``reordering`` term): a DLCP sender whose
+"""The cost of reordered packets (``sim validate --with reordering``, off by default): a DLCP sender whose
 probe overtakes late packets waits ``reorder_grace`` or the smoothed round trip before it probes
 again (hosts/recovery.py), and per-packet spraying reorders packets (the ablation in tcp at
 5,000 packets/s: 5-6% of full DLCP's packets out of order, 15% of its p50). The runs record, per
@@ -25,7 +25,7 @@ import numpy as np
 from simulator.errors import SimulatorError
 from simulator.host_model import best_cost
 
-#: The term's name for ``sim validate --without``.
+#: The term's name for ``sim validate --with``.
 REORDER_TERM = "reordering"
 #: Costs per reordered packet the fit tries: 0, then 10 us to 100 ms in steps of 10^(1/15) (17%).
 REORDER_GRID: tuple[float, ...] = (0.0,) + tuple(1e-5 * 10 ** (i / 15) for i in range(61))

@@ -7,9 +7,10 @@ Each run is predicted by :mod:`simulator.run_model` (its module doc) from its sc
 its record says of its conditions, with a host cost per packet ``c`` of its family **calibrated
 leave-one-sweep-out**: the cost with the smallest median p50 error over the family's runs in the
 other sweeps, never on the sweep predicted. A family no other sweep ran is left uncalibrated and
-out of the table's error. With it, leave one sweep out too, a cost per reordered packet
-(:mod:`simulator.reorder_model`, the ``reordering`` term): each run's iterations are charged its
-recorded reordered packets at that cost.
+out of the table's error. With ``--with reordering`` (off by default: it did not hold leave one
+sweep out, simulator/README.md), a cost per reordered packet fitted with it
+(:mod:`simulator.reorder_model`): each run's iterations are charged its recorded reordered
+packets at that cost.
 
 * **Ranking**: per scenario, the configurations by p50, measured against predicted; a pair
   counts as clearly ordered when 95% of resamples of whole runs keep its measured order, and
@@ -172,20 +173,21 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
              baseline: Path | None = None, *, progress: bool = True, cpu_measure: str = DEFAULT_CPU_MEASURE,
              without: frozenset[str] = frozenset(), calibrated: Calibration | None = None,
              clean: str = CLEAN_PREFIX, notes: str = "", leave_out: tuple[str, ...] = (),
-             cache_dir: Path | None = None) -> str:
+             cache_dir: Path | None = None, with_terms: frozenset[str] = frozenset()) -> str:
     """Calibrate (leave one sweep out), predict, compare; write ``validation.md``, ``.csv`` and
     ``.png`` under ``out`` and return the Markdown. ``cpu_measure``: how a run's CPU share is
     taken (:data:`simulator.host_model.CPU_MEASURES`); ``without``: :data:`TERMS` left out;
     ``calibrated``: :func:`calibrate`'s result for the same runs and settings, if at hand; ``clean``:
     sweeps whose folder name starts so are also summarised alone (:func:`clean_set`; "": none);
     ``notes``: Markdown put under the ranking table; ``leave_out``: sweeps whose folder name starts
-    so are not read (named above the table); ``cache_dir``: :func:`calibrate`'s cache."""
+    so are not read (named above the table); ``cache_dir``: :func:`calibrate`'s cache; ``with_terms``: terms
+    off by default put in (the ``reordering`` term, :mod:`simulator.reorder_model`)."""
     under_ranking = notes
-    if not without <= {*TERMS, REORDER_TERM}:
-        raise SimulatorError(f"unknown model terms {sorted(without - {*TERMS, REORDER_TERM})}; "
-                             f"known: {', '.join((*TERMS, REORDER_TERM))}")
-    reorder = REORDER_TERM not in without
-    without = without - {REORDER_TERM}  # added after the curves: they do not depend on it
+    if not without <= set(TERMS):
+        raise SimulatorError(f"unknown model terms {sorted(without - set(TERMS))}; known: {', '.join(TERMS)}")
+    if not with_terms <= {REORDER_TERM}:
+        raise SimulatorError(f"unknown terms to put in {sorted(with_terms - {REORDER_TERM})}; known: {REORDER_TERM}")
+    reorder = REORDER_TERM in with_terms  # added after the curves: they do not depend on it
     if cpu_measure not in CPU_MEASURES:
         raise SimulatorError(f"unknown CPU measure {cpu_measure!r}; choose from {', '.join(CPU_MEASURES)}")
     runs = [run for run in load_runs(results) if not (leave_out and run.sweep.startswith(leave_out))]
