@@ -38,7 +38,7 @@ TCP_VARIANTS = ("NewReno", "Cubic", "Bbr")
 BULK_WRITE_BYTES = 65_536
 #: The DLCP endpoints' counters summed into a run's record (DlcpStats, native/gradfabric_dlcp_wire.h).
 DLCP_COUNTERS = ("packets", "retransmitted", "probes", "probeTimeouts", "ecnEchoes", "windowCuts", "cutsUndone",
-                 "confirms", "reordered")
+                 "deferred", "confirms", "reordered")
 
 
 @dataclass

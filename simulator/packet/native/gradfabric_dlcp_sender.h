@@ -260,6 +260,30 @@ class DlcpSenderBase
         return Cut(now, 1.0 - m_alpha / 2);
     }
 
+    // Packets an answer showed missing arrived without a resend: the path reorders, so the next
+    // REORDER_PERSIST losses over a bound cut only once confirmed (hosts/pacing.py's Window).
+    void SawReordering()
+    {
+        m_reorderCredit = REORDER_PERSIST;
+    }
+
+    // Whether loss shown over a bound waits for its confirmation before cutting (the path was
+    // seen to reorder); counts the episode in `deferred`.
+    bool DeferCut()
+    {
+        if (m_reorderCredit == 0)
+        {
+            return false;
+        }
+        stats.deferred++;
+        return true;
+    }
+
+    void LossConfirmed() // a loss over a bound was confirmed: one reordering credit less
+    {
+        m_reorderCredit -= m_reorderCredit > 0 ? 1 : 0;
+    }
+
     void Sample(double r) // an RTT sample (RFC 6298)
     {
         if (m_srtt < 0)
@@ -293,6 +317,7 @@ class DlcpSenderBase
     double m_lastCut = -1e9;
     double m_alpha = 1.0; // DCTCP's estimate of the share marked (OnMarks)
     double m_alphaAt = -1e9;
+    uint32_t m_reorderCredit = 0; // loss episodes left whose cut waits for a confirmation
     uint64_t m_acked = 0, m_marked = 0;
     double m_lastGrace = -1;
     double m_confirmGrace = 0.005;

@@ -57,6 +57,7 @@ struct DlcpOut
     bool held = false;                     // waiting out an allowance before probing
     bool earlyPending = false;             // a confirmation check is scheduled
     bool tentative = false;                // the round's cut, to undo if the loss was only late
+    bool deferring = false;                // loss over the bound this round waits for its confirmation to cut
     double tCwnd = 0, tSsthresh = 0;
     uint64_t tCuts = 0;
     bool complete = false;

@@ -9,6 +9,9 @@ namespace gradfabric
 // float32 values in one full DLCP packet: 32 header + 1,440 payload bytes = a 1,500-byte
 // IPv4 datagram.
 constexpr uint32_t VALUES_PER_PACKET = 360;
+// Loss episodes whose cut waits for a confirmation after reordering was last seen (hosts/pacing.py's
+// REORDER_PERSIST, as Linux keeps RACK's reordering window for 16 recoveries after a DSACK).
+constexpr uint32_t REORDER_PERSIST = 16;
 
 enum WireType : uint8_t
 {
@@ -47,6 +50,7 @@ struct DlcpStats
     uint64_t ecnEchoes = 0;
     uint64_t windowCuts = 0;
     uint64_t cutsUndone = 0; // cuts taken back: the loss behind them was reordering
+    uint64_t deferred = 0;   // loss episodes whose cut waited for a confirmation (reordering seen)
     uint64_t confirms = 0;   // confirming probes before a resend
     uint64_t reordered = 0;  // packets an answer showed missing that arrived without a resend
     uint64_t lostValues = 0; // zero-filled values of messages this endpoint received

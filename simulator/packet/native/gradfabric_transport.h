@@ -5,7 +5,9 @@
 //    answered by a bitmap of its range, probes re-sent after an RTO (RFC 6298 estimator,
 //    doubled per attempt). Late is not lost: the window is cut (at most once per round trip)
 //    on an ECN echo (by alpha / 2, alpha the share of packets marked, as DCTCP) or by half
-//    once the loss answers showed this round exceeds the bound, and that cut is taken back when the packets arrive after all; packets shown missing are resent
+//    once the loss answers showed this round exceeds the bound, and that cut is taken back when the packets arrive after all
+//    (once the path was seen to reorder, the next REORDER_PERSIST such losses cut only when a
+//    confirmation shows them: `deferred`); packets shown missing are resent
 //    only after a confirming probe a reorder grace later still shows them missing (the
 //    fewest that bring the loss within the bound), or, every chunk answered and over the
 //    bound, after confirmations that stop improving. Within the bound a last-flagged probe,
@@ -103,6 +105,7 @@ class DlcpEndpoint : public DlcpSenderBase
         {
             Sample(now - c.sentAt);
         }
+        uint64_t reorderedBefore = stats.reordered;
         uint32_t newly = o.MarkArrived(c.first, c.count, missing, stats.reordered);
         if ((w.flags & F_COMPLETE) && w.total == 0)
         {
@@ -118,7 +121,8 @@ class DlcpEndpoint : public DlcpSenderBase
             }
         }
         o.roundLost += lostHere;
-        bool congested = false;
+        bool late = stats.reordered > reorderedBefore; // shown missing, arrived without a resend
+        bool congested = false, confirmed = false;
         if (c.isConfirm) // what a confirmation still shows missing is lost
         {
             std::vector<uint32_t> lostNow;
@@ -136,6 +140,7 @@ class DlcpEndpoint : public DlcpSenderBase
             {
                 Retransmit(o, again);
                 o.tentative = false; // confirmed loss over the bound: the cut stands
+                confirmed = true;
                 if (!o.cutThisRound)
                 {
                     o.cutThisRound = congested = true;
@@ -149,11 +154,24 @@ class DlcpEndpoint : public DlcpSenderBase
             echo = !congested;
         }
         bool tentative = false;
-        if (!o.cutThisRound && o.roundLost > o.allowed)
+        if (!o.cutThisRound && !o.deferring && o.roundLost > o.allowed)
         {
-            // Loss over the bound: cut now, undone if the packets prove only late.
-            o.cutThisRound = congested = true;
-            tentative = m_maxConfirms > 0 && w.aux == 0;
+            // Loss over the bound: cut now, undone if the packets prove only late; on a path
+            // seen to reorder the confirmation decides instead (Early, Decide).
+            o.deferring = m_maxConfirms > 0 && w.aux == 0 && DeferCut();
+            if (!o.deferring)
+            {
+                o.cutThisRound = congested = true;
+                tentative = m_maxConfirms > 0 && w.aux == 0;
+            }
+        }
+        if (late)
+        {
+            SawReordering();
+        }
+        if (confirmed)
+        {
+            LossConfirmed();
         }
         OnMarks(now, newly, w.aux > 0 ? newly : 0);
         if (congested)
@@ -359,10 +377,14 @@ class DlcpEndpoint : public DlcpSenderBase
         if (cut)
         {
             Cut(NowSeconds());
+            if (o.deferring)
+            {
+                LossConfirmed();
+            }
         }
         o.suspects.clear();
         o.confirmsAsked = o.finals = o.roundLost = 0;
-        o.cutThisRound = o.tentative = false;
+        o.cutThisRound = o.tentative = o.deferring = false;
         for (uint32_t s = 0; s < o.packets; s++)
         {
             if (!o.received[s] && !o.queued[s])
