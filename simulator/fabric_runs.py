@@ -89,6 +89,17 @@ DELAYED_ACK_SEGMENTS = 2
 #: rank's totals (since commit 384eedb), and the runs made before that record at the code they
 #: name (the 20 ``c-answers-after-N`` sweeps, experiments/README.md). Label ``c-answers``.
 C_ANSWERS_CODE = ("a6129ae0a860d949",)
+#: Label of the hosts' code whose DLCP sender defers its window cuts on a path seen to reorder
+#: (commit 1e343e0 and later, hosts/README.md): runs that record ``window_cuts_deferred`` in a
+#: rank's totals (every run of commit ed5d007 and later, the first to record the window's cuts;
+#: no run was made at 1e343e0 alone). Its DLCP runs are their own host-cost family and, with the
+#: runs of the same sweep and code, their own scenario rows: a changed transport is not fitted
+#: together with the old one.
+REORDER_DEFER = "reorder-defer"
+#: The sweep folder beside ``runs/`` that holds timing logs (``GRADFABRIC_TRACE_TIMING``,
+#: experiments/README.md): runs made with them on are a changed measurement (the logs take
+#: the ranks' CPU per packet and message), diagnostics the table does not validate against.
+TIMING_LOGS = "timing"
 
 
 def transport_epoch(started: str) -> str:
@@ -162,6 +173,10 @@ class Run:
     #: Whether a run of the same sweep and code answered probes in C (kernel TCP's runs of that
     #: code answer none, but ran on it: they are its scenario's rows too).
     code_answers_in_c: bool = False
+    #: The window cuts the run's DLCP ranks deferred on reordering (None: not recorded) and
+    #: whether a run of the same sweep and code recorded them (:data:`REORDER_DEFER`).
+    deferred_cuts: int | None = None
+    code_defers_cuts: bool = False
 
     @property
     def host_code(self) -> str:
@@ -172,15 +187,22 @@ class Run:
         return ""
 
     @property
+    def transport_code(self) -> str:
+        """:data:`REORDER_DEFER` where the run's hosts' code defers window cuts on reordering
+        (recorded by the run, or by a run of the same sweep and code), else ``""``."""
+        return REORDER_DEFER if self.deferred_cuts is not None or self.code_defers_cuts else ""
+
+    @property
     def epoch(self) -> str:
         """The DLCP transport's version for a trace-driven run (:func:`transport_epoch`), else ``""``."""
         return transport_epoch(self.started) if self.job else ""
 
     @property
     def scenario_label(self) -> str:
-        """The scenario, with the transport version where it is not the first and the hosts'
-        code where it answers probes in C (:attr:`host_code`)."""
-        tags = ", ".join(t for t in (self.epoch, self.host_code) if t)
+        """The scenario, with the transport version where it is not the first, the hosts'
+        code where it answers probes in C (:attr:`host_code`) and where it defers window cuts
+        on reordering (:attr:`transport_code`)."""
+        tags = ", ".join(t for t in (self.epoch, self.host_code, self.transport_code) if t)
         return f"{self.scenario} ({tags})" if tags else self.scenario
 
     @property
@@ -201,11 +223,12 @@ class Run:
         job, and kernel TCP or the DLCP transport, whose rate control also answers ECN marks
         where a configuration has the switches mark (not the scheduler: per packet the
         transport works alike for DDP's buckets and DLCP's layers), and the DLCP transport's
-        version (:data:`TRANSPORT_EPOCHS`)."""
+        version (:data:`TRANSPORT_EPOCHS`, :data:`REORDER_DEFER`)."""
         spec = self.spec
         if spec.comm in ("gloo", "tcp"):
             return f"{self.kind}/tcp"
-        return f"{self.kind}/dlcp" + ("+ecn" if spec.ecn else "") + (f" ({self.epoch})" if self.epoch else "")
+        tags = ", ".join(t for t in (self.epoch, self.transport_code) if t)
+        return f"{self.kind}/dlcp" + ("+ecn" if spec.ecn else "") + (f" ({tags})" if tags else "")
 
     @property
     def p50_s(self) -> float:
@@ -320,12 +343,12 @@ def _not_a_result(sweep: Path) -> bool:
 
 def load_runs(results: Path) -> list[Run]:
     """Every ok run under ``results`` (a sweep folder or a folder of them), but those of sweeps
-    marked :data:`NOT_A_RESULT`."""
-    skipped = set(not_results(results))
+    marked :data:`NOT_A_RESULT` or holding timing logs (:func:`timing_logged`)."""
+    skipped = set(not_results(results)) | set(timing_logged(results))
     files = sorted(f for f in results.rglob("runs/*.json") if f.parent.parent.name not in skipped)
     if not files:
         raise SimulatorError(f"{results}: no raw runs (runs/*.json) under it"
-                             + (f" but those of sweeps marked not results: {', '.join(sorted(skipped))}"
+                             + (f" but those of sweeps marked not results or timing-logged: {', '.join(sorted(skipped))}"
                                 if skipped else ""))
     metas: dict[Path, dict[str, Any]] = {}
     runs = []
@@ -369,6 +392,8 @@ def load_runs(results: Path) -> list[Run]:
         run.code = str((code.get("commit") if isinstance(code, dict) else code) or "")
         answered = [int(t["probes_answered_in_c"]) for t in totals if t.get("probes_answered_in_c") is not None]
         run.answered_in_c = sum(answered) if answered else None
+        deferred = [int(t["window_cuts_deferred"]) for t in totals if t.get("window_cuts_deferred") is not None]
+        run.deferred_cuts = sum(deferred) if deferred else None
         fcts = [float(t) for flow in record.get("background") or [] if flow.get("protocol") == "rr"
                 for t in flow.get("fct_s") or []]
         run.rr_s = statistics.median(fcts) if fcts else None
@@ -395,10 +420,19 @@ def load_runs(results: Path) -> list[Run]:
         if run.iterations:
             runs.append(run)
     in_c = {(run.sweep, run.code) for run in runs if run.answered_in_c}
+    defers = {(run.sweep, run.code) for run in runs if run.deferred_cuts is not None}
     for run in runs:
         run.code_answers_in_c = (run.sweep, run.code) in in_c
+        run.code_defers_cuts = (run.sweep, run.code) in defers
     return runs
 
 
-__all__ = ["CNN_CONFIGS", "C_ANSWERS_CODE", "DELAYED_ACK_SEGMENTS", "TRACE_CONFIGS", "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost",
-           "tenant_share", "transport_epoch"]
+def timing_logged(results: Path) -> list[str]:
+    """Sweep folders under ``results`` with timing logs beside their runs (:data:`TIMING_LOGS`),
+    by name: their runs are not validated against."""
+    return sorted({f.parent.parent.name for f in results.rglob("runs/*.json") if (f.parent.parent / TIMING_LOGS).is_dir()})
+
+
+__all__ = ["CNN_CONFIGS", "C_ANSWERS_CODE", "DELAYED_ACK_SEGMENTS", "REORDER_DEFER", "TIMING_LOGS", "TRACE_CONFIGS",
+           "TRANSPORT_EPOCHS", "Config", "Run", "load_runs", "not_results", "server_cost", "tenant_share",
+           "timing_logged", "transport_epoch"]

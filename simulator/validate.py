@@ -32,7 +32,7 @@ import numpy as np
 from gradfabric.traces import merge_layers
 from simulator.calibration_cache import CurveCache, fingerprint
 from simulator.errors import SimulatorError
-from simulator.fabric_runs import Run, load_runs, not_results
+from simulator.fabric_runs import Run, load_runs, not_results, timing_logged
 from simulator.host_model import COST_GRID, CPU_MEASURES, DEFAULT_CPU_MEASURE, best_cost, cross_validated, run_available
 from simulator.ranking import rank_row
 from simulator.reorder_model import REORDER_TERM, cross_validated_joint, joint_best, load_reordered
@@ -299,6 +299,10 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
     skipped = not_results(results)
     note = (f"Left out: the runs of {', '.join(skipped)}, whose README.md marks them as no result of the "
             "project's code.\n\n" if skipped else "")
+    timed = timing_logged(results)
+    if timed:
+        note += (f"Left out: the runs of {', '.join(timed)}, made with timing logs on (a changed measurement: "
+                 "the logs take the ranks' CPU), diagnostics.\n\n")
     if left:
         note += f"Left out by the command (`--leave-out {','.join(leave_out)}`): the runs of {', '.join(left)}.\n\n"
     section = ""
