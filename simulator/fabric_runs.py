@@ -344,12 +344,12 @@ def _not_a_result(sweep: Path) -> bool:
 def load_runs(results: Path) -> list[Run]:
     """Every ok run under ``results`` (a sweep folder or a folder of them), but those of sweeps
     marked :data:`NOT_A_RESULT` or holding timing logs (:func:`timing_logged`)."""
-    skipped = set(not_results(results)) | set(timing_logged(results))
-    files = sorted(f for f in results.rglob("runs/*.json") if f.parent.parent.name not in skipped)
+    marked, timed = not_results(results), timing_logged(results)
+    files = sorted(f for f in results.rglob("runs/*.json") if f.parent.parent.name not in {*marked, *timed})
     if not files:
         raise SimulatorError(f"{results}: no raw runs (runs/*.json) under it"
-                             + (f" but those of sweeps marked not results or timing-logged: {', '.join(sorted(skipped))}"
-                                if skipped else ""))
+                             + (f" but those of sweeps marked not results: {', '.join(marked)}" if marked else "")
+                             + (f" but those of timing-logged sweeps: {', '.join(timed)}" if timed else ""))
     metas: dict[Path, dict[str, Any]] = {}
     runs = []
     for f in files:
