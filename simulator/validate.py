@@ -51,6 +51,13 @@ CALIBRATION_DRAWS = 200
 CLEAN_PREFIX, CLEAN_TITLE = "trace10-", "The 10-pair sweep alone"
 
 
+def run_seed(run: Run) -> int:
+    """``run``'s seed for its draws: a digest of its sweep folder's and run's names, not its place
+    among the runs read, so that reading another folder or leaving one out changes no other run's
+    prediction."""
+    return int.from_bytes(hashlib.sha256(f"{run.sweep}/{run.run_id}".encode()).digest()[:8], "big")
+
+
 def pair_key(run: Run) -> tuple[str, str]:
     """The sweep and round a run was made in (its id's ``-rN``; runs of one sweep and round were
     made side by side), the key the ranking's paired rule matches runs by."""
@@ -253,11 +260,12 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                     raise SimulatorError(f"family {family} ran in no other sweep: uncalibrated")
                 cost, n = costs[(run.sweep, family)]
                 inp = inputs[i]
+                seed = run_seed(run)
                 pred = predict_run(run, inp.job, cost, host_iterations=inp.host_iterations,
-                                   baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
+                                   baseline_available=inp.baseline_available, seed=seed, cpu_measure=cpu_measure,
                                    without=without)
                 zero = predict_run(run, inp.job, 0.0, host_iterations=inp.host_iterations,
-                                   baseline_available=inp.baseline_available, seed=i, cpu_measure=cpu_measure,
+                                   baseline_available=inp.baseline_available, seed=seed, cpu_measure=cpu_measure,
                                    without=without)
                 rate = joint[(run.sweep, family)][1] if reorder else 0.0
                 waits = rate * counts.get((run.sweep, run.run_id), 0.0)
@@ -265,7 +273,7 @@ def validate(results: Path, out: Path, job_trace: Path | None, traces: Path, com
                     pred = replace(pred, draws=pred.draws + waits,
                                    note=pred.note + f"; reordered {waits / rate:,.0f}/iteration at {rate * 1e6:,.0f} us")
                 ratios = spread.get((run.sweep, run.family, run.config))
-                factor = np.random.default_rng(SPREAD_SEED + i).choice(ratios, len(pred.draws)) \
+                factor = np.random.default_rng(SPREAD_SEED + seed).choice(ratios, len(pred.draws)) \
                     if ratios is not None else 1.0
                 draws.append(pred.draws * factor)
                 run_draws[i] = draws[-1]
@@ -344,4 +352,4 @@ def clean_set(runs: Sequence[Run], run_draws: dict[int, np.ndarray],
 
 
 __all__ = ["CALIBRATION_DRAWS", "CLEAN_PREFIX", "Calibration", "calibrate", "clean_set", "host_baseline",
-           "iteration_spread", "pair_key", "validate"]
+           "iteration_spread", "pair_key", "run_seed", "validate"]
