@@ -7,7 +7,8 @@ send (0 drops it); `hold` reverses the order of every group of that many forward
 packets (a probe first flushes the group, so it never overtakes data). Three impairments of a
 sprayed, congested fabric can be added: `overtake` lets each control packet (probe) pass
 the last that many data packets before it, which follow right behind it (as when the probe
-took a shorter path); `control_delay` holds control packets back for that many seconds; and
+took a shorter path); `control_delay` holds control packets back for that many seconds (or
+`control_delay(header)` seconds, each its own); and
 `mark_ce(header)` chooses data packets to forward with IP ECN = CE, as a congested switch
 marks them; `late(header)` holds a data packet back that many seconds (0: not at all), as a
 long queue on another path does.
@@ -15,6 +16,7 @@ long queue on another path does.
 
 from __future__ import annotations
 
+import bisect
 import random
 import select
 import socket
@@ -49,7 +51,7 @@ class Relay:
 
     def __init__(self, target: Address, verdict: Verdict | None = None, hold: int = 1,
                  listen: Address = ("127.0.0.1", 0), record: bool = True, *, overtake: int = 0,
-                 control_delay: float = 0.0, mark_ce: Callable[[Header], bool] | None = None,
+                 control_delay: float | Callable[[Header], float] = 0.0, mark_ce: Callable[[Header], bool] | None = None,
                  late: Callable[[Header], float] | None = None) -> None:
         self.target = target
         self.verdict = verdict or (lambda header, data: 1)
@@ -62,7 +64,7 @@ class Relay:
         self.late = late
         self._late: list[tuple[float, bytes]] = []  # data held back and when they are due
         self._lagging: deque[bytes] = deque()  # the last data packets, for a probe to overtake
-        self._delayed: deque[tuple[float, bytes]] = deque()  # control packets and when they are due
+        self._delayed: list[tuple[float, bytes]] = []  # control packets and when they are due, in order
         self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for sock, where in ((self._front, listen), (self._back, (listen[0], 0))):
@@ -102,7 +104,7 @@ class Relay:
         front, back = self._front.fileno(), self._back.fileno()
         while not self._stop.is_set():
             wait_ms = 50
-            due = ([self._delayed[0][0]] if self._delayed else []) + [t for t, _ in self._late]
+            due = [t for t, _ in self._delayed[:1] + self._late]
             if due:
                 wait_ms = max(0, min(50, int((min(due) - time.monotonic()) * 1000) + 1))
             events = poller.poll(wait_ms)
@@ -112,7 +114,7 @@ class Relay:
                     self._late.remove(item)
                     self._send_data(item[1])
             while self._delayed and self._delayed[0][0] <= time.monotonic():
-                self._send_control(self._delayed.popleft()[1])
+                self._send_control(self._delayed.pop(0)[1])
             if not events and self._held:
                 self._flush()
             if not events and self._lagging and not self._delayed:
@@ -138,8 +140,9 @@ class Relay:
             if header.msg_type > 1 and copies > 0:
                 self._flush()  # control packets never overtake the data held back
                 self.stats.forwarded += 1
-                if self.control_delay > 0:
-                    self._delayed.append((time.monotonic() + self.control_delay, data))
+                hold = self.control_delay(header) if callable(self.control_delay) else self.control_delay
+                if hold > 0:
+                    bisect.insort(self._delayed, (time.monotonic() + hold, data), key=lambda item: item[0])
                 else:
                     self._send_control(data)
                 return
